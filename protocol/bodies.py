@@ -1,0 +1,552 @@
+"""JSON bodies of the RocketMQ protocol, with fastjson's quirks handled here only.
+
+What Java peers write (reference 4.0): compact JSON, sorted keys, nulls
+omitted, enums by name, and two non-JSON forms: maps with integer keys written
+unquoted (`{0:"addr"}`) and maps with bean keys written as objects
+(`{{"brokerName":"b","queueId":0,"topic":"T"}:5}`). `loads_lenient` reads
+both; `dumps_object_keyed` writes the second for the stats bodies Java admin
+tools expect. Route data is always written as standard JSON with quoted keys,
+which every 4.x client accepts (reference 4.2).
+
+What the C++ client writes (reference 4.4 and 10.2): enums as ordinals,
+subVersion as a string, empty arrays omitted, a bogus codeSet (we recompute
+tag hash codes from tagsSet/subString).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from protocol.errors import BodyError
+
+SUB_ALL = "*"
+
+
+def dumps(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, sort_keys=True).encode()
+
+
+def loads(data) -> object:
+    """Standard JSON first (fast), then the lenient fastjson dialect."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        data = bytes(data).decode("utf-8", errors="strict")
+    try:
+        return json.loads(data)
+    except ValueError:
+        return loads_lenient(data)
+
+
+# --- lenient parser -------------------------------------------------------------------
+
+class _Lenient:
+    """Recursive-descent parser for fastjson output: JSON plus bare numeric keys,
+    object keys (returned as tuples of sorted items so they are hashable),
+    single-quoted strings and trailing commas."""
+
+    def __init__(self, text: str):
+        self.s = text
+        self.i = 0
+
+    def error(self, what: str):
+        raise BodyError(f"bad JSON body at char {self.i}: {what}")
+
+    def ws(self):
+        s, i, n = self.s, self.i, len(self.s)
+        while i < n and s[i] in " \t\r\n":
+            i += 1
+        self.i = i
+
+    def value(self, depth=0):
+        if depth > 64:
+            self.error("nesting too deep")
+        self.ws()
+        if self.i >= len(self.s):
+            self.error("unexpected end")
+        c = self.s[self.i]
+        if c == "{":
+            return self.obj(depth)
+        if c == "[":
+            return self.arr(depth)
+        if c in "\"'":
+            return self.string()
+        return self.scalar()
+
+    def obj(self, depth):
+        self.i += 1
+        out = {}
+        while True:
+            self.ws()
+            if self.i >= len(self.s):
+                self.error("unterminated object")
+            if self.s[self.i] == "}":
+                self.i += 1
+                return out
+            c = self.s[self.i]
+            if c == "{":
+                k = self.obj(depth + 1)
+                key = tuple(sorted(k.items()))
+            elif c == "[":
+                key = tuple(self.arr(depth + 1))
+            elif c in "\"'":
+                key = self.string()
+            else:
+                key = self.scalar()
+            self.ws()
+            if self.i >= len(self.s) or self.s[self.i] != ":":
+                self.error("expected ':'")
+            self.i += 1
+            out[key] = self.value(depth + 1)
+            self.ws()
+            if self.i < len(self.s) and self.s[self.i] == ",":
+                self.i += 1
+            elif self.i < len(self.s) and self.s[self.i] == "}":
+                continue
+            else:
+                self.error("expected ',' or '}'")
+
+    def arr(self, depth):
+        self.i += 1
+        out = []
+        while True:
+            self.ws()
+            if self.i >= len(self.s):
+                self.error("unterminated array")
+            if self.s[self.i] == "]":
+                self.i += 1
+                return out
+            out.append(self.value(depth + 1))
+            self.ws()
+            if self.i < len(self.s) and self.s[self.i] == ",":
+                self.i += 1
+            elif self.i < len(self.s) and self.s[self.i] == "]":
+                continue
+            else:
+                self.error("expected ',' or ']'")
+
+    def string(self):
+        q = self.s[self.i]
+        if q == '"':
+            dec = json.JSONDecoder()
+            try:
+                val, end = dec.raw_decode(self.s, self.i)
+            except ValueError as e:
+                self.error(str(e))
+            self.i = end
+            return val
+        j = self.s.find("'", self.i + 1)
+        if j < 0:
+            self.error("unterminated string")
+        val = self.s[self.i + 1:j]
+        self.i = j + 1
+        return val
+
+    def scalar(self):
+        s, i, n = self.s, self.i, len(self.s)
+        j = i
+        while j < n and s[j] not in ",:}] \t\r\n":
+            j += 1
+        tok = s[i:j]
+        self.i = j
+        if not tok:
+            self.error("expected a value")
+        if tok == "true":
+            return True
+        if tok == "false":
+            return False
+        if tok == "null":
+            return None
+        try:
+            return int(tok)
+        except ValueError:
+            pass
+        try:
+            return float(tok)
+        except ValueError:
+            pass
+        return tok  # bare identifier key
+
+
+def loads_lenient(text: str):
+    p = _Lenient(text)
+    v = p.value()
+    p.ws()
+    if p.i != len(p.s):
+        p.error("trailing characters")
+    return v
+
+
+def dumps_object_keyed(table: dict, value_fn=lambda v: v) -> str:
+    """fastjson form of a Map<MessageQueue, V>: keys written as JSON objects."""
+    items = []
+    for mq, v in table.items():
+        key = json.dumps(mq.to_json(), separators=(",", ":"), sort_keys=True)
+        items.append(key + ":" + json.dumps(value_fn(v), separators=(",", ":"), sort_keys=True))
+    return "{" + ",".join(items) + "}"
+
+
+# --- MessageQueue -----------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True, order=True)
+class MessageQueue:
+    """Sorts like Java's MessageQueue.compareTo: topic, brokerName, queueId."""
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def to_json(self) -> dict:
+        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
+
+    @classmethod
+    def from_json(cls, d) -> "MessageQueue":
+        if isinstance(d, tuple):
+            d = dict(d)
+        try:
+            return cls(str(d["topic"]), str(d["brokerName"]), int(d["queueId"]))
+        except (KeyError, TypeError, ValueError):
+            raise BodyError(f"bad MessageQueue: {d!r}") from None
+
+
+# --- subscriptions and heartbeats ---------------------------------------------------------
+
+CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
+MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
+CONSUME_FROM_WHERE = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+                      "CONSUME_FROM_MIN_OFFSET", "CONSUME_FROM_MAX_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
+                      "CONSUME_FROM_TIMESTAMP")
+
+
+def _enum_name(value, names: tuple, what: str) -> str:
+    """Heartbeat enums arrive as names (Java, Go) or ordinals (C++)."""
+    if isinstance(value, str):
+        if value in names:
+            return value
+        if value.isdigit() and int(value) < len(names):
+            return names[int(value)]
+    elif isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
+        return names[value]
+    raise BodyError(f"bad {what}: {value!r}")
+
+
+def _int(value, what: str, default: int = 0) -> int:
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise BodyError(f"bad {what}: {value!r}") from None
+
+
+@dataclass(slots=True)
+class SubscriptionData:
+    topic: str
+    sub_string: str = SUB_ALL
+    tags_set: list = field(default_factory=list)
+    code_set: list = field(default_factory=list)
+    sub_version: int = 0
+    expression_type: str = "TAG"
+    class_filter_mode: bool = False
+
+    @property
+    def is_all(self) -> bool:
+        return self.expression_type == "TAG" and (not self.tags_set or self.sub_string.strip() in ("", SUB_ALL))
+
+    def matches_tags_code(self, code: int) -> bool:
+        # Consume-queue tag codes are sign-extended longs; compare as Java's (int).
+        if self.is_all:
+            return True
+        code = ((code + 2**31) % 2**32) - 2**31
+        return code in self.code_set
+
+    def to_json(self) -> dict:
+        return {"classFilterMode": self.class_filter_mode, "codeSet": list(self.code_set),
+                "expressionType": self.expression_type, "subString": self.sub_string,
+                "subVersion": self.sub_version, "tagsSet": list(self.tags_set), "topic": self.topic}
+
+
+def build_subscription(topic: str, sub_string: str | None, expression_type: str | None = "TAG",
+                       sub_version: int = 0) -> SubscriptionData:
+    """Parse a TAG expression ("*", "A || B") the way FilterAPI does; codes are Java hashes."""
+    from protocol.message import java_string_hash
+    et = (expression_type or "TAG").upper()
+    s = (sub_string or "").strip()
+    if et != "TAG":
+        if et != "SQL92":
+            raise BodyError(f"unknown expressionType {expression_type!r}")
+        return SubscriptionData(topic, s, [], [], sub_version, "SQL92")
+    if not s or s == SUB_ALL:
+        return SubscriptionData(topic, SUB_ALL, [], [], sub_version, "TAG")
+    tags = [t.strip() for t in s.split("||") if t.strip()]
+    if not tags:
+        raise BodyError(f"subscription {sub_string!r} has no tag")
+    return SubscriptionData(topic, s, tags, [java_string_hash(t) for t in tags], sub_version, "TAG")
+
+
+def subscription_from_json(d: dict) -> SubscriptionData:
+    if not isinstance(d, dict) or not d.get("topic"):
+        raise BodyError(f"bad SubscriptionData: {d!r}")
+    sub_string = d.get("subString") or SUB_ALL
+    et = d.get("expressionType") or "TAG"
+    sub = build_subscription(str(d["topic"]), str(sub_string), str(et),
+                             _int(d.get("subVersion"), "subVersion"))
+    tags = d.get("tagsSet")
+    if sub.expression_type == "TAG" and not sub.is_all and tags:
+        from protocol.message import java_string_hash
+        sub.tags_set = [str(t) for t in tags]
+        sub.code_set = [java_string_hash(str(t)) for t in tags]
+    sub.class_filter_mode = bool(d.get("classFilterMode", False))
+    return sub
+
+
+@dataclass(slots=True)
+class ConsumerData:
+    group_name: str
+    consume_type: str = "CONSUME_PASSIVELY"
+    message_model: str = "CLUSTERING"
+    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+    subscription_data_set: list = field(default_factory=list)
+    unit_mode: bool = False
+
+    def to_json(self) -> dict:
+        return {"consumeFromWhere": self.consume_from_where, "consumeType": self.consume_type,
+                "groupName": self.group_name, "messageModel": self.message_model,
+                "subscriptionDataSet": [s.to_json() for s in self.subscription_data_set],
+                "unitMode": self.unit_mode}
+
+
+@dataclass(slots=True)
+class HeartbeatData:
+    client_id: str
+    producer_groups: list = field(default_factory=list)
+    consumer_data_set: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"clientID": self.client_id,
+                "consumerDataSet": [c.to_json() for c in self.consumer_data_set],
+                "producerDataSet": [{"groupName": g} for g in self.producer_groups]}
+
+
+def parse_heartbeat(body) -> HeartbeatData:
+    d = loads(body)
+    if not isinstance(d, dict) or not isinstance(d.get("clientID"), str) or not d["clientID"]:
+        raise BodyError("HeartbeatData without clientID")
+    producers = []
+    for p in d.get("producerDataSet") or []:
+        if isinstance(p, dict) and p.get("groupName"):
+            producers.append(str(p["groupName"]))
+    consumers = []
+    for c in d.get("consumerDataSet") or []:
+        if not isinstance(c, dict) or not c.get("groupName"):
+            raise BodyError(f"bad ConsumerData: {c!r}")
+        consumers.append(ConsumerData(
+            group_name=str(c["groupName"]),
+            consume_type=_enum_name(c.get("consumeType", "CONSUME_PASSIVELY"), CONSUME_TYPES, "consumeType"),
+            message_model=_enum_name(c.get("messageModel", "CLUSTERING"), MESSAGE_MODELS, "messageModel"),
+            consume_from_where=_enum_name(c.get("consumeFromWhere", 0), CONSUME_FROM_WHERE, "consumeFromWhere"),
+            subscription_data_set=[subscription_from_json(s) for s in c.get("subscriptionDataSet") or []],
+            unit_mode=bool(c.get("unitMode", False)),
+        ))
+    return HeartbeatData(d["clientID"], producers, consumers)
+
+
+# --- topics, routes, clusters -------------------------------------------------------------
+
+@dataclass(slots=True)
+class TopicConfig:
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = 6
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    def to_json(self) -> dict:
+        return {"order": self.order, "perm": self.perm, "readQueueNums": self.read_queue_nums,
+                "topicFilterType": self.topic_filter_type, "topicName": self.topic_name,
+                "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TopicConfig":
+        try:
+            return cls(str(d["topicName"]), _int(d.get("readQueueNums", 16), "readQueueNums"),
+                       _int(d.get("writeQueueNums", 16), "writeQueueNums"), _int(d.get("perm", 6), "perm"),
+                       str(d.get("topicFilterType", "SINGLE_TAG")), _int(d.get("topicSysFlag", 0), "topicSysFlag"),
+                       bool(d.get("order", False)))
+        except (KeyError, TypeError):
+            raise BodyError(f"bad TopicConfig: {d!r}") from None
+
+
+@dataclass(slots=True)
+class DataVersion:
+    timestamp: int = 0
+    counter: int = 0
+
+    def to_json(self) -> dict:
+        return {"counter": self.counter, "timestamp": self.timestamp}
+
+    @classmethod
+    def from_json(cls, d) -> "DataVersion":
+        if not isinstance(d, dict):
+            return cls()
+        return cls(_int(d.get("timestamp"), "timestamp"), _int(d.get("counter"), "counter"))
+
+    def next_version(self, now_ms: int) -> "DataVersion":
+        return DataVersion(now_ms, self.counter + 1)
+
+
+def encode_topic_config_wrapper(topics: dict, version: DataVersion) -> dict:
+    return {"dataVersion": version.to_json(),
+            "topicConfigTable": {name: tc.to_json() for name, tc in topics.items()}}
+
+
+def decode_topic_config_wrapper(d: dict) -> tuple[dict, DataVersion]:
+    if not isinstance(d, dict):
+        raise BodyError("TopicConfigSerializeWrapper is not an object")
+    table = d.get("topicConfigTable") or {}
+    topics = {str(name): TopicConfig.from_json(tc) for name, tc in table.items()}
+    return topics, DataVersion.from_json(d.get("dataVersion"))
+
+
+def encode_register_broker_body(topics: dict, version: DataVersion) -> bytes:
+    return dumps({"filterServerList": [],
+                  "topicConfigSerializeWrapper": encode_topic_config_wrapper(topics, version)})
+
+
+def decode_register_broker_body(body: bytes, compressed: bool = False) -> tuple[dict, DataVersion]:
+    if compressed:
+        return _decode_compressed_register_body(body)
+    d = loads(body)
+    if isinstance(d, dict) and "topicConfigSerializeWrapper" in d:
+        d = d["topicConfigSerializeWrapper"]
+    return decode_topic_config_wrapper(d)
+
+
+def _decode_compressed_register_body(body: bytes) -> tuple[dict, DataVersion]:
+    import struct
+    import zlib
+    try:
+        raw = zlib.decompress(body)
+        pos = 0
+
+        def take_int():
+            nonlocal pos
+            (v,) = struct.unpack_from(">i", raw, pos)
+            pos += 4
+            return v
+
+        def take(n):
+            nonlocal pos
+            if n < 0 or pos + n > len(raw):
+                raise BodyError("compressed RegisterBrokerBody truncated")
+            v = raw[pos:pos + n]
+            pos += n
+            return v
+
+        version = DataVersion.from_json(loads(take(take_int())))
+        topics = {}
+        for _ in range(take_int()):
+            parts = take(take_int()).decode().split(" ")
+            if len(parts) < 5:
+                raise BodyError("bad TopicConfig encoding")
+            topics[parts[0]] = TopicConfig(parts[0], int(parts[1]), int(parts[2]), int(parts[3]), parts[4])
+        return topics, version
+    except (zlib.error, struct.error, ValueError) as e:
+        raise BodyError(f"bad compressed RegisterBrokerBody: {e}") from None
+
+
+@dataclass(slots=True)
+class QueueData:
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int = 0
+
+    def to_json(self) -> dict:
+        # Both spellings: Go still reads topicSynFlag (<= 4.8), Java 4.9 topicSysFlag.
+        return {"brokerName": self.broker_name, "perm": self.perm, "readQueueNums": self.read_queue_nums,
+                "topicSynFlag": self.topic_sys_flag, "topicSysFlag": self.topic_sys_flag,
+                "writeQueueNums": self.write_queue_nums}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "QueueData":
+        return cls(str(d["brokerName"]), _int(d.get("readQueueNums"), "readQueueNums"),
+                   _int(d.get("writeQueueNums"), "writeQueueNums"), _int(d.get("perm"), "perm"),
+                   _int(d.get("topicSysFlag", d.get("topicSynFlag", 0)), "topicSysFlag"))
+
+
+@dataclass(slots=True)
+class BrokerData:
+    cluster: str
+    broker_name: str
+    broker_addrs: dict  # broker id (int) -> "ip:port"
+
+    def to_json(self) -> dict:
+        return {"brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())},
+                "brokerName": self.broker_name, "cluster": self.cluster}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "BrokerData":
+        addrs = {int(k): str(v) for k, v in (d.get("brokerAddrs") or {}).items()}
+        return cls(str(d.get("cluster", "")), str(d["brokerName"]), addrs)
+
+    def master_addr(self) -> str | None:
+        return self.broker_addrs.get(0)
+
+
+@dataclass(slots=True)
+class TopicRouteData:
+    queue_datas: list
+    broker_datas: list
+    order_topic_conf: str | None = None
+
+    def to_json(self) -> dict:
+        d = {"brokerDatas": [b.to_json() for b in self.broker_datas], "filterServerTable": {},
+             "queueDatas": [q.to_json() for q in self.queue_datas]}
+        if self.order_topic_conf:
+            d["orderTopicConf"] = self.order_topic_conf
+        return d
+
+    @classmethod
+    def from_body(cls, body) -> "TopicRouteData":
+        d = loads(body)
+        if not isinstance(d, dict):
+            raise BodyError("TopicRouteData is not an object")
+        try:
+            return cls([QueueData.from_json(q) for q in d.get("queueDatas") or []],
+                       [BrokerData.from_json(b) for b in d.get("brokerDatas") or []],
+                       d.get("orderTopicConf"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise BodyError(f"bad TopicRouteData: {e}") from None
+
+
+def encode_cluster_info(broker_addr_table: dict, cluster_addr_table: dict) -> bytes:
+    return dumps({"brokerAddrTable": {n: b.to_json() for n, b in broker_addr_table.items()},
+                  "clusterAddrTable": {c: sorted(names) for c, names in cluster_addr_table.items()}})
+
+
+def decode_cluster_info(body) -> tuple[dict, dict]:
+    d = loads(body)
+    brokers = {str(n): BrokerData.from_json(b) for n, b in (d.get("brokerAddrTable") or {}).items()}
+    clusters = {str(c): list(v) for c, v in (d.get("clusterAddrTable") or {}).items()}
+    return brokers, clusters
+
+
+def encode_lock_body(group: str, client_id: str, mqs) -> bytes:
+    return dumps({"clientId": client_id, "consumerGroup": group, "mqSet": [m.to_json() for m in mqs]})
+
+
+def decode_lock_body(body) -> tuple[str, str, list]:
+    d = loads(body)
+    if not isinstance(d, dict) or not d.get("consumerGroup") or not d.get("clientId"):
+        raise BodyError("lock body needs consumerGroup and clientId")
+    return str(d["consumerGroup"]), str(d["clientId"]), [MessageQueue.from_json(m) for m in d.get("mqSet") or []]
+
+
+def encode_mq_set(key: str, mqs) -> bytes:
+    return dumps({key: [m.to_json() for m in mqs]})
+
+
+def decode_mq_set(body, key: str) -> list:
+    d = loads(body)
+    return [MessageQueue.from_json(m) for m in (d.get(key) or [])]

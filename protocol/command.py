@@ -1,0 +1,180 @@
+"""RemotingCommand and the frame codec (sans-IO: bytes in, commands out).
+
+Frame layout (big-endian):
+
+| offset | size | content                                                  |
+|--------|------|----------------------------------------------------------|
+| 0      | 4    | length = 4 + header length + body length (excludes itself) |
+| 4      | 4    | (serialize type << 24) | header length (low 24 bits)       |
+| 8      | h    | header (JSON, ROCKETMQ binary or msgpack)                 |
+| 8 + h  | rest | body (opaque bytes, may be empty)                         |
+
+`FrameDecoder.feed(data)` accepts any split of the byte stream;
+`next_command()` returns a RemotingCommand or None when more bytes are needed
+and raises ProtocolError on a malformed frame, after which the decoder is
+unusable and the connection must be closed.
+"""
+from __future__ import annotations
+
+import struct
+
+from protocol.codes import (CURRENT_VERSION, FLAG_ONEWAY, FLAG_RESPONSE,
+                            LanguageCode, SerializeType)
+from protocol.errors import ProtocolError
+from protocol.headers.codec import DECODERS, ENCODERS
+
+FRAME_SIZE_BYTES_MAX_DEFAULT = 16 * 1024 * 1024
+_PREFIX = struct.Struct(">ii")
+_VALID_TYPES = frozenset(int(t) for t in SerializeType)
+
+
+class RemotingCommand:
+    """One request or response. `ext_fields` values are always strings.
+
+    `body` is bytes, or for outgoing frames a list of buffers (memoryviews of
+    store segments) that are written back to back without being joined.
+    """
+
+    __slots__ = ("code", "language", "version", "opaque", "flag", "remark",
+                 "ext_fields", "body", "serialize_type")
+
+    def __init__(self, code: int, *, opaque: int = 0, flag: int = 0, remark: str | None = None,
+                 ext_fields: dict | None = None, body=b"",
+                 language: int = LanguageCode.JAVA, version: int = CURRENT_VERSION,
+                 serialize_type: int = SerializeType.JSON):
+        self.code = code
+        self.language = language
+        self.version = version
+        self.opaque = opaque
+        self.flag = flag
+        self.remark = remark
+        self.ext_fields = ext_fields if ext_fields is not None else {}
+        self.body = body
+        self.serialize_type = serialize_type
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & FLAG_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & FLAG_ONEWAY)
+
+    def response(self, code: int, remark: str | None = None, ext_fields: dict | None = None,
+                 body=b"") -> "RemotingCommand":
+        """A reply in this request's serialize type carrying its opaque."""
+        return RemotingCommand(code, opaque=self.opaque, flag=FLAG_RESPONSE, remark=remark,
+                               ext_fields=ext_fields, body=body,
+                               serialize_type=self.serialize_type)
+
+    def body_bytes(self) -> bytes:
+        b = self.body
+        if isinstance(b, (list, tuple)):
+            return b"".join(b)
+        return bytes(b)
+
+    def __repr__(self) -> str:
+        kind = "response" if self.is_response else "request"
+        blen = sum(len(x) for x in self.body) if isinstance(self.body, (list, tuple)) else len(self.body)
+        return (f"RemotingCommand({kind} code={self.code} opaque={self.opaque} flag={self.flag} "
+                f"remark={self.remark!r} ext_fields={self.ext_fields!r} body={blen}B)")
+
+
+def encode_parts(cmd: RemotingCommand) -> list:
+    """Encode to a list of buffers: [prefix + header, *body buffers]."""
+    header = ENCODERS[cmd.serialize_type](cmd.code, cmd.language, cmd.version, cmd.opaque,
+                                          cmd.flag, cmd.remark, cmd.ext_fields)
+    body = cmd.body
+    if isinstance(body, (list, tuple)):
+        blen = 0
+        for b in body:
+            blen += len(b)
+        parts = [None]
+        parts.extend(body)
+    else:
+        blen = len(body)
+        parts = [None, body] if blen else [None]
+    hlen = len(header)
+    parts[0] = _PREFIX.pack(4 + hlen + blen, (int(cmd.serialize_type) << 24) | hlen) + header
+    return parts
+
+
+def encode(cmd: RemotingCommand) -> bytes:
+    return b"".join(encode_parts(cmd))
+
+
+class FrameDecoder:
+    """Incremental frame decoder. Bound: frames over `frame_size_bytes_max` are errors."""
+
+    __slots__ = ("_buf", "_pos", "frame_size_bytes_max", "_broken")
+
+    def __init__(self, frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT):
+        self._buf = bytearray()
+        self._pos = 0
+        self.frame_size_bytes_max = frame_size_bytes_max
+        self._broken = False
+
+    def feed(self, data) -> None:
+        if self._pos and self._pos == len(self._buf):
+            self._buf.clear()
+            self._pos = 0
+        self._buf += data
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buf) - self._pos
+
+    def next_command(self) -> RemotingCommand | None:
+        if self._broken:
+            raise ProtocolError("decoder already failed")
+        buf = self._buf
+        pos = self._pos
+        avail = len(buf) - pos
+        if avail < 8:
+            if avail >= 4:
+                self._check_length(struct.unpack_from(">i", buf, pos)[0])
+            return None
+        length, ori = _PREFIX.unpack_from(buf, pos)
+        self._check_length(length)
+        if avail < 4 + length:
+            return None
+        stype = (ori >> 24) & 0xFF
+        hlen = ori & 0xFFFFFF
+        if stype not in _VALID_TYPES:
+            self._broken = True
+            raise ProtocolError(f"unknown serialize type {stype}")
+        if hlen > length - 4:
+            self._broken = True
+            raise ProtocolError(f"header length {hlen} exceeds frame length {length}")
+        hstart = pos + 8
+        bstart = hstart + hlen
+        end = pos + 4 + length
+        try:
+            code, language, version, opaque, flag, remark, ext = DECODERS[stype](
+                memoryview(buf)[hstart:bstart])
+        except ProtocolError:
+            self._broken = True
+            raise
+        body = bytes(buf[bstart:end])
+        # Compact lazily: dropping consumed bytes from the front of a large
+        # buffer on every frame would be quadratic.
+        self._pos = end
+        if end > 1 << 20 and end * 2 > len(buf):
+            del buf[:end]
+            self._pos = 0
+        cmd = RemotingCommand(code, opaque=opaque, flag=flag, remark=remark, ext_fields=ext,
+                              body=body, language=language, version=version,
+                              serialize_type=stype)
+        return cmd
+
+    def _check_length(self, length: int) -> None:
+        if length < 4 or length > self.frame_size_bytes_max:
+            self._broken = True
+            raise ProtocolError(f"frame length {length} outside [4, {self.frame_size_bytes_max}]")
+
+    def commands(self):
+        while True:
+            cmd = self.next_command()
+            if cmd is None:
+                return
+            yield cmd

@@ -1,0 +1,226 @@
+"""Header codecs: JSON (type 0), ROCKETMQ binary (type 1) and msgpack (type 2, ours).
+
+A codec turns the header bytes of a frame into the seven header values
+(code, language, version, opaque, flag, remark, ext_fields) and back.
+
+ROCKETMQ binary header layout (all big-endian):
+
+| size | field                                              |
+|------|----------------------------------------------------|
+| 2    | code (short)                                       |
+| 1    | language code (byte)                               |
+| 2    | version (short)                                    |
+| 4    | opaque (int)                                       |
+| 4    | flag (int)                                         |
+| 4    | remark length n (0 => null)                        |
+| n    | remark UTF-8                                       |
+| 4    | extFields block length m (0 => none)               |
+| m    | entries: key len (2) + key + value len (4) + value |
+
+msgpack header: a 7-element array [code, language, version, opaque, flag,
+remark or nil, {str: str} or nil].
+
+Decoding rules (protocol reference 1.3): language may be a name or a number;
+extFields values may be strings, numbers or booleans and are all turned into
+strings (int -> decimal, bool -> "true"/"false"); a missing extFields is {}.
+Encoding always writes every extFields value as a string, because the C++
+client ignores non-string values and the Go client fails on them.
+"""
+from __future__ import annotations
+
+import json
+import struct
+
+import msgpack
+
+from protocol.codes import LanguageCode, SerializeType
+from protocol.errors import ProtocolError
+
+_LANG_BY_NAME = {m.name: int(m) for m in LanguageCode}
+_LANG_NAME = {int(m): m.name for m in LanguageCode}
+_FIXED = struct.Struct(">hbhii")
+
+
+def _to_str(value) -> str | None:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return None
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def _language_from(value) -> int:
+    if isinstance(value, str):
+        return _LANG_BY_NAME.get(value, int(LanguageCode.OTHER))
+    if isinstance(value, int):
+        return value
+    return int(LanguageCode.OTHER)
+
+
+def _normalise_ext(raw) -> dict[str, str]:
+    if not raw:
+        return {}
+    if not isinstance(raw, dict):
+        raise ProtocolError("extFields is not an object")
+    out = {}
+    for k, v in raw.items():
+        s = _to_str(v)
+        if s is not None:
+            out[str(k)] = s
+    return out
+
+
+def _as_int(obj: dict, key: str, default: int = 0) -> int:
+    value = obj.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ProtocolError(f"header field {key!r} is not an integer")
+    try:
+        return int(value)
+    except ValueError:
+        raise ProtocolError(f"header field {key!r} is not an integer") from None
+
+
+# --- JSON -------------------------------------------------------------------
+
+def decode_json(data) -> tuple:
+    try:
+        obj = json.loads(bytes(data))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ProtocolError(f"bad JSON header: {e}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("JSON header is not an object")
+    remark = obj.get("remark")
+    if remark is not None and not isinstance(remark, str):
+        remark = _to_str(remark)
+    return (
+        _as_int(obj, "code"),
+        _language_from(obj.get("language", "JAVA")),
+        _as_int(obj, "version"),
+        _as_int(obj, "opaque"),
+        _as_int(obj, "flag"),
+        remark,
+        _normalise_ext(obj.get("extFields")),
+    )
+
+
+def encode_json(code, language, version, opaque, flag, remark, ext_fields) -> bytes:
+    # Key order and compactness follow fastjson (sorted, no spaces, nulls
+    # omitted) so our frames look like a Java peer's.
+    obj = {"code": code}
+    if ext_fields:
+        obj["extFields"] = {k: _to_str(v) for k, v in ext_fields.items() if v is not None}
+    obj["flag"] = flag
+    obj["language"] = _LANG_NAME.get(language, "OTHER")
+    obj["opaque"] = opaque
+    if remark is not None:
+        obj["remark"] = remark
+    obj["serializeTypeCurrentRPC"] = "JSON"
+    obj["version"] = version
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# --- ROCKETMQ binary ----------------------------------------------------------
+
+def decode_rocketmq(data) -> tuple:
+    mv = memoryview(data)
+    n = len(mv)
+    try:
+        code, language, version, opaque, flag = _FIXED.unpack_from(mv, 0)
+        pos = _FIXED.size
+        (rlen,) = struct.unpack_from(">i", mv, pos)
+        pos += 4
+        if rlen < 0 or pos + rlen > n:
+            raise ProtocolError("ROCKETMQ header: bad remark length")
+        remark = bytes(mv[pos:pos + rlen]).decode() if rlen else None
+        pos += rlen
+        (elen,) = struct.unpack_from(">i", mv, pos)
+        pos += 4
+        if elen < 0 or pos + elen > n:
+            raise ProtocolError("ROCKETMQ header: bad extFields length")
+        end = pos + elen
+        ext = {}
+        while pos < end:
+            (klen,) = struct.unpack_from(">h", mv, pos)
+            pos += 2
+            if klen < 0 or pos + klen > end:
+                raise ProtocolError("ROCKETMQ header: bad key length")
+            key = bytes(mv[pos:pos + klen]).decode()
+            pos += klen
+            (vlen,) = struct.unpack_from(">i", mv, pos)
+            pos += 4
+            if vlen < 0 or pos + vlen > end:
+                raise ProtocolError("ROCKETMQ header: bad value length")
+            ext[key] = bytes(mv[pos:pos + vlen]).decode()
+            pos += vlen
+    except struct.error:
+        raise ProtocolError("ROCKETMQ header truncated") from None
+    except UnicodeDecodeError:
+        raise ProtocolError("ROCKETMQ header: invalid UTF-8") from None
+    return code, language, version, opaque, flag, remark, ext
+
+
+def encode_rocketmq(code, language, version, opaque, flag, remark, ext_fields) -> bytes:
+    parts = [_FIXED.pack(code, language, version, opaque, flag)]
+    if remark:
+        r = remark.encode()
+        parts.append(struct.pack(">i", len(r)))
+        parts.append(r)
+    else:
+        parts.append(b"\x00\x00\x00\x00")
+    ext_parts = []
+    for k, v in (ext_fields or {}).items():
+        s = _to_str(v)
+        if k is None or s is None:
+            continue
+        kb, vb = k.encode(), s.encode()
+        ext_parts.append(struct.pack(">h", len(kb)) + kb + struct.pack(">i", len(vb)) + vb)
+    ext = b"".join(ext_parts)
+    parts.append(struct.pack(">i", len(ext)))
+    parts.append(ext)
+    return b"".join(parts)
+
+
+# --- msgpack (pocketmq's own) ----------------------------------------------------
+
+def decode_msgpack(data) -> tuple:
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception as e:  # msgpack raises several unrelated types
+        raise ProtocolError(f"bad msgpack header: {e}") from None
+    if not isinstance(obj, list) or len(obj) != 7:
+        raise ProtocolError("msgpack header is not a 7-element array")
+    code, language, version, opaque, flag, remark, ext = obj
+    for name, v in (("code", code), ("language", language), ("version", version),
+                    ("opaque", opaque), ("flag", flag)):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ProtocolError(f"msgpack header field {name} is not an integer")
+    if remark is not None and not isinstance(remark, str):
+        raise ProtocolError("msgpack header remark is not a string")
+    return code, language, version, opaque, flag, remark, _normalise_ext(ext)
+
+
+def encode_msgpack(code, language, version, opaque, flag, remark, ext_fields) -> bytes:
+    ext = {k: _to_str(v) for k, v in ext_fields.items() if v is not None} if ext_fields else None
+    return msgpack.packb([code, language, version, opaque, flag, remark, ext], use_bin_type=True)
+
+
+DECODERS = {
+    SerializeType.JSON: decode_json,
+    SerializeType.ROCKETMQ: decode_rocketmq,
+    SerializeType.MSGPACK: decode_msgpack,
+}
+ENCODERS = {
+    SerializeType.JSON: encode_json,
+    SerializeType.ROCKETMQ: encode_rocketmq,
+    SerializeType.MSGPACK: encode_msgpack,
+}

@@ -1,0 +1,154 @@
+"""Typed custom headers (extFields) of the requests pocketmq handles.
+
+Values arrive as strings (the codecs stringify numbers and booleans). Java's
+rules apply: a missing required field is an error naming the field; integers
+are decimal. Booleans: Java's Boolean.parseBoolean accepts only "true"; we also
+accept "1" because the C++ 1.2.x client writes booleans as "0"/"1" and its
+batch sends would otherwise be stored as one message (reference 13 item 3).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from protocol.codes import RequestCode
+from protocol.errors import HeaderError
+
+
+def req_str(ext: dict, name: str) -> str:
+    v = ext.get(name)
+    if v is None:
+        raise HeaderError(f"the custom field <{name}> is null")
+    return v
+
+
+def opt_str(ext: dict, name: str, default: str | None = None) -> str | None:
+    v = ext.get(name)
+    # The C++ client sends optional fields as "" (reference 1.3 rule 5).
+    return default if v is None or v == "" else v
+
+
+def req_int(ext: dict, name: str) -> int:
+    v = ext.get(name)
+    if v is None:
+        raise HeaderError(f"the custom field <{name}> is null")
+    try:
+        return int(v)
+    except ValueError:
+        raise HeaderError(f"the custom field <{name}> is not an integer: {v!r}") from None
+
+
+def opt_int(ext: dict, name: str, default: int | None = None) -> int | None:
+    v = ext.get(name)
+    if v is None or v == "":
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise HeaderError(f"the custom field <{name}> is not an integer: {v!r}") from None
+
+
+def parse_bool(v: str | None, default: bool = False) -> bool:
+    if v is None or v == "":
+        return default
+    return v.lower() == "true" or v == "1"
+
+
+@dataclass(slots=True)
+class SendMessageRequestHeader:
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str | None
+    reconsume_times: int
+    unit_mode: bool
+    batch: bool
+    max_reconsume_times: int | None
+
+
+_V2 = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums",
+       "e": "queueId", "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties",
+       "j": "reconsumeTimes", "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch"}
+V1_TO_V2 = {v: k for k, v in _V2.items()}
+
+
+def decode_send_header(code: int, ext: dict) -> SendMessageRequestHeader:
+    if code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+        ext = {_V2.get(k, k): v for k, v in ext.items()}
+    return SendMessageRequestHeader(
+        producer_group=req_str(ext, "producerGroup"),
+        topic=req_str(ext, "topic"),
+        default_topic=req_str(ext, "defaultTopic"),
+        default_topic_queue_nums=req_int(ext, "defaultTopicQueueNums"),
+        queue_id=req_int(ext, "queueId"),
+        sys_flag=req_int(ext, "sysFlag"),
+        born_timestamp=req_int(ext, "bornTimestamp"),
+        flag=req_int(ext, "flag"),
+        properties=ext.get("properties"),
+        reconsume_times=opt_int(ext, "reconsumeTimes", 0),
+        unit_mode=parse_bool(ext.get("unitMode")),
+        batch=parse_bool(ext.get("batch")),
+        max_reconsume_times=opt_int(ext, "maxReconsumeTimes"),
+    )
+
+
+def encode_send_header(h: SendMessageRequestHeader, v2: bool = True) -> dict:
+    d = {"producerGroup": h.producer_group, "topic": h.topic, "defaultTopic": h.default_topic,
+         "defaultTopicQueueNums": str(h.default_topic_queue_nums), "queueId": str(h.queue_id),
+         "sysFlag": str(h.sys_flag), "bornTimestamp": str(h.born_timestamp), "flag": str(h.flag),
+         "reconsumeTimes": str(h.reconsume_times), "unitMode": "true" if h.unit_mode else "false",
+         "batch": "true" if h.batch else "false"}
+    if h.properties is not None:
+        d["properties"] = h.properties
+    if h.max_reconsume_times is not None:
+        d["maxReconsumeTimes"] = str(h.max_reconsume_times)
+    if v2:
+        return {V1_TO_V2[k]: v for k, v in d.items()}
+    return d
+
+
+@dataclass(slots=True)
+class PullMessageRequestHeader:
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_msg_nums: int
+    sys_flag: int
+    commit_offset: int
+    suspend_timeout_millis: int
+    subscription: str | None
+    sub_version: int
+    expression_type: str | None
+
+
+def decode_pull_header(ext: dict) -> PullMessageRequestHeader:
+    return PullMessageRequestHeader(
+        consumer_group=req_str(ext, "consumerGroup"),
+        topic=req_str(ext, "topic"),
+        queue_id=req_int(ext, "queueId"),
+        queue_offset=req_int(ext, "queueOffset"),
+        max_msg_nums=req_int(ext, "maxMsgNums"),
+        sys_flag=req_int(ext, "sysFlag"),
+        commit_offset=req_int(ext, "commitOffset"),
+        suspend_timeout_millis=req_int(ext, "suspendTimeoutMillis"),
+        subscription=ext.get("subscription"),
+        sub_version=opt_int(ext, "subVersion", 0),
+        expression_type=opt_str(ext, "expressionType"),
+    )
+
+
+def encode_pull_header(h: PullMessageRequestHeader) -> dict:
+    d = {"consumerGroup": h.consumer_group, "topic": h.topic, "queueId": str(h.queue_id),
+         "queueOffset": str(h.queue_offset), "maxMsgNums": str(h.max_msg_nums),
+         "sysFlag": str(h.sys_flag), "commitOffset": str(h.commit_offset),
+         "suspendTimeoutMillis": str(h.suspend_timeout_millis), "subVersion": str(h.sub_version)}
+    if h.subscription is not None:
+        d["subscription"] = h.subscription
+    if h.expression_type is not None:
+        d["expressionType"] = h.expression_type
+    return d

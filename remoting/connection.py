@@ -1,0 +1,202 @@
+"""One TCP connection speaking RemotingCommand frames (asyncio shell).
+
+Both roles use it: servers receive requests and send responses; clients send
+requests and match responses by opaque; either side may receive requests from
+the other (NOTIFY_CONSUMER_IDS_CHANGED goes broker -> client).
+
+Bounds: frames larger than `frame_size_bytes_max` close the connection; at
+most `requests_in_flight_max` outgoing requests wait for a response (more
+raise `TooManyRequests`); at most `handlers_in_flight_max` incoming requests
+are processed concurrently (more are answered SYSTEM_BUSY); writes pause
+the reader when the transport buffer is above its high-water mark.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import traceback
+
+from protocol.codes import FLAG_ONEWAY, ResponseCode
+from protocol.command import FrameDecoder, RemotingCommand, encode_parts
+from protocol.errors import HeaderError, ProtocolError, BodyError
+
+log = logging.getLogger("pocketmq.remoting")
+
+_opaque_seq = itertools.count(1)
+
+
+def next_opaque() -> int:
+    # Like the C++ client: a process-wide counter masked to a positive int.
+    return next(_opaque_seq) & 0x7FFFFFFF
+
+
+class RemotingError(Exception):
+    """A request could not be completed (connection closed, timeout, overload)."""
+
+
+class RequestTimeout(RemotingError):
+    pass
+
+
+class ConnectionClosed(RemotingError):
+    pass
+
+
+class TooManyRequests(RemotingError):
+    pass
+
+
+class Connection(asyncio.Protocol):
+    """`handler(conn, cmd)` processes incoming requests; it returns a response,
+    None (no response now, e.g. a held pull), or an awaitable of either."""
+
+    def __init__(self, handler=None, *, frame_size_bytes_max: int = 16 * 1024 * 1024,
+                 requests_in_flight_max: int = 65536, handlers_in_flight_max: int = 4096,
+                 on_close=None, name: str = ""):
+        self.handler = handler
+        self.decoder = FrameDecoder(frame_size_bytes_max)
+        self.transport: asyncio.Transport | None = None
+        self.pending: dict[int, asyncio.Future] = {}
+        self.requests_in_flight_max = requests_in_flight_max
+        self.handlers_in_flight_max = handlers_in_flight_max
+        self.handlers_in_flight = 0
+        self.on_close = on_close
+        self.name = name
+        self.remote_addr = ""
+        self.closed = False
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self.attrs: dict = {}  # per-connection state owned by the role (client id, language...)
+        self.last_read_ms = 0
+
+    # -- asyncio.Protocol ------------------------------------------------------------
+    def connection_made(self, transport):
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.remote_addr = f"{peer[0]}:{peer[1]}"
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            import socket
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+
+    def data_received(self, data):
+        self.last_read_ms = 1  # marks activity; idle checks compare with a tick counter
+        dec = self.decoder
+        dec.feed(data)
+        try:
+            while True:
+                cmd = dec.next_command()
+                if cmd is None:
+                    break
+                if cmd.is_response:
+                    fut = self.pending.pop(cmd.opaque, None)
+                    if fut is None:
+                        log.debug("%s: response with unknown opaque %d dropped", self.name, cmd.opaque)
+                    elif not fut.done():
+                        fut.set_result(cmd)
+                else:
+                    self._dispatch(cmd)
+        except ProtocolError as e:
+            log.warning("%s: protocol error from %s, closing connection: %s", self.name, self.remote_addr, e)
+            self.close()
+
+    def connection_lost(self, exc):
+        self.closed = True
+        self._can_write.set()
+        err = ConnectionClosed(f"connection to {self.remote_addr} closed")
+        pending, self.pending = self.pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+        if self.on_close is not None:
+            try:
+                self.on_close(self)
+            except Exception:
+                log.exception("on_close callback failed")
+
+    def pause_writing(self):
+        self._can_write.clear()
+
+    def resume_writing(self):
+        self._can_write.set()
+
+    # -- incoming requests ---------------------------------------------------------------
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        if self.handler is None:
+            self.send(cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                   f" request type {cmd.code} not supported"))
+            return
+        if self.handlers_in_flight >= self.handlers_in_flight_max:
+            if not cmd.is_oneway:
+                self.send(cmd.response(ResponseCode.SYSTEM_BUSY,
+                                       "[OVERLOAD]system busy, start flow control for a while"))
+            return
+        try:
+            result = self.handler(self, cmd)
+        except Exception as e:
+            result = self._error_response(cmd, e)
+        if result is None:
+            return
+        if isinstance(result, RemotingCommand):
+            if not (cmd.flag & FLAG_ONEWAY):
+                self.send(result)
+            return
+        self.handlers_in_flight += 1
+        task = asyncio.ensure_future(result)
+        task.add_done_callback(lambda t, cmd=cmd: self._handler_done(cmd, t))
+
+    def _handler_done(self, cmd: RemotingCommand, task: asyncio.Future) -> None:
+        self.handlers_in_flight -= 1
+        if task.cancelled():
+            return
+        exc = task.exception()
+        resp = self._error_response(cmd, exc) if exc is not None else task.result()
+        if resp is not None and not (cmd.flag & FLAG_ONEWAY):
+            self.send(resp)
+
+    def _error_response(self, cmd: RemotingCommand, e: BaseException) -> RemotingCommand:
+        if isinstance(e, (HeaderError, BodyError)):
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        log.error("%s: processor for code %d failed:\n%s", self.name, cmd.code,
+                  "".join(traceback.format_exception(e)))
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+
+    # -- outgoing ----------------------------------------------------------------------
+    def send(self, cmd: RemotingCommand) -> None:
+        if self.closed or self.transport is None or self.transport.is_closing():
+            return
+        self.transport.writelines(encode_parts(cmd))
+
+    async def drain(self) -> None:
+        if not self._can_write.is_set():
+            await self._can_write.wait()
+
+    async def request(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        if self.closed:
+            raise ConnectionClosed(f"connection to {self.remote_addr} closed")
+        if len(self.pending) >= self.requests_in_flight_max:
+            raise TooManyRequests(f"{len(self.pending)} requests in flight to {self.remote_addr}")
+        cmd.opaque = next_opaque()
+        fut = asyncio.get_running_loop().create_future()
+        self.pending[cmd.opaque] = fut
+        self.send(cmd)
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            raise RequestTimeout(f"code {cmd.code} to {self.remote_addr}: no response in {timeout_s}s") from None
+        finally:
+            self.pending.pop(cmd.opaque, None)
+
+    def oneway(self, cmd: RemotingCommand) -> None:
+        cmd.opaque = next_opaque()
+        cmd.flag |= FLAG_ONEWAY
+        self.send(cmd)
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()

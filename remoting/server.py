@@ -1,0 +1,68 @@
+"""TCP server dispatching requests through a processor table (code -> handler).
+
+`build_processor_table()` of each role is the only place request codes are
+bound to handlers. Unknown codes get REQUEST_CODE_NOT_SUPPORTED; a handler
+that raises gets SYSTEM_ERROR with a remark (see Connection).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from protocol.codes import ResponseCode
+from remoting.connection import Connection
+
+log = logging.getLogger("pocketmq.remoting")
+
+
+class RemotingServer:
+    def __init__(self, processors: dict, *, host: str = "0.0.0.0", port: int = 0,
+                 frame_size_bytes_max: int = 16 * 1024 * 1024, name: str = "server",
+                 on_connection_close=None, handlers_in_flight_max: int = 4096):
+        self.processors = processors
+        self.host = host
+        self.port = port
+        self.frame_size_bytes_max = frame_size_bytes_max
+        self.name = name
+        self.on_connection_close = on_connection_close
+        self.handlers_in_flight_max = handlers_in_flight_max
+        self.connections: set[Connection] = set()
+        self._server: asyncio.base_events.Server | None = None
+
+    def _handle(self, conn: Connection, cmd):
+        proc = self.processors.get(cmd.code)
+        if proc is None:
+            return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                f" request type {cmd.code} not supported")
+        return proc(conn, cmd)
+
+    def _closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        if self.on_connection_close is not None:
+            self.on_connection_close(conn)
+
+    def _factory(self) -> Connection:
+        conn = Connection(self._handle, frame_size_bytes_max=self.frame_size_bytes_max,
+                          on_close=self._closed, name=self.name,
+                          handlers_in_flight_max=self.handlers_in_flight_max)
+        self.connections.add(conn)
+        return conn
+
+    async def start(self) -> int:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._factory, self.host, self.port,
+                                                reuse_address=True, backlog=1024)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close()
+        if self._server is not None:
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+            except (asyncio.TimeoutError, Exception):
+                pass
+            self._server = None
