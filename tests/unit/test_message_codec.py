@@ -1,0 +1,264 @@
+"""Stored-record codec, properties, tags hash, batch body, message ids (protocol/message.py)."""
+from __future__ import annotations
+
+import random
+import struct
+import zlib
+
+import pytest
+
+from protocol import message as m
+from protocol.message import (BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MessageSysFlag,
+                              decode_batch_body, decode_offset_msg_id, decode_properties,
+                              decode_record, decode_records, encode_batch_body,
+                              encode_properties, encode_record, encode_record_into,
+                              java_string_hash, offset_msg_id, parse_host, patch_record,
+                              tags_code)
+
+LOCAL = bytes([127, 0, 0, 1])
+
+A3_HEX = (
+    "0000007CDAA320A758932AAC00000000"
+    "00000000000000000000000000000000"
+    "00000000000000000000018BCFE56800"
+    "7F0000010000C3500000018BCFE5687B"
+    "7F00000100002A9F0000000000000000"
+    "000000000000000268690154001E4B45"
+    "5953016B310254414753015461674102"
+    "554E49515F4B455901414243"
+)
+A3_PROPS = "KEYS\x01k1\x02TAGS\x01TagA\x02UNIQ_KEY\x01ABC"
+
+
+def a3_record() -> bytes:
+    return encode_record("T", 0, 0, b"hi", A3_PROPS, 0, 1700000000000, (LOCAL, 50000),
+                         (LOCAL, 10911), 0, 0, 0, 0, 1700000000123)
+
+
+def test_constants():
+    assert MESSAGE_MAGIC_CODE == struct.unpack(">i", bytes.fromhex("DAA320A7"))[0]
+    assert BLANK_MAGIC_CODE == struct.unpack(">i", bytes.fromhex("CBD43194"))[0]
+    assert m.SCHEDULE_TOPIC == "SCHEDULE_TOPIC_XXXX"
+    assert MessageSysFlag.transaction_value(0x30C) == 0xC
+
+
+def test_a3_encode_byte_exact():
+    rec = a3_record()
+    assert len(rec) == 124
+    assert rec.hex().upper() == A3_HEX
+    assert struct.unpack_from(">i", rec, 8)[0] == 0x58932AAC
+
+
+def test_a3_encode_into_byte_exact():
+    buf = bytearray(200)
+    n = encode_record_into(buf, 10, b"T", 0, 0, b"hi", A3_PROPS.encode(), 0, 1700000000000,
+                           (LOCAL, 50000), (LOCAL, 10911), 0, 0, 0, 0, 1700000000123)
+    assert n == 124
+    assert bytes(buf[10:134]).hex().upper() == A3_HEX
+
+
+def test_a3_decode():
+    msg = decode_record(bytes.fromhex(A3_HEX))
+    assert msg.topic == "T" and msg.body == b"hi" and msg.queue_id == 0
+    assert msg.properties == {"KEYS": "k1", "TAGS": "TagA", "UNIQ_KEY": "ABC"}
+    assert msg.tags == "TagA" and msg.keys == "k1"
+    assert msg.born_timestamp == 1700000000000 and msg.store_timestamp == 1700000000123
+    assert msg.born_host == "127.0.0.1:50000" and msg.store_host == "127.0.0.1:10911"
+    assert msg.store_size == 124 and msg.body_crc == 0x58932AAC
+    assert msg.offset_msg_id == "7F00000100002A9F0000000000000000"
+    assert msg.msg_id == "ABC"
+    # decode from a memoryview at an offset
+    buf = bytearray(7) + bytes.fromhex(A3_HEX)
+    assert decode_record(memoryview(buf), 7) == msg
+
+
+def test_patch_record():
+    buf = bytearray(a3_record())
+    patch_record(buf, 0, 7, 4096, 1700000009999)
+    msg = decode_record(bytes(buf))
+    assert (msg.queue_offset, msg.commit_log_offset, msg.store_timestamp) == (7, 4096, 1700000009999)
+    # IPv6 born host shifts STORETIMESTAMP
+    v6 = parse_host("[::1]:5")[0]
+    buf = bytearray(encode_record("T", 1, 2, b"b", "", 0, 1, (v6, 5), (LOCAL, 6), 0, 0, 0, 0, 3))
+    patch_record(buf, 0, 11, 22, 33)
+    msg = decode_record(bytes(buf))
+    assert (msg.queue_offset, msg.commit_log_offset, msg.store_timestamp, msg.born_timestamp) == (11, 22, 33, 1)
+
+
+@pytest.mark.parametrize("born,store", [("127.0.0.1:1", "::1:10911"), ("[fe80::1]:2", "10.0.0.1:3"),
+                                        ("[2001:db8::5]:60000", "[2001:db8::6]:10911")])
+def test_ipv6_round_trip(born, store):
+    bh = parse_host(born)
+    sh = parse_host(store)
+    rec = encode_record("TopicV6", 3, 9, b"body", "TAGS\x01x", 0, 5, bh, sh, 2, 7, 8, 9, 10)
+    msg = decode_record(rec)
+    assert parse_host(msg.born_host) == bh and parse_host(msg.store_host) == sh
+    assert bool(msg.sys_flag & 0x10) == (len(bh[0]) == 16)
+    assert bool(msg.sys_flag & 0x20) == (len(sh[0]) == 16)
+    assert (msg.topic, msg.queue_id, msg.flag, msg.body, msg.reconsume_times,
+            msg.prepared_transaction_offset, msg.queue_offset, msg.commit_log_offset,
+            msg.store_timestamp) == ("TopicV6", 3, 9, b"body", 2, 7, 8, 9, 10)
+    assert len(rec) == m.record_size(4, 7, 6, msg.sys_flag)
+    assert len(msg.offset_msg_id) == (32 if len(sh[0]) == 4 else 56)
+    assert decode_offset_msg_id(msg.offset_msg_id)[1:] == (sh[1], 9)
+
+
+@pytest.mark.parametrize("tag,code,hexbytes", [
+    ("TagA", 2598919, "000000000027A807"),
+    ("中文", 646394, "000000000009DCFA"),
+    ("TagNeg_xyz_12345", -1465635644, "FFFFFFFFA8A42CC4"),
+])
+def test_a4_tag_hashes(tag, code, hexbytes):
+    assert java_string_hash(tag) == code
+    assert tags_code(tag) == code
+    assert struct.pack(">q", tags_code(tag)).hex().upper() == hexbytes
+
+
+def test_tags_code_misc():
+    assert tags_code(None) == 0 and tags_code("") == 0
+    assert java_string_hash("TagB") == 2598920
+    # a supplementary-plane char hashes as two UTF-16 units
+    assert java_string_hash("\U0001F600") == (31 * 0xD83D + 0xDE00)
+
+
+def test_a5_zlib():
+    data = b"hello hello hello hello"
+    assert m.compress_body(data).hex() == "785ecb48cdc9c957c8402701680308b1"
+    assert m.decompress_body(m.compress_body(data)) == data
+    body, bits = m.maybe_compress(b"x" * 4096)
+    assert bits == MessageSysFlag.COMPRESSED_FLAG and zlib.decompress(body) == b"x" * 4096
+    assert m.maybe_compress(b"x" * 4095) == (b"x" * 4095, 0)
+
+
+def test_compressed_record_inflates():
+    data = b"payload " * 1000
+    for flag in (0x1, 0x301):
+        rec = encode_record("T", 0, 0, m.compress_body(data), "", flag, 1, (LOCAL, 1), (LOCAL, 2), 0, 0, 0, 0, 0)
+        assert decode_record(rec).body == data
+        assert decode_record(rec, decompress=False).body == m.compress_body(data)
+    lz4 = encode_record("T", 0, 0, b"xx", "", 0x101, 1, (LOCAL, 1), (LOCAL, 2), 0, 0, 0, 0, 0)
+    with pytest.raises(ValueError):
+        decode_record(lz4)
+    bad = encode_record("T", 0, 0, b"not zlib", "", 0x1, 1, (LOCAL, 1), (LOCAL, 2), 0, 0, 0, 0, 0)
+    with pytest.raises(ValueError):
+        decode_record(bad)
+
+
+def test_properties_trailing_separator():
+    want = {"KEYS": "k1", "TAGS": "TagA"}
+    assert decode_properties("KEYS\x01k1\x02TAGS\x01TagA") == want
+    assert decode_properties("KEYS\x01k1\x02TAGS\x01TagA\x02") == want
+    assert encode_properties(want) == "KEYS\x01k1\x02TAGS\x01TagA"
+    assert encode_properties({"A": "1", "B": None}) == "A\x011"
+
+
+def test_properties_java_rules():
+    # \x01 first or last, or missing: dropped; value may contain \x01
+    s = "\x01v\x02k\x01\x02novalue\x02a\x01b\x01c\x02\x02x\x01y\x02x\x01z"
+    assert decode_properties(s) == {"a": "b\x01c", "x": "z"}
+    assert decode_properties("") == {}
+    for s in (A3_PROPS, A3_PROPS + "\x02", "TAGS\x01", "XTAGS\x01a\x02TAGS\x01b", "a\x01TAGS\x01q"):
+        assert m.property_value(s, "TAGS") == decode_properties(s).get("TAGS"), s
+    with pytest.raises(ValueError):
+        encode_properties({"a\x01": "b"})
+    with pytest.raises(ValueError):
+        encode_properties({"a": "b\x02"})
+
+
+def test_batch_round_trip():
+    items = [(0, b"one", "UNIQ_KEY\x01A"), (5, b"", ""), (-1, b"\x00" * 300, "TAGS\x01t\x02KEYS\x01k k2")]
+    body = encode_batch_body(items)
+    assert decode_batch_body(body) == items
+    assert struct.unpack_from(">i", body, 0)[0] == 22 + 3 + 10
+    # C++ 1.2.x writes TOTALSIZE = 20 + n + 2 + m - 2: ignored like Java does
+    cpp = bytearray(body)
+    struct.pack_into(">i", cpp, 0, 20 + 3 + 10)
+    assert decode_batch_body(bytes(cpp)) == items
+    assert decode_batch_body(encode_batch_body([(1, b"x", {"a": "b"})])) == [(1, b"x", "a\x01b")]
+
+
+def test_batch_garbage():
+    body = encode_batch_body([(0, b"one", "UNIQ_KEY\x01A")])
+    for cut in range(len(body)):
+        with pytest.raises(ValueError):
+            decode_batch_body(body[:cut])
+    bad = bytearray(body)
+    struct.pack_into(">i", bad, 16, -1)
+    with pytest.raises(ValueError):
+        decode_batch_body(bytes(bad))
+    rng = random.Random(1)
+    for _ in range(500):
+        blob = bytes(rng.randrange(256) for _ in range(rng.randrange(40)))
+        try:
+            decode_batch_body(blob)
+        except ValueError:
+            pass
+
+
+def test_msg_id_round_trip():
+    mid = offset_msg_id(bytes([10, 0, 0, 1]), 10911, 1234)
+    assert mid == "0A00000100002A9F00000000000004D2"
+    assert decode_offset_msg_id(mid) == ("10.0.0.1", 10911, 1234)
+    assert m.offset_msg_id_prefix(bytes([10, 0, 0, 1]), 10911) + format(1234, "016X") == mid
+    v6 = parse_host("[2001:db8::1]:10911")[0]
+    mid6 = offset_msg_id(v6, 10911, 2 ** 40)
+    assert len(mid6) == 56
+    assert decode_offset_msg_id(mid6) == ("2001:db8::1", 10911, 2 ** 40)
+    for bad in ("", "XYZ", "0A00000100002A9F00000000000004D", "G" * 32, "0A00000100002A9F80000000000004D2"):
+        with pytest.raises(ValueError):
+            decode_offset_msg_id(bad)
+
+
+def test_parse_host():
+    assert parse_host("10.0.0.1:10911") == (bytes([10, 0, 0, 1]), 10911)
+    assert parse_host("::1:10911") == parse_host("[::1]:10911")
+    assert m.format_host(*parse_host("[::1]:10911")) == "::1:10911"
+    for bad in ("10.0.0.1", "x:1", "10.0.0.1:99999", ":5", "10.0.0.1:abc"):
+        with pytest.raises(ValueError):
+            parse_host(bad)
+
+
+def test_decode_records_concatenated():
+    recs = [encode_record(f"T{i}", i, i, bytes([i]) * i, f"UNIQ_KEY\x01{i}", 0, i, (LOCAL, i), (LOCAL, 9), 0, 0, i, i * 1000, i)
+            for i in range(5)]
+    msgs = decode_records(b"".join(recs))
+    assert [x.topic for x in msgs] == [f"T{i}" for i in range(5)]
+    assert [x.msg_id for x in msgs] == [str(i) for i in range(5)]
+
+
+def test_encode_limits():
+    with pytest.raises(ValueError):
+        encode_record("T" * 128, 0, 0, b"", "", 0, 0, (LOCAL, 1), (LOCAL, 1), 0, 0, 0, 0, 0)
+    with pytest.raises(ValueError):
+        encode_record("T", 0, 0, b"", "a\x01" + "b" * 32766, 0, 0, (LOCAL, 1), (LOCAL, 1), 0, 0, 0, 0, 0)
+    with pytest.raises(ValueError):
+        encode_record("T", 0, 0, b"", "", 0, 0, (b"\x01\x02", 1), (LOCAL, 1), 0, 0, 0, 0, 0)
+    rec = encode_record("T" * 127, 0, 0, b"", "a\x01" + "b" * 32765, 0, 0, (LOCAL, 1), (LOCAL, 1), 0, 0, 0, 0, 0)
+    assert decode_record(rec).topic == "T" * 127
+
+
+def test_decode_garbage_only_value_error():
+    rec = a3_record()
+    for cut in range(len(rec)):
+        with pytest.raises(ValueError):
+            decode_record(rec[:cut])
+    rng = random.Random(7)
+    for _ in range(3000):
+        buf = bytearray(rec)
+        for _ in range(rng.randrange(1, 4)):
+            buf[rng.randrange(len(buf))] = rng.randrange(256)
+        try:
+            decode_record(bytes(buf))
+        except ValueError:
+            pass
+    for _ in range(500):
+        blob = bytes(rng.randrange(256) for _ in range(rng.randrange(200)))
+        try:
+            decode_records(blob)
+        except ValueError:
+            pass
+    flipped = bytearray(rec)
+    flipped[88] ^= 1    # first body byte
+    with pytest.raises(ValueError):
+        decode_record(bytes(flipped), check_crc=True)
+    assert decode_record(bytes(flipped)).body == b"ii"
