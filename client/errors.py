@@ -1,0 +1,145 @@
+"""Client exceptions, and the one table from broker response codes to them.
+
+Expected outcomes of a request (PULL_NOT_FOUND, FLUSH_DISK_TIMEOUT on send...)
+are values, not exceptions; everything a caller must react to is one of the
+classes below. `retriable` says whether the producer may try again on another
+broker (Java's retryResponseCodes plus connection problems).
+"""
+from __future__ import annotations
+
+from protocol.codes import ResponseCode
+
+
+class MQClientError(Exception):
+    """Base of every error raised by pocketmq's client."""
+    retriable = False
+
+
+class ClientStateError(MQClientError):
+    """Used before start() or after close()."""
+
+
+class InvalidArgumentError(MQClientError, ValueError):
+    """A message, topic, group or option the client refuses before sending."""
+
+
+class MessageTooLargeError(InvalidArgumentError):
+    """Body larger than the producer's max_message_size_bytes."""
+
+
+class NoRouteError(MQClientError):
+    """No route for a topic (the NameServer does not know it, or it has no writable queue)."""
+    retriable = True
+
+
+class RemotingFailure(MQClientError):
+    """The request did not complete: connection refused or closed, nameserver unreachable."""
+    retriable = True
+
+
+class RequestTimeoutError(RemotingFailure, TimeoutError):
+    """No response in time."""
+
+
+class BrokerError(MQClientError):
+    """The broker (or nameserver) answered with an error response code."""
+
+    def __init__(self, code: int, remark: str | None = None, addr: str | None = None):
+        self.code = code
+        self.remark = remark or ""
+        self.addr = addr
+        try:
+            name = ResponseCode(code).name
+        except ValueError:
+            name = str(code)
+        where = f" from {addr}" if addr else ""
+        super().__init__(f"{name} ({code}){where}: {self.remark}")
+
+
+class BrokerSystemError(BrokerError):
+    retriable = True
+
+
+class SystemBusyError(BrokerError):
+    retriable = False   # Java does not retry SYSTEM_BUSY on sync send
+
+
+class RequestCodeNotSupportedError(BrokerError):
+    pass
+
+
+class MessageIllegalError(BrokerError):
+    pass
+
+
+class ServiceNotAvailableError(BrokerError):
+    retriable = True
+
+
+class VersionNotSupportedError(BrokerError):
+    pass
+
+
+class NoPermissionError(BrokerError):
+    retriable = True
+
+
+class TopicNotExistError(BrokerError):
+    retriable = True
+
+
+class QueryNotFoundError(BrokerError):
+    pass
+
+
+class SubscriptionError(BrokerError):
+    """SUBSCRIPTION_PARSE_FAILED / NOT_EXIST / NOT_LATEST / GROUP_NOT_EXIST."""
+
+
+class ConsumerNotOnlineError(BrokerError):
+    pass
+
+
+class FlowControlError(BrokerError):
+    pass
+
+
+class NotInCurrentUnitError(BrokerError):
+    retriable = True
+
+
+# The only place response codes become exception classes.
+ERROR_TABLE: dict[int, type[BrokerError]] = {
+    ResponseCode.SYSTEM_ERROR: BrokerSystemError,
+    ResponseCode.SYSTEM_BUSY: SystemBusyError,
+    ResponseCode.REQUEST_CODE_NOT_SUPPORTED: RequestCodeNotSupportedError,
+    ResponseCode.MESSAGE_ILLEGAL: MessageIllegalError,
+    ResponseCode.SERVICE_NOT_AVAILABLE: ServiceNotAvailableError,
+    ResponseCode.VERSION_NOT_SUPPORTED: VersionNotSupportedError,
+    ResponseCode.NO_PERMISSION: NoPermissionError,
+    ResponseCode.TOPIC_NOT_EXIST: TopicNotExistError,
+    ResponseCode.QUERY_NOT_FOUND: QueryNotFoundError,
+    ResponseCode.SUBSCRIPTION_PARSE_FAILED: SubscriptionError,
+    ResponseCode.SUBSCRIPTION_NOT_EXIST: SubscriptionError,
+    ResponseCode.SUBSCRIPTION_NOT_LATEST: SubscriptionError,
+    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: SubscriptionError,
+    ResponseCode.NO_BUYER_ID: NotInCurrentUnitError,
+    ResponseCode.NOT_IN_CURRENT_UNIT: NotInCurrentUnitError,
+    ResponseCode.CONSUMER_NOT_ONLINE: ConsumerNotOnlineError,
+    ResponseCode.FLOW_CONTROL: FlowControlError,
+}
+
+
+def error_for(code: int, remark: str | None = None, addr: str | None = None) -> BrokerError:
+    return ERROR_TABLE.get(code, BrokerError)(code, remark, addr)
+
+
+def wrap_remoting(e: Exception, addr: str | None = None) -> MQClientError:
+    """Turn a remoting-layer exception into a client exception."""
+    from remoting.connection import RequestTimeout
+    if isinstance(e, MQClientError):
+        return e
+    where = f" ({addr})" if addr else ""
+    if isinstance(e, RequestTimeout):
+        return RequestTimeoutError(f"{e}{where}")
+    return RemotingFailure(f"{e}{where}")

@@ -1,0 +1,262 @@
+"""Typed messages of the client: Message (to send), MessageExt (received), SendResult.
+
+All are frozen dataclasses. Properties are read-only mappings. System
+property keys are RocketMQ's (MessageConst); the wire form of properties is
+`name\\x01value\\x02...` (protocol reference 5.5).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import socket
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
+
+from protocol.bodies import MessageQueue
+
+__all__ = ["Message", "MessageExt", "SendResult", "SendStatus", "MessageQueue", "PropertyKey"]
+
+
+class PropertyKey:
+    KEYS = "KEYS"
+    TAGS = "TAGS"
+    WAIT = "WAIT"
+    DELAY = "DELAY"
+    RETRY_TOPIC = "RETRY_TOPIC"
+    REAL_TOPIC = "REAL_TOPIC"
+    REAL_QID = "REAL_QID"
+    TRAN_MSG = "TRAN_MSG"
+    PGROUP = "PGROUP"
+    MIN_OFFSET = "MIN_OFFSET"
+    MAX_OFFSET = "MAX_OFFSET"
+    ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+    RECONSUME_TIME = "RECONSUME_TIME"
+    MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+    MSG_REGION = "MSG_REGION"
+    TRACE_ON = "TRACE_ON"
+    UNIQ_KEY = "UNIQ_KEY"
+    CONSUME_START_TIME = "CONSUME_START_TIME"
+    CLUSTER = "CLUSTER"
+    SHARDING_KEY = "__SHARDINGKEY"
+
+
+SYSTEM_PROPERTY_KEYS = frozenset({
+    "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG", "PGROUP",
+    "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG",
+    "MQ2_FLAG", "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "UNIQ_KEY", "MAX_RECONSUME_TIMES",
+    "CONSUME_START_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "TRANSACTION_CHECK_TIMES",
+    "CHECK_IMMUNITY_TIME_IN_SECONDS", "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL",
+    "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "INNER_MULTI_DISPATCH",
+    "INNER_MULTI_QUEUE_OFFSET", "__SHARDINGKEY",
+})
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+DELAY_LEVEL_MAX = 18
+
+
+def encode_properties(props: Mapping[str, str]) -> str:
+    """Java >= 4.9.2 form: no trailing separator; None values skipped."""
+    return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items()
+                                   if v is not None)
+
+
+def decode_properties(text: str | None) -> dict[str, str]:
+    out = {}
+    if not text:
+        return out
+    for chunk in text.split(PROPERTY_SEPARATOR):
+        k, sep, v = chunk.partition(NAME_VALUE_SEPARATOR)
+        if sep and k and v:
+            out[k] = v
+    return out
+
+
+def _frozen_props(props) -> Mapping[str, str]:
+    if isinstance(props, MappingProxyType):
+        return props
+    return MappingProxyType({str(k): str(v) for k, v in (props or {}).items()})
+
+
+def _keys_tuple(keys) -> tuple[str, ...]:
+    if keys is None:
+        return ()
+    if isinstance(keys, str):
+        return tuple(k for k in keys.split(" ") if k)
+    return tuple(str(k) for k in keys)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message to send.
+
+    `keys` may be a string ("k1 k2") or an iterable; `properties` are user
+    properties and must not use system keys (KEYS, TAGS, DELAY, ...): use the
+    dedicated fields. A `str` body is encoded as UTF-8.
+    """
+    topic: str
+    body: bytes = b""
+    tags: str | None = None
+    keys: tuple = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    delay_level: int = 0
+    flag: int = 0
+    wait_store_msg_ok: bool = True
+
+    def __post_init__(self):
+        if isinstance(self.body, str):
+            object.__setattr__(self, "body", self.body.encode())
+        elif not isinstance(self.body, bytes):
+            object.__setattr__(self, "body", bytes(self.body))
+        object.__setattr__(self, "keys", _keys_tuple(self.keys))
+        object.__setattr__(self, "properties", _frozen_props(self.properties))
+
+    __hash__ = None  # properties is a mapping
+
+    def wire_properties(self, uniq_key: str | None = None) -> dict[str, str]:
+        """System + user properties as sent (order like Java: user ones first is irrelevant)."""
+        props = dict(self.properties)
+        if self.tags:
+            props[PropertyKey.TAGS] = self.tags
+        if self.keys:
+            props[PropertyKey.KEYS] = " ".join(self.keys)
+        if self.delay_level > 0:
+            props[PropertyKey.DELAY] = str(self.delay_level)
+        props[PropertyKey.WAIT] = "true" if self.wait_store_msg_ok else "false"
+        if uniq_key is not None:
+            props[PropertyKey.UNIQ_KEY] = uniq_key
+        return props
+
+
+@dataclass(frozen=True, slots=True)
+class MessageExt:
+    """A message as stored by the broker and delivered to consumers.
+
+    `msg_id` is the producer-generated UNIQ_KEY when present (what SendResult.msg_id
+    returned), else the broker's offset id; `topic` is the original topic for
+    messages redelivered from `%RETRY%<group>`.
+    """
+    topic: str
+    body: bytes
+    queue_id: int
+    queue_offset: int
+    msg_id: str
+    offset_msg_id: str = ""
+    broker_name: str = ""
+    properties: Mapping[str, str] = field(default_factory=dict)
+    flag: int = 0
+    sys_flag: int = 0
+    commit_log_offset: int = 0
+    born_timestamp: int = 0
+    born_host: str = ""
+    store_timestamp: int = 0
+    store_host: str = ""
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    body_crc: int = 0
+    store_size: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "properties", _frozen_props(self.properties))
+
+    __hash__ = None
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PropertyKey.TAGS)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return _keys_tuple(self.properties.get(PropertyKey.KEYS))
+
+    @property
+    def delay_level(self) -> int:
+        v = self.properties.get(PropertyKey.DELAY)
+        return int(v) if v and v.isdigit() else 0
+
+    @property
+    def user_properties(self) -> dict[str, str]:
+        return {k: v for k, v in self.properties.items() if k not in SYSTEM_PROPERTY_KEYS}
+
+    @property
+    def queue(self) -> MessageQueue:
+        return MessageQueue(self.topic, self.broker_name, self.queue_id)
+
+
+class SendStatus(Enum):
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    status: SendStatus
+    msg_id: str                 # UNIQ_KEY (client id); comma-joined for batches
+    offset_msg_id: str          # broker id(s): store host + commit-log offset
+    queue: MessageQueue
+    queue_offset: int
+    transaction_id: str | None = None
+    region_id: str = "DefaultRegion"
+    trace_on: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return self.status is SendStatus.SEND_OK
+
+
+# --- UNIQ_KEY ------------------------------------------------------------------------------
+
+def _local_ipv4_bytes() -> bytes:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))   # no packet is sent for a UDP connect
+            ip = s.getsockname()[0]
+    except OSError:
+        ip = "127.0.0.1"
+    try:
+        return socket.inet_aton(ip)
+    except OSError:
+        return b"\x7f\x00\x00\x01"
+
+
+class UniqIdGenerator:
+    """32 upper-case hex chars like Java's MessageClientIDSetter:
+    ip(4) + pid(2) + random(4) + ms since start of month(4) + counter(2)."""
+
+    def __init__(self, ip: bytes | None = None, pid: int | None = None, now_ms=None):
+        ip = ip if ip is not None else _local_ipv4_bytes()
+        pid = (pid if pid is not None else os.getpid()) & 0xFFFF
+        self._prefix = (ip + pid.to_bytes(2, "big") + random.getrandbits(32).to_bytes(4, "big")).hex().upper()
+        self._counter = itertools.count(random.getrandbits(15))
+        self._now_ms = now_ms or (lambda: time.time_ns() // 1_000_000)
+        self._month_start_ms = 0
+        self._next_month_ms = 0
+
+    def _roll_month(self, now_ms: int) -> None:
+        t = time.gmtime(now_ms / 1000)
+        start = time.struct_time((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, 0))
+        import calendar
+        self._month_start_ms = calendar.timegm(start) * 1000
+        year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+        self._next_month_ms = calendar.timegm((year, month, 1, 0, 0, 0, 0, 0, 0)) * 1000
+
+    def next_id(self) -> str:
+        now = self._now_ms()
+        if now >= self._next_month_ms:
+            self._roll_month(now)
+        since = (now - self._month_start_ms) & 0xFFFFFFFF
+        return f"{self._prefix}{since:08X}{next(self._counter) & 0xFFFF:04X}"
+
+
+def as_message_list(msgs: Iterable) -> list[Message]:
+    out = list(msgs)
+    for m in out:
+        if not isinstance(m, Message):
+            raise TypeError(f"expected Message, got {type(m).__name__}")
+    return out

@@ -1,0 +1,116 @@
+"""Errors table, route views, fault avoidance, message types (no sockets, integer clocks)."""
+import pytest
+
+from protocol.bodies import BrokerData, MessageQueue, QueueData, TopicRouteData
+from protocol.codes import ResponseCode
+from client import errors
+from client.fault import LatencyFaultTolerance, not_available_duration_ms
+from client.message import (Message, MessageExt, SendResult, SendStatus, UniqIdGenerator,
+                            decode_properties, encode_properties)
+from client.route import BrokerAddrTable, publish_info, subscribe_queues
+
+
+def test_error_table_maps_codes_to_classes():
+    e = errors.error_for(ResponseCode.TOPIC_NOT_EXIST, "no topic", "1.2.3.4:10911")
+    assert isinstance(e, errors.TopicNotExistError) and e.retriable
+    assert e.code == 17 and "TOPIC_NOT_EXIST" in str(e) and "1.2.3.4:10911" in str(e)
+    assert isinstance(errors.error_for(13, "x"), errors.MessageIllegalError)
+    assert not errors.error_for(13).retriable
+    assert isinstance(errors.error_for(ResponseCode.SUBSCRIPTION_NOT_LATEST), errors.SubscriptionError)
+    assert type(errors.error_for(999)) is errors.BrokerError
+    for code, cls in errors.ERROR_TABLE.items():
+        assert issubclass(cls, errors.BrokerError)
+        assert code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
+                            ResponseCode.PULL_NOT_FOUND)
+
+
+def test_wrap_remoting():
+    from remoting.connection import ConnectionClosed, RequestTimeout
+    assert isinstance(errors.wrap_remoting(RequestTimeout("t")), errors.RequestTimeoutError)
+    w = errors.wrap_remoting(ConnectionClosed("c"), "a:1")
+    assert isinstance(w, errors.RemotingFailure) and w.retriable and "a:1" in str(w)
+
+
+def route():
+    return TopicRouteData(
+        [QueueData("broker-b", 4, 2, 6), QueueData("broker-a", 4, 4, 6), QueueData("broker-c", 2, 2, 4)],
+        [BrokerData("C", "broker-a", {0: "a:1"}), BrokerData("C", "broker-b", {0: "b:1", 1: "b:2"}),
+         BrokerData("C", "broker-c", {0: "c:1"})])
+
+
+def test_publish_and_subscribe_views():
+    info = publish_info("T", route())
+    assert [(q.broker_name, q.queue_id) for q in info.queues] == \
+        [("broker-a", i) for i in range(4)] + [("broker-b", 0), ("broker-b", 1)]  # c is read-only
+    subs = subscribe_queues("T", route())
+    assert len(subs) == 10 and subs == sorted(subs)
+    ordered = TopicRouteData([], [], "broker-a:2;broker-b:1")
+    assert [(q.broker_name, q.queue_id) for q in publish_info("T", ordered).queues] == \
+        [("broker-a", 0), ("broker-a", 1), ("broker-b", 0)]
+    table = BrokerAddrTable()
+    table.update(route())
+    assert table.master("broker-b") == "b:1" and table.master("nope") is None
+
+
+def test_not_available_durations():
+    assert not_available_duration_ms(10) == 0
+    assert not_available_duration_ms(100) == 0
+    assert not_available_duration_ms(550) == 30000
+    assert not_available_duration_ms(2999) == 120000
+    assert not_available_duration_ms(30000) == 600000
+
+
+def test_fault_avoidance_skips_slow_and_failed_brokers():
+    info = publish_info("T", route())
+    ft = LatencyFaultTolerance()
+    ft.update("broker-a", 0, now_ms=1000, isolation=True)
+    picks = {ft.select(info, None, now_ms=2000).broker_name for _ in range(12)}
+    assert picks == {"broker-b"}
+    # once the isolation is over broker-a comes back
+    picks = {ft.select(info, None, now_ms=1000 + 600000).broker_name for _ in range(12)}
+    assert picks == {"broker-a", "broker-b"}
+    # every broker marked: the one recovering first is used
+    ft.update("broker-b", 0, now_ms=5000, isolation=True)
+    ft.update("broker-a", 3000, now_ms=5000)   # 180 s
+    assert ft.select(info, None, now_ms=6000).broker_name == "broker-a"
+    # a retry avoids the broker that just failed when another is available
+    ft2 = LatencyFaultTolerance()
+    assert all(ft2.select(info, "broker-a", 0).broker_name == "broker-b" for _ in range(6))
+    ft3 = LatencyFaultTolerance(enabled=False)
+    ft3.update("broker-a", 0, 0, isolation=True)
+    assert not ft3.items
+    assert {ft3.select(info, None, 0).broker_name for _ in range(6)} == {"broker-a", "broker-b"}
+
+
+def test_message_normalisation_and_wire_properties():
+    m = Message("T", "héllo", tags="TagA", keys="k1 k2", properties={"a": 1}, delay_level=3)
+    assert m.body == "héllo".encode() and m.keys == ("k1", "k2")
+    with pytest.raises(TypeError):
+        m.properties["b"] = "2"
+    with pytest.raises(Exception):
+        m.topic = "x"
+    props = m.wire_properties("ID")
+    assert props == {"a": "1", "TAGS": "TagA", "KEYS": "k1 k2", "DELAY": "3", "WAIT": "true", "UNIQ_KEY": "ID"}
+    text = encode_properties(props)
+    assert not text.endswith("\x02")
+    assert decode_properties(text) == props
+    assert decode_properties(text + "\x02") == props
+    assert decode_properties("\x01x\x02a\x01\x02k\x01v") == {"k": "v"}
+
+
+def test_message_ext_views():
+    mx = MessageExt("T", b"b", 3, 42, "ID", properties={"TAGS": "A", "KEYS": "x y", "u": "1", "UNIQ_KEY": "ID"},
+                    broker_name="broker-a")
+    assert mx.tags == "A" and mx.keys == ("x", "y") and mx.user_properties == {"u": "1"}
+    assert mx.queue == MessageQueue("T", "broker-a", 3)
+    r = SendResult(SendStatus.SEND_OK, "ID", "OFF", mx.queue, 42)
+    assert r.ok
+
+
+def test_uniq_ids_are_unique_hex_and_time_ordered():
+    clock = [1_700_000_000_000]
+    gen = UniqIdGenerator(ip=b"\x0a\x00\x00\x01", pid=0x1234, now_ms=lambda: clock[0])
+    ids = [gen.next_id() for _ in range(1000)]
+    assert len(set(ids)) == 1000
+    assert all(len(i) == 32 and i == i.upper() for i in ids)
+    assert ids[0].startswith("0A0000011234")
