@@ -48,12 +48,22 @@ class RemotingServer:
         self.connections.add(conn)
         return conn
 
-    async def start(self) -> int:
+    async def start(self, start_serving: bool = True) -> int:
+        """Bind (and by default serve). Binding first lets a role learn its port
+        before it opens what the handlers need."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(self._factory, self.host, self.port,
-                                                reuse_address=True, backlog=1024)
+                                                reuse_address=True, backlog=1024,
+                                                start_serving=start_serving)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
+
+    async def start_serving(self) -> None:
+        await self._server.start_serving()
+
+    async def stop_accepting(self) -> None:
+        if self._server is not None:
+            self._server.close()
 
     async def close(self) -> None:
         if self._server is not None:

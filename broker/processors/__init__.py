@@ -1,0 +1,40 @@
+"""The broker's processor table: the ONLY place request codes are bound."""
+from __future__ import annotations
+
+from functools import partial
+
+from protocol.codes import RequestCode as R
+
+
+def build_processor_table(broker) -> dict:
+    from broker.processors import admin, client_manage as cm, pull, send
+    table = {
+        R.SEND_MESSAGE: send.process_send,
+        R.SEND_MESSAGE_V2: send.process_send,
+        R.SEND_BATCH_MESSAGE: send.process_send,
+        R.PULL_MESSAGE: pull.process_pull,
+        R.HEART_BEAT: cm.process_heartbeat,
+        R.UNREGISTER_CLIENT: cm.process_unregister_client,
+        R.GET_CONSUMER_LIST_BY_GROUP: cm.process_get_consumer_list,
+        R.CHECK_CLIENT_CONFIG: cm.process_check_client_config,
+        R.QUERY_CONSUMER_OFFSET: cm.process_query_consumer_offset,
+        R.UPDATE_CONSUMER_OFFSET: cm.process_update_consumer_offset,
+        R.LOCK_BATCH_MQ: cm.process_lock_batch,
+        R.UNLOCK_BATCH_MQ: cm.process_unlock_batch,
+        R.GET_MAX_OFFSET: admin.process_get_max_offset,
+        R.GET_MIN_OFFSET: admin.process_get_min_offset,
+        R.GET_EARLIEST_MSG_STORETIME: admin.process_get_earliest_msg_storetime,
+        R.SEARCH_OFFSET_BY_TIMESTAMP: admin.process_search_offset_by_timestamp,
+        R.VIEW_MESSAGE_BY_ID: admin.process_view_message_by_id,
+        R.UPDATE_AND_CREATE_TOPIC: admin.process_update_and_create_topic,
+        R.DELETE_TOPIC_IN_BROKER: admin.process_delete_topic,
+        R.GET_ALL_TOPIC_CONFIG: admin.process_get_all_topic_config,
+        R.GET_TOPIC_STATS_INFO: admin.process_get_topic_stats,
+        R.GET_CONSUME_STATS: admin.process_get_consume_stats,
+        R.GET_CONSUMER_CONNECTION_LIST: admin.process_get_consumer_connection_list,
+        R.GET_BROKER_RUNTIME_INFO: admin.process_get_broker_runtime_info,
+        R.QUERY_TOPIC_CONSUME_BY_WHO: admin.process_query_topic_consume_by_who,
+        R.GET_ALL_CONSUMER_OFFSET: admin.process_get_all_consumer_offset,
+        R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.process_get_all_subscription_group,
+    }
+    return {int(code): partial(fn, broker) for code, fn in table.items()}

@@ -1,0 +1,39 @@
+"""`mqbroker` / `python -m broker`: run one broker.
+
+    mqbroker -c broker.conf -n 127.0.0.1:9876 --listenPort=10911
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+
+def main(argv=None) -> int:
+    from broker.config import ConfigError, parse_args
+    from remoting.daemon import install_uvloop, run_until_signal, setup_logging
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        parsed = parse_args(argv)
+    except ConfigError as e:
+        print(f"mqbroker: {e}", file=sys.stderr)
+        return 2
+    if parsed is None:  # -p / -m / -h printed what was asked
+        return 0
+    config, report = parsed
+    setup_logging()
+    log = logging.getLogger("pocketmq.broker")
+    for line in getattr(report, "lines", lambda: [])():
+        log.info("%s", line)
+    from broker.app import Broker
+    install_uvloop()
+    try:
+        asyncio.run(run_until_signal(Broker(config)))
+    except OSError as e:
+        log.error("broker failed to start: %s", e)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,330 @@
+"""Broker composition root: store + rules + processors + timers.
+
+Start order: bind the listening socket (its port is the store host written
+into every record), open the store (recovery), load metadata, then serve,
+register with every nameserver, and log one readiness line. Close order:
+stop accepting, answer held pulls, flush and close the store, persist
+metadata, unregister from the nameservers.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+
+from broker.core.clients import ConsumerManager, ProducerManager
+from broker.core.held_pulls import HeldPullTable
+from broker.core.locks import RebalanceLockManager
+from broker.core.offsets import ConsumerOffsetManager
+from broker.core.subscription_groups import SubscriptionGroupManager
+from broker.core.topics import TopicConfigManager
+from broker.processors import build_processor_table
+from broker.processors.client_manage import notify_command
+from broker.services.flush import FlushService
+from broker.services.hold import HoldService
+from protocol import bodies
+from protocol import message as msgcodec
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from remoting.client import RemotingClient
+from remoting.server import RemotingServer
+
+log = logging.getLogger("pocketmq.broker")
+
+VERSION_DESC = "pocketmq-0.1.0 (RocketMQ V4_9_4 protocol)"
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    from broker.store.safe_write import write_file_atomic
+    write_file_atomic(path, data)
+
+
+class Broker:
+    def __init__(self, config, *, clock=time.time):
+        self.config = config
+        self._clock = clock
+        self.topics = TopicConfigManager(
+            cluster_name=config.brokerClusterName, broker_name=config.brokerName,
+            auto_create_topic_enable=config.autoCreateTopicEnable,
+            default_topic_queue_nums=config.defaultTopicQueueNums,
+            cluster_topic_enable=config.clusterTopicEnable, broker_topic_enable=config.brokerTopicEnable,
+            trace_topic_enable=config.traceTopicEnable)
+        self.offsets = ConsumerOffsetManager()
+        self.groups = SubscriptionGroupManager(config.autoCreateSubscriptionGroup)
+        self.consumers = ConsumerManager()
+        self.producers = ProducerManager()
+        self.locks = RebalanceLockManager()
+        self.held_pulls = HeldPullTable(config.maxHeldPulls)
+        self.sync_flush = config.flushDiskType == "SYNC_FLUSH"
+        self.cluster_property = f"CLUSTER\x01{config.brokerClusterName}"
+        # Our own pull bound: RocketMQ clients ask for 32; pocketmq's bulk readers may ask more.
+        self.pull_max_msg_nums = 4096
+        self.server: RemotingServer | None = None
+        self.store = None
+        self.flush_service: FlushService | None = None
+        self.hold_service: HoldService | None = None
+        self.ns_client = RemotingClient()
+        self._tasks: list[asyncio.Task] = []
+        self._register_now = asyncio.Event()
+        self.addr = ""
+        self.store_host = (b"\x7f\x00\x00\x01", 0)
+        self.msg_put_total = 0
+        self.msg_get_total = 0
+        self.started_ms = 0
+        self.recovery_report = None
+
+    # -- clock -----------------------------------------------------------------------
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    # -- paths ----------------------------------------------------------------------
+    @property
+    def root(self) -> str:
+        return os.path.expanduser(self.config.storePathRootDir)
+
+    def _config_path(self, name: str) -> str:
+        return os.path.join(self.root, "config", name)
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def start(self) -> None:
+        cfg = self.config
+        self.server = RemotingServer(build_processor_table(self), host="0.0.0.0", port=cfg.listenPort,
+                                     frame_size_bytes_max=cfg.maxFrameSize, name="broker",
+                                     on_connection_close=self._on_connection_close)
+        port = await self.server.start(start_serving=False)
+        self.addr = f"{cfg.brokerIP1}:{port}"
+        self.store_host = msgcodec.parse_host(self.addr)
+        self._open_store()
+        self._load_metadata()
+        self.flush_service = FlushService(self.store, sync=self.sync_flush,
+                                          interval_ms=1 if self.sync_flush else cfg.flushIntervalCommitLog)
+        self.flush_service.start()
+        self.hold_service = HoldService(self, 5000 if cfg.longPollingEnable else cfg.shortPollingTimeMills)
+        self.hold_service.start()
+        self.store.set_dispatch_listener(self.hold_service.on_dispatch)
+        self.started_ms = self.now_ms()
+        await self.server.start_serving()
+        if cfg.namesrvAddr:
+            self.ns_client.set_namesrv_addr(cfg.namesrvAddr)
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._register_loop(), name="register-namesrv"),
+                       loop.create_task(self._persist_loop(), name="persist"),
+                       loop.create_task(self._housekeeping_loop(), name="housekeeping")]
+        if cfg.namesrvAddr:
+            await self.register_all()
+        log.info("The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
+                 cfg.brokerName, self.addr, cfg.namesrvAddr)
+
+    def _open_store(self) -> None:
+        from broker.store.store import MessageStore, StoreConfig
+        cfg = self.config
+        kwargs = cfg.store_config_kwargs()
+        kwargs["store_host"] = self.store_host
+        self.store = MessageStore(StoreConfig(**kwargs))
+        self.recovery_report = self.store.open()
+        if self.recovery_report is not None:
+            log.info("store opened: %s", self.recovery_report)
+
+    def _load_metadata(self) -> None:
+        for name, mgr in (("topics.json", self.topics), ("consumerOffset.json", self.offsets),
+                          ("subscriptionGroup.json", self.groups)):
+            path = self._config_path(name)
+            for candidate in (path, path + ".bak"):
+                try:
+                    with open(candidate, "rb") as f:
+                        data = f.read()
+                    if data.strip():
+                        mgr.load(data)
+                        break
+                except FileNotFoundError:
+                    continue
+                except Exception as e:
+                    log.error("cannot load %s (%s); trying the backup", candidate, e)
+
+    def persist(self, force: bool = False) -> None:
+        os.makedirs(os.path.join(self.root, "config"), exist_ok=True)
+        if force or self.offsets.dirty:
+            self.offsets.dirty = False
+            _write_atomic(self._config_path("consumerOffset.json"), self.offsets.encode())
+        if force or self.groups.dirty:
+            self.groups.dirty = False
+            _write_atomic(self._config_path("subscriptionGroup.json"), self.groups.encode())
+
+    def persist_topics(self) -> None:
+        os.makedirs(os.path.join(self.root, "config"), exist_ok=True)
+        _write_atomic(self._config_path("topics.json"), self.topics.encode())
+
+    async def close(self) -> None:
+        if self.server is not None:
+            await self.server.stop_accepting()
+        if self.hold_service is not None:
+            await self.hold_service.close()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks = []
+        if self.config.namesrvAddr:
+            await self.unregister_all()
+        if self.server is not None:
+            await self.server.close()
+        if self.flush_service is not None:
+            self.flush_service.stop()
+        if self.store is not None:
+            self.store.close()
+        self.persist(force=True)
+        self.persist_topics()
+        await self.ns_client.close()
+        log.info("The broker[%s, %s] shutdown complete", self.config.brokerName, self.addr)
+
+    async def __aenter__(self):
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    # -- hooks used by processors -------------------------------------------------------
+    def store_message(self, topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
+                      reconsume_times, now_ms):
+        from broker.store.store import MessageToStore
+        return MessageToStore(topic=topic, queue_id=queue_id, flag=flag, body=body, properties=properties,
+                              sys_flag=sys_flag, born_timestamp=born_timestamp, born_host=born_host,
+                              reconsume_times=reconsume_times, prepared_transaction_offset=0, now_ms=now_ms)
+
+    def put_status_to_code(self, status) -> tuple[int, str | None]:
+        name = status.name if hasattr(status, "name") else str(status)
+        if name == "PUT_OK":
+            return ResponseCode.SUCCESS, None
+        if name in ("MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED"):
+            return ResponseCode.MESSAGE_ILLEGAL, (
+                f"the message is illegal, maybe msg body or properties length not matched. msg body length "
+                f"limit {self.config.maxMessageSize}B, msg properties length limit 32KB.")
+        if name == "SERVICE_NOT_AVAILABLE":
+            return ResponseCode.SERVICE_NOT_AVAILABLE, (
+                "service not available now. It may be caused by one of the following reasons: the broker's disk "
+                "is full, messages are put to the slave, message store has been shut down, or a write failed "
+                "earlier (the store refuses writes until restart)")
+        if name == "OS_PAGECACHE_BUSY":
+            return ResponseCode.SYSTEM_BUSY, "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
+        return ResponseCode.SYSTEM_ERROR, f"put message failed: {name}"
+
+    def send_ext_base(self) -> dict:
+        return {"MSG_REGION": self.config.regionId, "TRACE_ON": "true" if self.config.traceOn else "false"}
+
+    def stats_put(self, result) -> None:
+        self.msg_put_total += getattr(result, "msg_num", 1) or 1
+
+    def stats_get(self, n: int) -> None:
+        self.msg_get_total += n
+
+    def on_topics_changed(self) -> None:
+        try:
+            self.persist_topics()
+        except OSError:
+            log.exception("cannot persist topics.json")
+        self._register_now.set()
+
+    def notify_consumer_ids_changed(self, group: str) -> None:
+        g = self.consumers.get(group)
+        if g is None:
+            return
+        for conn in list(g.channels):
+            try:
+                conn.oneway(notify_command(group))
+            except Exception:
+                log.debug("notify to %s failed", getattr(conn, "remote_addr", "?"))
+
+    def _on_connection_close(self, conn) -> None:
+        self.held_pulls.drop_connection(conn)
+        for group in self.consumers.remove_channel(conn):
+            gcfg = self.groups.find(group)
+            if gcfg is None or gcfg.notifyConsumerIdsChangedEnable:
+                self.notify_consumer_ids_changed(group)
+        self.producers.remove_channel(conn)
+
+    def runtime_info(self) -> dict:
+        st = self.store
+        return {"brokerVersionDesc": VERSION_DESC, "brokerVersion": 401,
+                "msgPutTotalTodayNow": self.msg_put_total, "msgGetTotalTodayNow": self.msg_get_total,
+                "commitLogMinOffset": st.commit_log_min_offset, "commitLogMaxOffset": st.commit_log_max_offset,
+                "bootTimestamp": self.started_ms, "heldPulls": self.held_pulls.count,
+                "flushDiskType": self.config.flushDiskType}
+
+    # -- nameserver registration -------------------------------------------------------
+    def _register_command(self) -> RemotingCommand:
+        import zlib
+        cfg = self.config
+        body = bodies.encode_register_broker_body(self.topics.topics, self.topics.data_version)
+        ext = {"brokerName": cfg.brokerName, "brokerAddr": self.addr, "clusterName": cfg.brokerClusterName,
+               "haServerAddr": f"{cfg.brokerIP2 or cfg.brokerIP1}:{cfg.haListenPort}",
+               "brokerId": str(cfg.brokerId), "compressed": "false",
+               "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}
+        return RemotingCommand(RequestCode.REGISTER_BROKER, ext_fields=ext, body=body)
+
+    async def register_all(self) -> None:
+        async def one(addr):
+            try:
+                resp = await self.ns_client.invoke(addr, self._register_command(), 6.0)
+                if resp.code != ResponseCode.SUCCESS:
+                    log.warning("register to nameserver %s failed: %d %s", addr, resp.code, resp.remark)
+            except Exception as e:
+                log.warning("register to nameserver %s failed: %s", addr, e)
+        await asyncio.gather(*(one(a) for a in self.ns_client.namesrv_addrs))
+
+    async def unregister_all(self) -> None:
+        cfg = self.config
+        for addr in self.ns_client.namesrv_addrs:
+            cmd = RemotingCommand(RequestCode.UNREGISTER_BROKER, ext_fields={
+                "brokerName": cfg.brokerName, "brokerAddr": self.addr, "clusterName": cfg.brokerClusterName,
+                "brokerId": str(cfg.brokerId)})
+            try:
+                await self.ns_client.invoke(addr, cmd, 3.0)
+            except Exception as e:
+                log.warning("unregister from nameserver %s failed: %s", addr, e)
+
+    async def _register_loop(self) -> None:
+        period = max(1.0, self.config.registerNameServerPeriod / 1000)
+        while True:
+            try:
+                await asyncio.wait_for(self._register_now.wait(), period)
+                # Debounce a burst of topic changes into one registration.
+                await asyncio.sleep(0.05)
+            except asyncio.TimeoutError:
+                pass
+            self._register_now.clear()
+            if self.ns_client.namesrv_addrs:
+                await self.register_all()
+
+    async def _persist_loop(self) -> None:
+        period = max(0.1, self.config.flushConsumerOffsetInterval / 1000)
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.persist)
+            except Exception:
+                log.exception("persisting offsets failed")
+
+    async def _housekeeping_loop(self) -> None:
+        while True:
+            await asyncio.sleep(10)
+            now = self.now_ms()
+            for group, conn in self.consumers.expire(now):
+                log.info("consumer channel %s of group %s expired", getattr(conn, "remote_addr", "?"), group)
+                self.notify_consumer_ids_changed(group)
+                conn.close()
+            for group, conn in self.producers.expire(now):
+                conn.close()
+            try:
+                if self._delete_hour_now():
+                    self.store.clean_expired_files(now)
+            except Exception:
+                log.exception("cleaning expired files failed")
+
+    def _delete_hour_now(self) -> bool:
+        hours = {h.strip() for h in str(self.config.deleteWhen).split(";") if h.strip()}
+        return time.strftime("%H") in hours

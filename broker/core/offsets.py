@@ -1,0 +1,58 @@
+"""Consumer offsets (pure): table `topic@group` -> {queueId: next offset to consume}.
+
+Persisted as consumerOffset.json in RocketMQ's shape, but as standard JSON
+(quoted queue ids); the loader also reads Java's fastjson form with unquoted
+numeric keys.
+"""
+from __future__ import annotations
+
+import json
+
+from protocol.bodies import loads
+
+
+class ConsumerOffsetManager:
+    def __init__(self):
+        self.table: dict[str, dict[int, int]] = {}
+        self.dirty = False
+
+    @staticmethod
+    def key(topic: str, group: str) -> str:
+        return f"{topic}@{group}"
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.table.setdefault(self.key(topic, group), {})[queue_id] = offset
+        self.dirty = True
+
+    def query(self, group: str, topic: str, queue_id: int) -> int:
+        return self.table.get(self.key(topic, group), {}).get(queue_id, -1)
+
+    def groups_of_topic(self, topic: str) -> set[str]:
+        out = set()
+        for k in self.table:
+            t, _, g = k.partition("@")
+            if t == topic:
+                out.add(g)
+        return out
+
+    def topics_of_group(self, group: str) -> set[str]:
+        out = set()
+        for k in self.table:
+            t, _, g = k.rpartition("@")
+            if g == group:
+                out.add(t)
+        return out
+
+    def remove_topic(self, topic: str) -> None:
+        for k in [k for k in self.table if k.partition("@")[0] == topic]:
+            del self.table[k]
+            self.dirty = True
+
+    def encode(self) -> bytes:
+        return json.dumps({"offsetTable": {k: {str(q): o for q, o in sorted(v.items())}
+                                           for k, v in sorted(self.table.items())}}, indent=1).encode()
+
+    def load(self, data: bytes) -> None:
+        d = loads(data)
+        table = d.get("offsetTable") or {} if isinstance(d, dict) else {}
+        self.table = {str(k): {int(q): int(o) for q, o in v.items()} for k, v in table.items()}

@@ -1,0 +1,154 @@
+"""Offsets and time queries, topic administration, message view, stats
+(reference 3.3, 3.7, 3.9, 4.9)."""
+from __future__ import annotations
+
+from broker.core.topics import validate_topic
+from protocol import bodies
+from protocol.bodies import MessageQueue, TopicConfig, dumps_object_keyed
+from protocol.codes import ResponseCode
+from protocol.headers.typed import opt_int, opt_str, parse_bool, req_int, req_str
+
+
+def _topic_queue(cmd):
+    return req_str(cmd.ext_fields, "topic"), req_int(cmd.ext_fields, "queueId")
+
+
+def process_get_max_offset(broker, conn, cmd):
+    t, q = _topic_queue(cmd)
+    return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": str(broker.store.get_max_offset_in_queue(t, q))})
+
+
+def process_get_min_offset(broker, conn, cmd):
+    t, q = _topic_queue(cmd)
+    return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": str(broker.store.get_min_offset_in_queue(t, q))})
+
+
+def process_get_earliest_msg_storetime(broker, conn, cmd):
+    t, q = _topic_queue(cmd)
+    return cmd.response(ResponseCode.SUCCESS,
+                        ext_fields={"timestamp": str(broker.store.get_earliest_message_time(t, q))})
+
+
+def process_search_offset_by_timestamp(broker, conn, cmd):
+    t, q = _topic_queue(cmd)
+    ts = req_int(cmd.ext_fields, "timestamp")
+    return cmd.response(ResponseCode.SUCCESS,
+                        ext_fields={"offset": str(broker.store.get_offset_in_queue_by_time(t, q, ts))})
+
+
+def process_view_message_by_id(broker, conn, cmd):
+    offset = req_int(cmd.ext_fields, "offset")
+    data = broker.store.look_message_by_offset(offset)
+    if data is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+    return cmd.response(ResponseCode.SUCCESS, body=bytes(data))
+
+
+def process_update_and_create_topic(broker, conn, cmd):
+    e = cmd.ext_fields
+    topic = req_str(e, "topic")
+    bad = validate_topic(topic)
+    if bad:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, bad)
+    if broker.topics.is_system_topic(topic) or topic == broker.config.brokerClusterName:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+    read_q, write_q = req_int(e, "readQueueNums"), req_int(e, "writeQueueNums")
+    perm = opt_int(e, "perm", 6)
+    if not (0 < read_q <= 1024 and 0 < write_q <= 1024):
+        return cmd.response(ResponseCode.SYSTEM_ERROR, "readQueueNums and writeQueueNums must be in 1..1024")
+    if perm not in range(0, 16):
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad perm {perm}")
+    filter_type = opt_str(e, "topicFilterType", "SINGLE_TAG")
+    if filter_type not in ("SINGLE_TAG", "MULTI_TAG"):
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad topicFilterType {filter_type}")
+    tc = TopicConfig(topic, read_q, write_q, perm, filter_type, opt_int(e, "topicSysFlag", 0),
+                     parse_bool(e.get("order")))
+    broker.topics.update(tc, broker.now_ms())
+    broker.on_topics_changed()
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+def process_delete_topic(broker, conn, cmd):
+    topic = req_str(cmd.ext_fields, "topic")
+    if broker.topics.is_system_topic(topic):
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is a system topic and cannot be deleted.")
+    broker.topics.delete(topic, broker.now_ms())
+    broker.store.delete_topics({topic})
+    broker.offsets.remove_topic(topic)
+    broker.on_topics_changed()
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+def process_get_all_topic_config(broker, conn, cmd):
+    return cmd.response(ResponseCode.SUCCESS, body=bodies.dumps(
+        bodies.encode_topic_config_wrapper(broker.topics.topics, broker.topics.data_version)))
+
+
+def process_get_topic_stats(broker, conn, cmd):
+    topic = req_str(cmd.ext_fields, "topic")
+    tc = broker.topics.get(topic)
+    if tc is None:
+        return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+    table = {}
+    st = broker.store
+    for q in range(tc.write_queue_nums):
+        mx = st.get_max_offset_in_queue(topic, q)
+        last = st.get_message_store_timestamp(topic, q, mx - 1) if mx > 0 else 0
+        table[MessageQueue(topic, broker.config.brokerName, q)] = {
+            "lastUpdateTimestamp": max(0, last), "maxOffset": max(0, mx),
+            "minOffset": max(0, st.get_min_offset_in_queue(topic, q))}
+    return cmd.response(ResponseCode.SUCCESS, body=('{"offsetTable":' + dumps_object_keyed(table) + "}").encode())
+
+
+def process_get_consume_stats(broker, conn, cmd):
+    group = req_str(cmd.ext_fields, "consumerGroup")
+    topic = opt_str(cmd.ext_fields, "topic")
+    topics = [topic] if topic else sorted(broker.offsets.topics_of_group(group))
+    table = {}
+    st = broker.store
+    for t in topics:
+        tc = broker.topics.get(t)
+        if tc is None:
+            continue
+        for q in range(tc.read_queue_nums):
+            mx = st.get_max_offset_in_queue(t, q)
+            co = broker.offsets.query(group, t, q)
+            last = st.get_message_store_timestamp(t, q, co - 1) if co > 0 else 0
+            table[MessageQueue(t, broker.config.brokerName, q)] = {
+                "brokerOffset": mx, "consumerOffset": max(0, co), "lastTimestamp": max(0, last)}
+    body = '{"consumeTps":%s,"offsetTable":%s}' % (0.0, dumps_object_keyed(table))
+    return cmd.response(ResponseCode.SUCCESS, body=body.encode())
+
+
+def process_get_consumer_connection_list(broker, conn, cmd):
+    group = req_str(cmd.ext_fields, "consumerGroup")
+    g = broker.consumers.get(group)
+    if g is None or not g.channels:
+        return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+    from protocol.codes import LanguageCode
+    conns = [{"clientAddr": c.remote_addr, "clientId": c.client_id,
+              "language": LanguageCode(c.language).name if c.language in LanguageCode._value2member_map_ else "OTHER",
+              "version": c.version} for c in g.channels.values()]
+    body = {"connectionSet": conns, "consumeFromWhere": g.consume_from_where, "consumeType": g.consume_type,
+            "messageModel": g.message_model,
+            "subscriptionTable": {t: s.to_json() for t, s in g.subscriptions.items()}}
+    return cmd.response(ResponseCode.SUCCESS, body=bodies.dumps(body))
+
+
+def process_get_broker_runtime_info(broker, conn, cmd):
+    table = {k: str(v) for k, v in broker.runtime_info().items()}
+    return cmd.response(ResponseCode.SUCCESS, body=bodies.dumps({"table": table}))
+
+
+def process_query_topic_consume_by_who(broker, conn, cmd):
+    topic = req_str(cmd.ext_fields, "topic")
+    groups = broker.consumers.groups_subscribing(topic) | broker.offsets.groups_of_topic(topic)
+    return cmd.response(ResponseCode.SUCCESS, body=bodies.dumps({"groupList": sorted(groups)}))
+
+
+def process_get_all_consumer_offset(broker, conn, cmd):
+    return cmd.response(ResponseCode.SUCCESS, body=broker.offsets.encode())
+
+
+def process_get_all_subscription_group(broker, conn, cmd):
+    return cmd.response(ResponseCode.SUCCESS, body=broker.groups.encode())

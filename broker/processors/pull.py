@@ -1,0 +1,132 @@
+"""PULL_MESSAGE (11) with long polling.
+
+Order of checks and response codes follow reference 7.2-7.4. The body of a
+FOUND response is the list of segment slices the store returns, written to
+the socket as they are (no per-message Python work). A pull that finds
+nothing and carries FLAG_SUSPEND is parked in the held-pull table and
+replayed (with suspension disabled, same opaque) when the reput dispatcher
+stores a matching message or its suspend time runs out.
+"""
+from __future__ import annotations
+
+from broker.core.held_pulls import HeldPull
+from protocol.bodies import build_subscription
+from protocol.codes import PermName, PullSysFlag, ResponseCode
+from protocol.errors import BodyError
+from protocol.headers.typed import decode_pull_header
+
+# GetMessageStatus name -> (response code). nextBeginOffset comes from the store.
+_STATUS_CODE = {
+    "FOUND": ResponseCode.SUCCESS,
+    "NO_MATCHED_MESSAGE": ResponseCode.PULL_RETRY_IMMEDIATELY,
+    "MESSAGE_WAS_REMOVING": ResponseCode.PULL_RETRY_IMMEDIATELY,
+    "NO_MATCHED_LOGIC_QUEUE": ResponseCode.PULL_NOT_FOUND,
+    "OFFSET_FOUND_NULL": ResponseCode.PULL_NOT_FOUND,
+    "OFFSET_OVERFLOW_BADLY": ResponseCode.PULL_OFFSET_MOVED,
+    "OFFSET_OVERFLOW_ONE": ResponseCode.PULL_NOT_FOUND,
+    "OFFSET_TOO_SMALL": ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+def _offsets_ext(next_begin: int, min_offset: int, max_offset: int) -> dict:
+    return {"suggestWhichBrokerId": "0", "nextBeginOffset": str(next_begin),
+            "minOffset": str(min_offset), "maxOffset": str(max_offset)}
+
+
+def _fail(cmd, code, remark):
+    # Java clients unbox the four offsets for every PULL response: always send them.
+    return cmd.response(code, remark, ext_fields=_offsets_ext(0, 0, 0))
+
+
+def process_pull(broker, conn, cmd):
+    return pull(broker, conn, cmd, decode_pull_header(cmd.ext_fields), allow_suspend=True)
+
+
+def resolve_subscription(broker, h):
+    """Returns (SubscriptionData, None) or (None, (code, remark))."""
+    if h.sys_flag & PullSysFlag.SUBSCRIPTION:
+        try:
+            sub = build_subscription(h.topic, h.subscription, h.expression_type, h.sub_version)
+        except BodyError as e:
+            return None, (ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {e}")
+    else:
+        group = broker.consumers.get(h.consumer_group)
+        if group is None:
+            return None, (ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                          f"the consumer's group info not exist {h.consumer_group}")
+        if group.message_model == "BROADCASTING":
+            gcfg = broker.groups.find(h.consumer_group)
+            if gcfg is not None and not gcfg.consumeBroadcastEnable:
+                return None, (ResponseCode.NO_PERMISSION,
+                              f"the consumer group[{h.consumer_group}] can not consume by broadcast way")
+        sub = group.subscriptions.get(h.topic)
+        if sub is None:
+            return None, (ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist")
+        if sub.sub_version < h.sub_version:
+            return None, (ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
+    if sub.expression_type != "TAG":
+        return None, (ResponseCode.SYSTEM_ERROR,
+                      "The broker does not support consumer to filter message by SQL92")
+    return sub, None
+
+
+def pull(broker, conn, cmd, h, allow_suspend: bool, sub=None):
+    cfg = broker.config
+    if not PermName.readable(cfg.brokerPermission):
+        return _fail(cmd, ResponseCode.NO_PERMISSION, f"the broker[{cfg.brokerIP1}] pulling message is forbidden")
+    now = broker.now_ms()
+    gcfg = broker.groups.find(h.consumer_group, now)
+    if gcfg is None:
+        return _fail(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                     f"subscription group [{h.consumer_group}] does not exist")
+    if not gcfg.consumeEnable:
+        return _fail(cmd, ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumer_group}")
+    tc = broker.topics.get(h.topic)
+    if tc is None:
+        return _fail(cmd, ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
+    if not PermName.readable(tc.perm):
+        return _fail(cmd, ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
+    if h.queue_id < 0 or h.queue_id >= tc.read_queue_nums:
+        return _fail(cmd, ResponseCode.SYSTEM_ERROR,
+                     f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
+                     f"[{tc.read_queue_nums}] consumer:[{conn.remote_addr}]")
+    if sub is None:
+        sub, err = resolve_subscription(broker, h)
+        if err is not None:
+            return _fail(cmd, *err)
+    max_nums = max(1, min(h.max_msg_nums, broker.pull_max_msg_nums))
+    r = broker.store.get_message(h.topic, h.queue_id, h.queue_offset, max_nums,
+                                 None if sub.is_all else sub.matches_tags_code)
+    status = r.status.name if hasattr(r.status, "name") else str(r.status)
+    code = _STATUS_CODE.get(status)
+    if code is None:  # NO_MESSAGE_IN_QUEUE
+        code = ResponseCode.PULL_OFFSET_MOVED if h.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
+    if allow_suspend and h.sys_flag & PullSysFlag.COMMIT_OFFSET:
+        broker.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+    ext = _offsets_ext(r.next_begin_offset, r.min_offset, r.max_offset)
+    if code == ResponseCode.SUCCESS:
+        broker.stats_get(r.message_count)
+        return cmd.response(code, status, ext_fields=ext, body=r.buffers)
+    if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & PullSysFlag.SUSPEND:
+        timeout = h.suspend_timeout_millis if cfg.longPollingEnable else cfg.shortPollingTimeMills
+        held = HeldPull(conn, cmd, h, sub, h.queue_offset, now + max(0, timeout))
+        if broker.held_pulls.hold(held):
+            broker.hold_service.wake()
+            return None
+        return cmd.response(ResponseCode.SYSTEM_BUSY,
+                            "[HOLD_FULL]too many held pulls, start flow control for a while", ext_fields=ext)
+    return cmd.response(code, status, ext_fields=ext)
+
+
+def replay(broker, held: HeldPull) -> None:
+    """Answer a held pull now (woken or expired), with suspension disabled."""
+    conn = held.conn
+    if conn.closed:
+        return
+    try:
+        resp = pull(broker, conn, held.request, held.header, allow_suspend=False, sub=held.subscription)
+    except Exception as e:  # never let one bad replay stop the hold service
+        resp = held.request.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}",
+                                     ext_fields=_offsets_ext(0, 0, 0))
+    if resp is not None:
+        conn.send(resp)

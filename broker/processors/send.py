@@ -1,0 +1,127 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320).
+
+Checks in RocketMQ's order (reference 5.2, 8.2, 8.3): broker writable, topic
+name valid and not forbidden, topic exists or is auto-created from
+defaultTopic, queueId legal, sizes; then the append. Under SYNC_FLUSH the
+reply waits for the group commit covering the record (FLUSH_DISK_TIMEOUT
+after syncFlushTimeout). Responses always carry MSG_REGION and TRACE_ON,
+which Java clients read unconditionally.
+"""
+from __future__ import annotations
+
+import random
+
+from broker.core.topics import NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, validate_topic
+from protocol.codes import PermName, ResponseCode
+from protocol.headers.typed import decode_send_header
+from protocol import message as msgcodec
+
+PROPERTIES_MAX_BYTES = 32767
+
+
+def _host_of(conn) -> tuple[bytes, int]:
+    return msgcodec.parse_host(conn.remote_addr or "127.0.0.1:0")
+
+
+def _error(broker, cmd, code, remark):
+    return cmd.response(code, remark, ext_fields=broker.send_ext_base())
+
+
+def process_send(broker, conn, cmd):
+    h = decode_send_header(cmd.code, cmd.ext_fields)
+    cfg = broker.config
+    if not PermName.writeable(cfg.brokerPermission):
+        return _error(broker, cmd, ResponseCode.NO_PERMISSION,
+                      f"the broker[{cfg.brokerIP1}] sending message is forbidden")
+    bad = validate_topic(h.topic)
+    if bad:
+        return _error(broker, cmd, ResponseCode.SYSTEM_ERROR, bad)
+    if h.topic in NOT_ALLOWED_SEND_TOPICS:
+        return _error(broker, cmd, ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden.")
+    now = broker.now_ms()
+    tc = broker.topics.get(h.topic)
+    if tc is None:
+        tc = broker.topics.create_from_default(h.topic, h.default_topic, h.default_topic_queue_nums, now)
+        if tc is None:
+            return _error(broker, cmd, ResponseCode.TOPIC_NOT_EXIST,
+                          f"topic[{h.topic}] not exist, apply first please!")
+        broker.on_topics_changed()
+    if not PermName.writeable(tc.perm):
+        return _error(broker, cmd, ResponseCode.NO_PERMISSION,
+                      f"the topic[{h.topic}] sending message is forbidden")
+    queue_id = h.queue_id
+    if queue_id < 0:
+        queue_id = random.randrange(tc.write_queue_nums)
+    elif queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
+        return _error(broker, cmd, ResponseCode.SYSTEM_ERROR,
+                      f"request queueId[{queue_id}] is illegal, {tc.topic_name} Producer: {conn.remote_addr}")
+    body = cmd.body
+    if len(body) > cfg.maxMessageSize:
+        return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL,
+                      f"the message body size {len(body)} exceeds the limit {cfg.maxMessageSize}B")
+    props = h.properties or ""
+    topic = h.topic
+    # A message sent back to %RETRY% too often goes to the dead-letter queue.
+    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and not h.batch:
+        group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+        gcfg = broker.groups.find(group, now)
+        max_times = h.max_reconsume_times if (h.max_reconsume_times is not None and cmd.version >= 121) \
+            else (gcfg.retryMaxTimes if gcfg else 16)
+        if h.reconsume_times >= max_times:
+            topic = dlq_topic(group)
+            broker.topics.create_retry_or_dlq(topic, 1, PermName.READ | PermName.WRITE, now)
+            broker.on_topics_changed()
+            queue_id = 0
+    batch_props = broker.cluster_property
+    born_host = _host_of(conn)
+    if h.batch:
+        try:
+            elements = msgcodec.decode_batch_body(body)
+        except ValueError as e:
+            return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}")
+        if not elements:
+            return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
+        extra = (props + "\x02" if props and not props.endswith("\x02") else props) + batch_props
+        records = []
+        for flag, ebody, eprops in elements:
+            if len(ebody) > cfg.maxMessageSize:
+                return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL,
+                              f"a batch element body of {len(ebody)}B exceeds the limit {cfg.maxMessageSize}B")
+            p = eprops + "\x02" + extra if eprops and not eprops.endswith("\x02") else eprops + extra
+            if len(p.encode()) > PROPERTIES_MAX_BYTES:
+                return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL, "the message properties exceed 32767 bytes")
+            records.append(broker.store_message(topic, queue_id, flag, ebody, p, h.sys_flag, h.born_timestamp,
+                                                born_host, h.reconsume_times, now))
+        result = broker.store.put_messages(records)
+        wait = True
+    else:
+        p = props + "\x02" + batch_props if props and not props.endswith("\x02") else props + batch_props
+        if len(p.encode()) > PROPERTIES_MAX_BYTES:
+            return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL,
+                          "the message is illegal, maybe msg body or properties length not matched. "
+                          "msg properties length limit 32KB.")
+        wait = "WAIT\x01false" not in props
+        result = broker.store.put_message(broker.store_message(topic, queue_id, h.flag, body, p, h.sys_flag,
+                                                               h.born_timestamp, born_host, h.reconsume_times,
+                                                               now))
+    code, remark = broker.put_status_to_code(result.status)
+    if code != ResponseCode.SUCCESS:
+        return _error(broker, cmd, code, remark)
+    ext = broker.send_ext_base()
+    ext["msgId"] = result.msg_id
+    ext["queueId"] = str(queue_id)
+    ext["queueOffset"] = str(result.queue_offset)
+    broker.stats_put(result)
+    if broker.sync_flush and wait:
+        return _await_flush(broker, cmd, ext, result.wrote_offset + result.wrote_bytes)
+    return cmd.response(ResponseCode.SUCCESS, None, ext_fields=ext)
+
+
+async def _await_flush(broker, cmd, ext, end_offset):
+    ok = await broker.flush_service.wait_flushed(end_offset, broker.config.syncFlushTimeout / 1000)
+    if ok is None:
+        return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "the store failed to flush; it no longer accepts writes",
+                            ext_fields=broker.send_ext_base())
+    if not ok:
+        return cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT, None, ext_fields=ext)
+    return cmd.response(ResponseCode.SUCCESS, None, ext_fields=ext)

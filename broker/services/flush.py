@@ -1,0 +1,103 @@
+"""Commit-log flushing: periodic fdatasync (ASYNC_FLUSH) or group commit (SYNC_FLUSH).
+
+The store's `flush()` runs in this service's thread (it may block on disk)
+while the event loop keeps appending. SYNC_FLUSH: a send waits on
+`wait_flushed(end_offset)`; the thread flushes whatever has been appended
+since its last pass, so all sends that arrived during one fdatasync are
+acknowledged by the next (group commit). A failed flush makes the store
+refuse writes until restart; waiters then get None.
+"""
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import threading
+
+log = logging.getLogger("pocketmq.broker.flush")
+
+
+class FlushService:
+    def __init__(self, store, *, sync: bool, interval_ms: int = 500, waiters_max: int = 100_000):
+        self.store = store
+        self.sync = sync
+        self.interval_s = max(0.001, interval_ms / 1000)
+        self.waiters_max = waiters_max
+        self._waiters: list = []   # heap of (end_offset, seq, future)
+        self._seq = itertools.count()
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.failed = False
+        self.flushed_offset = 0
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="pocketmq-flush", daemon=True)
+        self._thread.start()
+
+    async def wait_flushed(self, end_offset: int, timeout_s: float):
+        """True when flushed, False on timeout, None when the store failed."""
+        if self.failed:
+            return None
+        if self.flushed_offset >= end_offset:
+            return True
+        if len(self._waiters) >= self.waiters_max:
+            return False
+        fut = self._loop.create_future()
+        heapq.heappush(self._waiters, (end_offset, next(self._seq), fut))
+        self._wake.set()
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        except asyncio.TimeoutError:
+            return False
+
+    def _release(self, flushed: int, failed: bool) -> None:
+        # Runs on the loop thread.
+        self.flushed_offset = max(self.flushed_offset, flushed)
+        w = self._waiters
+        if failed:
+            self.failed = True
+            while w:
+                _, _, fut = heapq.heappop(w)
+                if not fut.done():
+                    fut.set_result(None)
+            return
+        while w and w[0][0] <= self.flushed_offset:
+            _, _, fut = heapq.heappop(w)
+            if not fut.done():
+                fut.set_result(True)
+
+    def _run(self) -> None:
+        while not self._stop:
+            if self.sync:
+                self._wake.wait(self.interval_s)
+            else:
+                self._wake.wait(self.interval_s)
+            self._wake.clear()
+            if self._stop:
+                break
+            self._flush_once()
+
+    def _flush_once(self) -> None:
+        try:
+            flushed = self.store.flush()
+            failed = False
+        except Exception:
+            log.exception("commit log flush failed; the store stops accepting writes until restart")
+            flushed, failed = self.flushed_offset, True
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._release, flushed, failed)
+            except RuntimeError:
+                pass
+
+    def stop(self) -> None:
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None

@@ -1,0 +1,99 @@
+"""Long-polling shell: answers held pulls when woken or when their time is up.
+
+Wake-ups come from the reput dispatcher (`on_dispatch`, called on the loop
+thread right after an append). The loop task sleeps until the earliest
+deadline, capped by the rescan interval (5 s, or 1 s with short polling),
+which re-checks every held pull against the queue max offsets in case a
+notification was missed.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+log = logging.getLogger("pocketmq.broker.hold")
+
+
+class HoldService:
+    def __init__(self, broker, rescan_interval_ms: int = 5000):
+        self.broker = broker
+        self.table = broker.held_pulls
+        self.rescan_interval_ms = rescan_interval_ms
+        self._event = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._pending_notify: dict = {}
+        self._notify_scheduled = False
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="hold-service")
+
+    def wake(self) -> None:
+        self._event.set()
+
+    def on_dispatch(self, topic: str, queue_id: int, max_offset: int, tags_code, store_timestamp: int) -> None:
+        if not self.table.by_queue:
+            return
+        # Coalesce dispatches of one batch/loop turn: replay once per queue.
+        key = (topic, queue_id)
+        prev = self._pending_notify.get(key)
+        if prev is None:
+            self._pending_notify[key] = [max_offset, {tags_code}]
+        else:
+            prev[0] = max(prev[0], max_offset)
+            prev[1].add(tags_code)
+        if not self._notify_scheduled:
+            self._notify_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_notify)
+
+    def _flush_notify(self) -> None:
+        self._notify_scheduled = False
+        pending, self._pending_notify = self._pending_notify, {}
+        from broker.processors.pull import replay
+        for (topic, qid), (max_offset, codes) in pending.items():
+            woken = []
+            if len(codes) == 1:
+                woken = self.table.notify(topic, qid, max_offset, next(iter(codes)))
+            else:
+                seen = set()
+                for c in codes:
+                    for p in self.table.notify(topic, qid, max_offset, c):
+                        if id(p) not in seen:
+                            seen.add(id(p))
+                            woken.append(p)
+            for p in woken:
+                replay(self.broker, p)
+
+    async def _run(self) -> None:
+        from broker.processors.pull import replay
+        last_rescan = time.monotonic()
+        while True:
+            now_ms = self.broker.now_ms()
+            nd = self.table.next_deadline_ms()
+            wait_ms = self.rescan_interval_ms if nd is None else max(0, min(self.rescan_interval_ms, nd - now_ms))
+            self._event.clear()
+            try:
+                await asyncio.wait_for(self._event.wait(), wait_ms / 1000)
+            except asyncio.TimeoutError:
+                pass
+            try:
+                for p in self.table.expire(self.broker.now_ms()):
+                    replay(self.broker, p)
+                if time.monotonic() - last_rescan >= self.rescan_interval_ms / 1000:
+                    last_rescan = time.monotonic()
+                    for p in self.table.stale(self.broker.store.get_max_offset_in_queue):
+                        replay(self.broker, p)
+            except Exception:
+                log.exception("hold service pass failed")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        # Answer everything still held so clients re-pull elsewhere instead of timing out.
+        from broker.processors.pull import replay
+        for p in self.table.drain_all():
+            replay(self.broker, p)

@@ -1,0 +1,40 @@
+"""Process plumbing shared by the daemons: logging, uvloop, signals."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+
+def setup_logging(level: str = "INFO") -> None:
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)-5s %(name)s - %(message)s")
+
+
+def install_uvloop() -> None:
+    try:
+        import uvloop
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except ImportError:  # uvloop is a dependency, but keep the daemons usable without it
+        logging.getLogger("pocketmq").warning("uvloop not available; using the default asyncio loop")
+
+
+async def run_until_signal(*services) -> None:
+    """Start services (async context managers' start/close), run until SIGTERM/SIGINT, close in reverse."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    started = []
+    try:
+        for s in services:
+            await s.start()
+            started.append(s)
+        await stop.wait()
+    finally:
+        for s in reversed(started):
+            try:
+                await s.close()
+            except Exception:
+                logging.getLogger("pocketmq").exception("error while closing %s", type(s).__name__)

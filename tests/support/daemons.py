@@ -1,0 +1,141 @@
+"""Start real `mqnamesrv` / `mqbroker` processes for cluster and interop tests.
+
+Readiness is parsed from each daemon's log line ("boot success" with its
+address), never guessed with sleeps. Every wait is bounded.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+READY_NS = re.compile(r"The Name Server boot success\..*address \S+:(\d+)")
+READY_BROKER = re.compile(r"The broker\[[^,]+, ([\d.]+):(\d+)\] boot success")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _script(name: str) -> list[str]:
+    path = shutil.which(name)
+    if path:
+        return [path]
+    module = {"mqnamesrv": "nameserver", "mqbroker": "broker"}[name]
+    return [sys.executable, "-m", module]
+
+
+class Daemon:
+    def __init__(self, name: str, args: list[str], ready: re.Pattern, log_path: str, env=None):
+        self.name = name
+        self.args = args
+        self.ready_re = ready
+        self.log_path = log_path
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+        self.match = None
+        self._lines: list[str] = []
+        self._ready = threading.Event()
+
+    def start(self, timeout_s: float = 30.0) -> "Daemon":
+        self._ready.clear()
+        self.match = None
+        env = dict(os.environ if self.env is None else self.env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.proc = subprocess.Popen(_script(self.name) + self.args, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, env=env)
+        threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
+        if not self._ready.wait(timeout_s) or self.match is None:
+            self.kill()
+            raise RuntimeError(f"{self.name} not ready in {timeout_s}s; log tail:\n" + "".join(self._lines[-40:]))
+        return self
+
+    def _pump(self, proc) -> None:
+        with open(self.log_path, "a") as log:
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                self._lines.append(line)
+                if len(self._lines) > 2000:
+                    del self._lines[:1000]
+                if self.match is None:
+                    m = self.ready_re.search(line)
+                    if m:
+                        self.match = m
+                        self._ready.set()
+        self._ready.set()
+
+    def log_text(self) -> str:
+        return "".join(self._lines)
+
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+            raise RuntimeError(f"{self.name} did not stop within {timeout_s}s after SIGTERM")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+class Cluster:
+    """One nameserver and one broker on free loopback ports, store under `root`."""
+
+    def __init__(self, root: str, broker_args: list[str] | None = None):
+        self.root = root
+        os.makedirs(root, exist_ok=True)
+        self.ns_port = free_port()
+        self.broker_port = free_port()
+        self.broker_args = broker_args or []
+        self.namesrv = Daemon("mqnamesrv", [f"--listenPort={self.ns_port}",
+                                            f"--kvConfigPath={root}/namesrv/kvConfig.json"],
+                              READY_NS, os.path.join(root, "namesrv.log"))
+        self.broker = self._broker_daemon()
+
+    def _broker_daemon(self) -> Daemon:
+        args = ["-n", self.namesrv_addr, f"--listenPort={self.broker_port}", "--brokerIP1=127.0.0.1",
+                f"--storePathRootDir={self.root}/store", "--mappedFileSizeCommitLog=67108864"] + self.broker_args
+        return Daemon("mqbroker", args, READY_BROKER, os.path.join(self.root, "broker.log"))
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.ns_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return f"127.0.0.1:{self.broker_port}"
+
+    def start(self) -> "Cluster":
+        self.namesrv.start()
+        self.broker.start()
+        return self
+
+    def restart_broker(self, kill: bool = False) -> None:
+        if kill:
+            self.broker.kill()
+        else:
+            self.broker.stop()
+        self.broker = self._broker_daemon()
+        self.broker.start()
+
+    def stop(self) -> None:
+        for d in (self.broker, self.namesrv):
+            try:
+                d.stop()
+            except Exception:
+                d.kill()
