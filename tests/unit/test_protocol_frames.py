@@ -1,0 +1,122 @@
+"""Frame codec: golden frames, every split point, garbage yields only ProtocolError."""
+import json
+import random
+
+import pytest
+
+from protocol.codes import LanguageCode, SerializeType
+from protocol.command import FrameDecoder, RemotingCommand, encode, encode_parts
+from protocol.errors import ProtocolError
+from protocol.headers.codec import decode_json, decode_rocketmq, encode_rocketmq
+
+JAVA_HB_RESPONSE = b'{"code":0,"flag":1,"language":"JAVA","opaque":3,"serializeTypeCurrentRPC":"JSON","version":401}'
+
+
+def test_appendix_a1_java_heartbeat_response_frame():
+    frame = encode(RemotingCommand(0, opaque=3, flag=1))
+    assert len(JAVA_HB_RESPONSE) == 95
+    assert frame[:8] == bytes.fromhex("000000630000005F")
+    assert frame[8:] == JAVA_HB_RESPONSE
+    assert len(frame) == 103
+
+
+def test_appendix_a2_rocketmq_binary_header():
+    hdr = encode_rocketmq(34, LanguageCode.CPP, 63, 7, 0, None, {"a": "b"})
+    assert hdr == bytes.fromhex("0022" "01" "003F" "00000007" "00000000" "00000000" "00000008" "0001" "61" "00000001" "62")
+    cmd = RemotingCommand(34, opaque=7, ext_fields={"a": "b"}, language=LanguageCode.CPP, version=63,
+                          serialize_type=SerializeType.ROCKETMQ)
+    frame = encode(cmd)
+    assert frame[4:8] == bytes.fromhex("0100001D")
+    assert decode_rocketmq(hdr) == (34, 1, 63, 7, 0, None, {"a": "b"})
+
+
+def test_cpp_request_header_quirks_are_normalised():
+    # Numbers inside extFields, "remark":"", trailing newline: what C++ 1.2.x sends.
+    text = ('{"code":10,"extFields":{"AccessKey":"","batch":"0","defaultTopicQueueNums":4,"queueId":1,'
+            '"sysFlag":0,"flag":0,"unitMode":false},"flag":0,"language":"CPP","opaque":7,"remark":"","version":63}\n')
+    code, lang, version, opaque, flag, remark, ext = decode_json(text.encode())
+    assert (code, lang, version, opaque, flag, remark) == (10, LanguageCode.CPP, 63, 7, 0, "")
+    assert ext["defaultTopicQueueNums"] == "4" and ext["queueId"] == "1" and ext["unitMode"] == "false"
+    assert all(isinstance(v, str) for v in ext.values())
+
+
+def test_response_ext_fields_always_strings():
+    cmd = RemotingCommand(0, opaque=1, flag=1, ext_fields={"queueOffset": 5, "ok": True})
+    frame = encode(cmd)
+    hdr = json.loads(frame[8:])
+    assert hdr["extFields"] == {"queueOffset": "5", "ok": "true"}
+
+
+@pytest.mark.parametrize("stype", list(SerializeType))
+def test_round_trip_every_split_point(stype):
+    cmds = [RemotingCommand(10 + i, opaque=i, flag=i % 3, remark="r" * i if i % 2 else None,
+                            ext_fields={"k": "v" * i, "topic": "中文"}, body=bytes(range(i * 7 % 256)),
+                            serialize_type=stype) for i in range(5)]
+    stream = b"".join(encode(c) for c in cmds)
+    for split in range(len(stream) + 1):
+        d = FrameDecoder()
+        d.feed(stream[:split])
+        out = list(d.commands())
+        d.feed(stream[split:])
+        out += list(d.commands())
+        assert [(c.code, c.opaque, c.flag, c.remark, c.ext_fields, c.body, c.serialize_type) for c in out] == \
+               [(c.code, c.opaque, c.flag, c.remark, c.ext_fields, c.body, c.serialize_type) for c in cmds]
+
+
+def test_fed_one_byte_at_a_time():
+    cmd = RemotingCommand(11, opaque=99, ext_fields={"a": "1"}, body=b"xyz" * 100)
+    d = FrameDecoder()
+    got = []
+    for b in encode(cmd):
+        d.feed(bytes([b]))
+        got += list(d.commands())
+    assert len(got) == 1 and got[0].body == b"xyz" * 100 and got[0].ext_fields == {"a": "1"}
+
+
+def test_body_as_buffer_list_is_written_without_join():
+    body = [memoryview(b"abc"), memoryview(b"defg")]
+    parts = encode_parts(RemotingCommand(0, flag=1, body=body))
+    assert parts[1] is body[0] and parts[2] is body[1]
+    d = FrameDecoder()
+    d.feed(b"".join(bytes(p) for p in parts))
+    assert d.next_command().body == b"abcdefg"
+
+
+def test_oversize_frame_is_a_protocol_error():
+    d = FrameDecoder(frame_size_bytes_max=1024)
+    d.feed((2048).to_bytes(4, "big"))
+    with pytest.raises(ProtocolError):
+        d.next_command()
+
+
+@pytest.mark.parametrize("bad", [
+    b"\x00\x00\x00\x02",                                   # length below 4
+    b"\xff\xff\xff\xff",                                   # negative length
+    b"\x00\x00\x00\x08\x05\x00\x00\x00abcd",               # unknown serialize type
+    b"\x00\x00\x00\x08\x00\x00\x00\xffabcd",               # header longer than frame
+    b"\x00\x00\x00\x08\x00\x00\x00\x04abcd",               # JSON garbage
+    b"\x00\x00\x00\x06\x00\x00\x00\x02[]",                 # JSON not an object
+    b"\x00\x00\x00\x08\x01\x00\x00\x04abcd",               # ROCKETMQ truncated
+    b"\x00\x00\x00\x07\x02\x00\x00\x03\x93\x01\x02",       # msgpack wrong arity
+])
+def test_malformed_frames(bad):
+    d = FrameDecoder()
+    d.feed(bad)
+    with pytest.raises(ProtocolError):
+        d.next_command()
+
+
+def test_random_garbage_yields_only_protocol_errors():
+    rng = random.Random(1234)
+    for i in range(3000):
+        n = rng.randrange(1, 200)
+        data = bytes(rng.randrange(256) for _ in range(n))
+        if i % 3 == 0:  # plausible prefix, garbage header
+            hl = rng.randrange(0, 64)
+            data = (4 + hl + 5).to_bytes(4, "big") + bytes([rng.choice([0, 1, 2]), 0, 0, hl]) + data
+        d = FrameDecoder(frame_size_bytes_max=1 << 16)
+        try:
+            d.feed(data)
+            list(d.commands())
+        except ProtocolError:
+            pass
