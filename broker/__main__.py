@@ -14,17 +14,18 @@ def main(argv=None) -> int:
     from remoting.daemon import install_uvloop, run_until_signal, setup_logging
     argv = sys.argv[1:] if argv is None else argv
     try:
-        parsed = parse_args(argv)
+        parsed = parse_args(argv)  # -h/-p/-m print and raise SystemExit(0)
     except ConfigError as e:
         print(f"mqbroker: {e}", file=sys.stderr)
         return 2
-    if parsed is None:  # -p / -m / -h printed what was asked
-        return 0
     config, report = parsed
     setup_logging()
     log = logging.getLogger("pocketmq.broker")
-    for line in getattr(report, "lines", lambda: [])():
-        log.info("%s", line)
+    if report.config_file:
+        log.info("load config file %s", report.config_file)
+    for line in (report.unused_line(), *report.notes):
+        if line:
+            log.info("%s", line)
     from broker.app import Broker
     install_uvloop()
     try:

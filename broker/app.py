@@ -117,10 +117,14 @@ class Broker:
                  cfg.brokerName, self.addr, cfg.namesrvAddr)
 
     def _open_store(self) -> None:
-        from broker.store.store import MessageStore, StoreConfig
+        from broker.store.store import MessageStore
+        from broker.store.store_config import StoreConfig
         cfg = self.config
         kwargs = cfg.store_config_kwargs()
         kwargs["store_host"] = self.store_host
+        # maxMessageSize bounds the body (checked by the send processor); the store's
+        # bound is on the whole record, which adds properties (<= 32 KiB), topic and header.
+        kwargs["max_message_size"] = cfg.maxMessageSize + 33 * 1024
         self.store = MessageStore(StoreConfig(**kwargs))
         self.recovery_report = self.store.open()
         if self.recovery_report is not None:
@@ -191,10 +195,9 @@ class Broker:
     # -- hooks used by processors -------------------------------------------------------
     def store_message(self, topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
                       reconsume_times, now_ms):
-        from broker.store.store import MessageToStore
-        return MessageToStore(topic=topic, queue_id=queue_id, flag=flag, body=body, properties=properties,
-                              sys_flag=sys_flag, born_timestamp=born_timestamp, born_host=born_host,
-                              reconsume_times=reconsume_times, prepared_transaction_offset=0, now_ms=now_ms)
+        from broker.store.api import MessageToStore
+        return MessageToStore(topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
+                              now_ms, reconsume_times, 0)
 
     def put_status_to_code(self, status) -> tuple[int, str | None]:
         name = status.name if hasattr(status, "name") else str(status)
@@ -217,7 +220,7 @@ class Broker:
         return {"MSG_REGION": self.config.regionId, "TRACE_ON": "true" if self.config.traceOn else "false"}
 
     def stats_put(self, result) -> None:
-        self.msg_put_total += getattr(result, "msg_num", 1) or 1
+        self.msg_put_total += result.msg_count or 1
 
     def stats_get(self, n: int) -> None:
         self.msg_get_total += n

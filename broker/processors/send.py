@@ -90,9 +90,10 @@ def process_send(broker, conn, cmd):
             p = eprops + "\x02" + extra if eprops and not eprops.endswith("\x02") else eprops + extra
             if len(p.encode()) > PROPERTIES_MAX_BYTES:
                 return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL, "the message properties exceed 32767 bytes")
-            records.append(broker.store_message(topic, queue_id, flag, ebody, p, h.sys_flag, h.born_timestamp,
-                                                born_host, h.reconsume_times, now))
-        result = broker.store.put_messages(records)
+            records.append((flag, ebody, p))
+        from broker.store.api import MessageBatchToStore
+        result = broker.store.put_messages(MessageBatchToStore(topic, queue_id, h.sys_flag, h.born_timestamp,
+                                                               born_host, now, records, h.reconsume_times))
         wait = True
     else:
         p = props + "\x02" + batch_props if props and not props.endswith("\x02") else props + batch_props

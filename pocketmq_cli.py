@@ -1,0 +1,102 @@
+"""`pocketmq`: the project's front door.
+
+    pocketmq dev            a nameserver and a broker in one process (store in ./pocketmq-dev)
+    pocketmq dev --demo     the same, then send and consume a few messages and print them
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import time
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pocketmq", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    dev = sub.add_parser("dev", help="run a nameserver and a broker in one process")
+    dev.add_argument("--dir", default="./pocketmq-dev", help="store directory (default ./pocketmq-dev)")
+    dev.add_argument("--namesrv-port", type=int, default=9876)
+    dev.add_argument("--broker-port", type=int, default=10911)
+    dev.add_argument("--demo", action="store_true", help="send and consume a few messages, print them, exit")
+    dev.add_argument("--sync-flush", action="store_true", help="flushDiskType=SYNC_FLUSH")
+    return p
+
+
+async def _demo(namesrv_addr: str, broker_addr: str, count: int = 5) -> list:
+    """Produce and consume through the wire protocol, as any RocketMQ client would."""
+    from client.producer import Producer
+    from client.lite_pull_consumer import LitePullConsumer
+    topic = "DemoTopic"
+    received = []
+    async with Producer("demo_producer", namesrv_addr=namesrv_addr) as producer:
+        for i in range(count):
+            r = await producer.send(topic, f"hello pocketmq #{i}".encode(), tags="demo", keys=f"k{i}")
+            print(f"sent     msgId={r.msg_id} queue={r.message_queue.queue_id} offset={r.queue_offset}")
+    async with LitePullConsumer("demo_consumer", namesrv_addr=namesrv_addr,
+                                consume_from_where="CONSUME_FROM_FIRST_OFFSET") as consumer:
+        await consumer.subscribe(topic, "demo")
+        deadline = time.monotonic() + 20
+        while len(received) < count and time.monotonic() < deadline:
+            for m in await consumer.poll(timeout=1.0):
+                received.append(m)
+                print(f"received msgId={m.msg_id} queue={m.queue_id} offset={m.queue_offset} "
+                      f"tags={m.tags} keys={m.keys} body={m.body.decode()!r}")
+        await consumer.commit()
+    return received
+
+
+async def _dev(args) -> int:
+    from broker.app import Broker
+    from broker.config import parse_args as broker_args
+    from nameserver.app import NameServer
+    from nameserver.config import parse_args as ns_args
+    store_dir = os.path.abspath(args.dir)
+    os.makedirs(store_dir, exist_ok=True)
+    print(f"pocketmq dev: store in {store_dir}", flush=True)
+    ns_cfg, _ = ns_args([f"--listenPort={args.namesrv_port}", f"--kvConfigPath={store_dir}/namesrv/kvConfig.json"])
+    namesrv_addr = f"127.0.0.1:{args.namesrv_port}"
+    b_cfg, _ = broker_args(["-n", namesrv_addr, f"--listenPort={args.broker_port}", "--brokerIP1=127.0.0.1",
+                            f"--storePathRootDir={store_dir}/store",
+                            "--mappedFileSizeCommitLog=134217728"]
+                           + (["--flushDiskType=SYNC_FLUSH"] if args.sync_flush else []))
+    namesrv = NameServer(ns_cfg)
+    broker = Broker(b_cfg)
+    await namesrv.start()
+    try:
+        await broker.start()
+        try:
+            print(f"pocketmq dev: nameserver {namesrv_addr}, broker {broker.addr} "
+                  f"(export NAMESRV_ADDR={namesrv_addr})", flush=True)
+            if args.demo:
+                got = await _demo(namesrv_addr, broker.addr)
+                print(f"pocketmq dev --demo: {len(got)} messages consumed", flush=True)
+                return 0 if got else 1
+            from remoting.daemon import run_until_signal
+            await run_until_signal()
+        finally:
+            await broker.close()
+    finally:
+        await namesrv.close()
+    return 0
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    from remoting.daemon import install_uvloop, setup_logging
+    setup_logging("WARNING" if getattr(args, "demo", False) else "INFO")
+    install_uvloop()
+    if args.command == "dev":
+        try:
+            return asyncio.run(_dev(args))
+        except OSError as e:
+            print(f"pocketmq dev: {e}", file=sys.stderr)
+            return 1
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

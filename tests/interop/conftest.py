@@ -1,0 +1,62 @@
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from tests.support.daemons import Cluster
+
+AGENT = os.path.join(os.path.dirname(__file__), "cpp_agent.py")
+
+
+def _has_wheel() -> bool:
+    try:
+        import rocketmq.client  # noqa: F401
+        return True
+    except Exception:
+        return False
+
+
+if not _has_wheel():
+    pytest.skip("the rocketmq==0.4.4 wheel (Apache C++ client) is not installed", allow_module_level=True)
+
+
+class Agent:
+    """Runs cpp_agent.py in a subprocess with HOME in a temp dir."""
+
+    def __init__(self, home: str):
+        self.home = home
+
+    def start(self, *args: str, out_path: str | None = None) -> subprocess.Popen:
+        env = dict(os.environ, HOME=self.home, PYTHONUNBUFFERED="1")
+        out = open(out_path, "w") if out_path else subprocess.PIPE
+        return subprocess.Popen([sys.executable, AGENT, *args], stdout=out,
+                                stderr=subprocess.PIPE, text=True, env=env)
+
+    def run(self, *args: str, timeout: float = 90) -> list[dict]:
+        import json
+        p = self.start(*args)
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            raise AssertionError(f"cpp agent {args} timed out; stderr tail: {err[-2000:]}")
+        events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        if p.returncode != 0:
+            raise AssertionError(f"cpp agent {args} exited {p.returncode}; stderr tail: {err[-2000:]}")
+        return events
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory):
+    return Agent(str(tmp_path_factory.mktemp("cpphome")))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = Cluster(str(tmp_path_factory.mktemp("cluster")), broker_args=["--flushDiskType=SYNC_FLUSH"])
+    c.start()
+    yield c
+    c.stop()

@@ -1,0 +1,174 @@
+"""Drive the Apache RocketMQ C++ client (PyPI `rocketmq==0.4.4`) from a subprocess.
+
+Each run prints one JSON object per line on stdout, so tests can parse what
+the C++ client saw. Run it with HOME pointing at a temp dir (librocketmq
+writes its logs under ~/logs).
+
+    python cpp_agent.py produce --ns ADDR --topic T --mode sync --count 10
+    python cpp_agent.py push --ns ADDR --group G --topic T --expect 10 --idle 5
+    python cpp_agent.py pull --ns ADDR --group G --topic T --expect 10
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+
+
+def emit(**kw):
+    sys.stdout.write(json.dumps(kw) + "\n")
+    sys.stdout.flush()
+
+
+def _message(topic, i, args):
+    from rocketmq.client import Message
+    m = Message(topic)
+    m.set_body(f"{args.prefix}-{i}".encode())
+    m.set_tags(args.tags)
+    m.set_keys(f"key-{i}")
+    m.set_property("idx", str(i))
+    m.set_property("origin", "cpp")
+    return m
+
+
+def produce(args):
+    from rocketmq.client import Producer
+    p = Producer(args.group, timeout=args.timeout_ms)
+    p.set_namesrv_addr(args.ns)
+    p.start()
+    try:
+        if args.mode == "batch":
+            for start in range(0, args.count, args.batch_size):
+                idx = list(range(start, min(args.count, start + args.batch_size)))
+                r = p.send_batch([_message(args.topic, i, args) for i in idx])
+                emit(event="sent", mode="batch", idx=idx, status=int(r.status), msg_id=r.msg_id, offset=r.offset)
+        elif args.mode == "async":
+            done = threading.Semaphore(0)
+            results = []
+
+            def ok(r, i=None):
+                results.append(r)
+                done.release()
+
+            def fail(e):
+                emit(event="error", error=str(e))
+                done.release()
+            msgs = []
+            for i in range(args.count):
+                m = _message(args.topic, i, args)
+                msgs.append(m)  # keep alive until the callback ran
+                p.send_async(m, lambda r, i=i: (emit(event="sent", mode="async", idx=i, status=int(r.status),
+                                                     msg_id=r.msg_id, offset=r.offset), done.release()),
+                             fail)
+            for _ in range(args.count):
+                if not done.acquire(timeout=30):
+                    emit(event="error", error="async send timed out")
+                    break
+        else:
+            for i in range(args.count):
+                m = _message(args.topic, i, args)
+                if args.mode == "sync":
+                    r = p.send_sync(m)
+                    emit(event="sent", mode="sync", idx=i, status=int(r.status), msg_id=r.msg_id, offset=r.offset)
+                elif args.mode == "oneway":
+                    p.send_oneway(m)
+                    emit(event="sent", mode="oneway", idx=i)
+                elif args.mode == "orderly":
+                    r = p.send_orderly(m, i % 4)
+                    emit(event="sent", mode="orderly", idx=i, status=int(r.status), msg_id=r.msg_id,
+                         offset=r.offset)
+    finally:
+        p.shutdown()
+    emit(event="done")
+
+
+def _recv(msg):
+    props = {k: (msg.get_property(k) or b"").decode() for k in ("idx", "origin", "UNIQ_KEY")}
+    return dict(event="msg", topic=msg.topic, body=msg.body.decode(errors="replace"),
+                tags=(msg.tags or b"").decode(), keys=(msg.keys or b"").decode(), props=props,
+                queue_id=msg.queue_id, queue_offset=msg.queue_offset, msg_id=msg.id,
+                reconsume_times=msg.reconsume_times)
+
+
+def push_main(args):
+    from rocketmq.client import PushConsumer
+    c = PushConsumer(args.group)
+    c.set_namesrv_addr(args.ns)
+    if args.instance:
+        c.set_instance_name(args.instance)
+    c.set_thread_count(2)
+    lock = threading.Lock()
+    state = {"n": 0, "last": time.monotonic()}
+
+    def on_msg(msg):
+        with lock:
+            emit(**_recv(msg))
+            state["n"] += 1
+            state["last"] = time.monotonic()
+
+    c.subscribe(args.topic, on_msg, args.expr)
+    c.start()
+    emit(event="started")
+    deadline = time.monotonic() + args.seconds
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            with lock:
+                if args.expect and state["n"] >= args.expect and time.monotonic() - state["last"] > args.linger:
+                    break
+                if args.stop_file and _exists(args.stop_file):
+                    break
+    finally:
+        c.shutdown()
+    emit(event="done", count=state["n"])
+
+
+def _exists(path):
+    import os
+    return os.path.exists(path)
+
+
+def pull_main(args):
+    from rocketmq.client import PullConsumer
+    c = PullConsumer(args.group)
+    c.set_namesrv_addr(args.ns)
+    c.start()
+    n = 0
+    deadline = time.monotonic() + args.seconds
+    try:
+        while time.monotonic() < deadline and (not args.expect or n < args.expect):
+            for msg in c.pull(args.topic, args.expr):
+                emit(**_recv(msg))
+                n += 1
+            time.sleep(0.2)
+    finally:
+        c.shutdown()
+    emit(event="done", count=n)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("cmd", choices=["produce", "push", "pull"])
+    p.add_argument("--ns", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--group", default="cpp_group")
+    p.add_argument("--mode", default="sync", choices=["sync", "async", "oneway", "orderly", "batch"])
+    p.add_argument("--count", type=int, default=10)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--tags", default="TagA")
+    p.add_argument("--prefix", default="m")
+    p.add_argument("--expr", default="*")
+    p.add_argument("--expect", type=int, default=0)
+    p.add_argument("--seconds", type=float, default=60)
+    p.add_argument("--linger", type=float, default=2.0)
+    p.add_argument("--instance", default="")
+    p.add_argument("--stop-file", default="")
+    p.add_argument("--timeout-ms", type=int, default=5000)
+    args = p.parse_args()
+    {"produce": produce, "push": push_main, "pull": pull_main}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
