@@ -1,0 +1,677 @@
+"""BrokerConfig: every key a RocketMQ 4.9 ``broker.conf`` may hold, typed and checked.
+
+RocketMQ's ``BrokerStartup`` copies one properties file onto four objects
+(``BrokerConfig``, ``NettyServerConfig``, ``NettyClientConfig``,
+``MessageStoreConfig``); here they are one pydantic model whose field names
+are RocketMQ's camelCase keys exactly (keys are the Java setter names). Defaults
+are 4.9.8's, except ``brokerName`` ("broker-a" instead of the host name).
+
+A key pocketmq does not act on is still accepted and typed, so a real
+broker.conf loads; ``LoadReport.unused_line()`` names those that were set.
+Unknown keys and bad values are errors (RocketMQ ignores both silently).
+
+Where we differ from RocketMQ, on purpose:
+
+* ``haListenPort`` follows ``listenPort + 1`` unless it is set explicitly
+  (RocketMQ always forces ``listenPort + 1`` and ignores the setting).
+* A master (ASYNC_MASTER/SYNC_MASTER) with ``brokerId != 0`` is refused
+  (RocketMQ silently resets it to 0, hiding a forgotten ``brokerRole=SLAVE``).
+* ``aclEnable=true`` and ``enableDLegerCommitLog=true`` are refused: pocketmq
+  has neither, and running without them would silently weaken the deployment.
+* ``registerNameServerPeriod`` is used as given (RocketMQ clamps it to
+  10 000..60 000 ms).
+* ``~`` is expanded in ``storePathRootDir`` and ``storePathCommitLog``.
+* ``maxHeldPulls`` and ``maxFrameSize`` are pocketmq's own bounds (RocketMQ's
+  frame limit is the system property ``com.rocketmq.remoting.frameMaxLength``).
+* Pre-4.5 spellings ``mapedFileSizeCommitLog``/``mapedFileSizeConsumeQueue`` are
+  aliases (4.9 ignores them); a few keys that circulate in copied broker.conf
+  templates but never existed in RocketMQ (``storePathConsumeQueue``...) are
+  accepted and ignored with a note, as RocketMQ ignores them.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import socket
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from enum import StrEnum
+from typing import Annotated, Any, TextIO
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from protocol.properties_file import (
+    LAYER_COMMAND_LINE,
+    LAYER_FILE,
+    CliOption,
+    ConfigError,
+    LoadReport,
+    Setting,
+    decode_properties,
+    error_from_validation,
+    format_properties,
+    parse_command_line,
+    parse_properties,
+    resolve_settings,
+    usage,
+)
+
+__all__ = [
+    "ALIASES",
+    "IMPLEMENTED_KEYS",
+    "IMPORTANT_KEYS",
+    "LEGACY_IGNORED_KEYS",
+    "BrokerConfig",
+    "BrokerRole",
+    "ConfigError",
+    "FlushDiskType",
+    "LoadReport",
+    "format_config",
+    "load_config",
+    "parse_args",
+]
+
+_INT_MAX = 2**31 - 1
+_LONG_MAX = 2**63 - 1
+_CPUS = os.cpu_count() or 1
+
+JavaInt = Annotated[int, Field(ge=-(2**31), le=_INT_MAX)]
+JavaLong = Annotated[int, Field(ge=-(2**63), le=_LONG_MAX)]
+Port = Annotated[int, Field(ge=0, le=65535)]
+PositiveInt = Annotated[int, Field(ge=1, le=_INT_MAX)]
+NonNegativeInt = Annotated[int, Field(ge=0, le=_INT_MAX)]
+NonNegativeLong = Annotated[int, Field(ge=0, le=_LONG_MAX)]
+Name = Annotated[str, Field(min_length=1)]
+
+CQ_STORE_UNIT_SIZE = 20
+_DELAY_LEVEL_RE = re.compile(r"([0-9]+)([smhd])")
+_DELAY_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class BrokerRole(StrEnum):
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
+class FlushDiskType(StrEnum):
+    SYNC_FLUSH = "SYNC_FLUSH"
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+
+
+@functools.lru_cache(maxsize=1)
+def primary_ipv4() -> str:
+    """The source address of the default route, or 127.0.0.1.
+
+    A UDP ``connect`` only selects a route; no packet leaves the machine.
+    192.0.2.1 is TEST-NET-1 (documentation only), so it is never a real peer.
+    """
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("192.0.2.1", 9))
+            address = probe.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+    return address if address and address != "0.0.0.0" else "127.0.0.1"
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get(name) or None
+
+
+def _cross(key: str, detail: str, *related: str) -> PydanticCustomError:
+    return PydanticCustomError("config", "{detail}", {"key": key, "related": related, "detail": detail})
+
+
+class BrokerConfig(BaseModel):
+    """RocketMQ 4.9 broker configuration (BrokerConfig + Netty server/client + MessageStoreConfig)."""
+
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, strict=True, populate_by_name=True
+    )
+
+    # --- BrokerConfig.java -------------------------------------------------
+    rocketmqHome: str | None = Field(default_factory=lambda: _env("ROCKETMQ_HOME"))
+    namesrvAddr: str | None = Field(default_factory=lambda: _env("NAMESRV_ADDR"), validate_default=True)
+    brokerIP1: Name = Field(default_factory=primary_ipv4)
+    brokerIP2: Name = Field(default_factory=primary_ipv4)
+    brokerName: Name = "broker-a"
+    brokerClusterName: Name = "DefaultCluster"
+    brokerId: NonNegativeLong = 0
+    brokerPermission: Annotated[int, Field(ge=0, le=15)] = 6
+    defaultTopicQueueNums: PositiveInt = 8
+    autoCreateTopicEnable: bool = True
+    clusterTopicEnable: bool = True
+    brokerTopicEnable: bool = True
+    autoCreateSubscriptionGroup: bool = True
+    messageStorePlugIn: str = ""
+    msgTraceTopicName: Name = "RMQ_SYS_TRACE_TOPIC"
+    traceTopicEnable: bool = False
+    sendMessageThreadPoolNums: JavaInt = min(_CPUS, 4)
+    putMessageFutureThreadPoolNums: JavaInt = min(_CPUS, 4)
+    pullMessageThreadPoolNums: JavaInt = 16 + _CPUS * 2
+    processReplyMessageThreadPoolNums: JavaInt = 16 + _CPUS * 2
+    queryMessageThreadPoolNums: JavaInt = 8 + _CPUS
+    adminBrokerThreadPoolNums: JavaInt = 16
+    clientManageThreadPoolNums: JavaInt = 32
+    consumerManageThreadPoolNums: JavaInt = 32
+    heartbeatThreadPoolNums: JavaInt = min(32, _CPUS)
+    endTransactionThreadPoolNums: JavaInt = max(8 + _CPUS * 2, min(_CPUS, 4) * 4)
+    flushConsumerOffsetInterval: PositiveInt = 5000
+    flushConsumerOffsetHistoryInterval: JavaInt = 60_000
+    rejectTransactionMessage: bool = False
+    fetchNamesrvAddrByAddressServer: bool = False
+    sendThreadPoolQueueCapacity: JavaInt = 10_000
+    putThreadPoolQueueCapacity: JavaInt = 10_000
+    pullThreadPoolQueueCapacity: JavaInt = 100_000
+    replyThreadPoolQueueCapacity: JavaInt = 10_000
+    queryThreadPoolQueueCapacity: JavaInt = 20_000
+    clientManagerThreadPoolQueueCapacity: JavaInt = 1_000_000
+    consumerManagerThreadPoolQueueCapacity: JavaInt = 1_000_000
+    heartbeatThreadPoolQueueCapacity: JavaInt = 50_000
+    endTransactionPoolQueueCapacity: JavaInt = 100_000
+    filterServerNums: JavaInt = 0
+    longPollingEnable: bool = True
+    shortPollingTimeMills: NonNegativeLong = 1000
+    notifyConsumerIdsChangedEnable: bool = True
+    highSpeedMode: bool = False
+    commercialEnable: bool = True
+    commercialTimerCount: JavaInt = 1
+    commercialTransCount: JavaInt = 1
+    commercialBigCount: JavaInt = 1
+    commercialBaseCount: JavaInt = 1
+    transferMsgByHeap: bool = True
+    maxDelayTime: JavaInt = 40
+    regionId: Name = "DefaultRegion"
+    registerBrokerTimeoutMills: JavaInt = 6000
+    slaveReadEnable: bool = False
+    disableConsumeIfConsumerReadSlowly: bool = False
+    consumerFallbehindThreshold: JavaLong = 1024 * 1024 * 1024 * 16
+    brokerFastFailureEnable: bool = True
+    waitTimeMillsInSendQueue: JavaLong = 200
+    waitTimeMillsInPullQueue: JavaLong = 5000
+    waitTimeMillsInHeartbeatQueue: JavaLong = 31_000
+    waitTimeMillsInTransactionQueue: JavaLong = 3000
+    startAcceptSendRequestTimeStamp: JavaLong = 0
+    traceOn: bool = True
+    enableCalcFilterBitMap: bool = False
+    expectConsumerNumUseFilter: JavaInt = 32
+    maxErrorRateOfBloomFilter: JavaInt = 20
+    filterDataCleanTimeSpan: JavaLong = 24 * 3600 * 1000
+    filterSupportRetry: bool = False
+    enablePropertyFilter: bool = False
+    compressedRegister: bool = False
+    forceRegister: bool = True
+    registerNameServerPeriod: PositiveInt = 30_000
+    transactionTimeOut: JavaLong = 6000
+    transactionCheckMax: JavaInt = 15
+    transactionCheckInterval: JavaLong = 60_000
+    aclEnable: bool = False
+    storeReplyMessageEnable: bool = True
+    enableDetailStat: bool = True
+    autoDeleteUnusedStats: bool = False
+    isolateLogEnable: bool = False
+    configBlackList: str = "configBlackList;brokerConfigPath"
+
+    # --- NettyServerConfig.java (BrokerStartup sets listenPort 10911) -------
+    listenPort: Port = 10911
+    serverWorkerThreads: JavaInt = 8
+    serverCallbackExecutorThreads: JavaInt = 0
+    serverSelectorThreads: JavaInt = 3
+    serverOnewaySemaphoreValue: JavaInt = 256
+    serverAsyncSemaphoreValue: JavaInt = 64
+    serverChannelMaxIdleTimeSeconds: NonNegativeInt = 120
+    serverSocketSndBufSize: JavaInt = 0
+    serverSocketRcvBufSize: JavaInt = 0
+    writeBufferHighWaterMark: JavaInt = 0  # also NettyClientConfig's
+    writeBufferLowWaterMark: JavaInt = 0  # also NettyClientConfig's
+    serverSocketBacklog: JavaInt = 1024
+    serverPooledByteBufAllocatorEnable: bool = True
+    useEpollNativeSelector: bool = False
+
+    # --- NettyClientConfig.java --------------------------------------------
+    clientWorkerThreads: JavaInt = 4
+    clientCallbackExecutorThreads: JavaInt = _CPUS
+    clientOnewaySemaphoreValue: JavaInt = 65535
+    clientAsyncSemaphoreValue: JavaInt = 65535
+    connectTimeoutMillis: JavaInt = 3000
+    channelNotActiveInterval: JavaLong = 60_000
+    clientChannelMaxIdleTimeSeconds: JavaInt = 120
+    clientSocketSndBufSize: JavaInt = 0
+    clientSocketRcvBufSize: JavaInt = 0
+    clientPooledByteBufAllocatorEnable: bool = False
+    clientCloseSocketIfTimeout: bool = True
+    useTLS: bool = False
+
+    # --- MessageStoreConfig.java -------------------------------------------
+    storePathRootDir: Name = Field(default_factory=lambda: os.path.expanduser("~/store"))
+    storePathCommitLog: str | None = None  # None: {storePathRootDir}/commitlog
+    storePathDLedgerCommitLog: str | None = None
+    readOnlyCommitLogStorePaths: str | None = None
+    mappedFileSizeCommitLog: PositiveInt = Field(
+        1024 * 1024 * 1024,
+        validation_alias=AliasChoices("mappedFileSizeCommitLog", "mapedFileSizeCommitLog"),
+    )
+    mappedFileSizeConsumeQueue: PositiveInt = Field(
+        300_000 * CQ_STORE_UNIT_SIZE,
+        validation_alias=AliasChoices("mappedFileSizeConsumeQueue", "mapedFileSizeConsumeQueue"),
+    )
+    enableConsumeQueueExt: bool = False
+    mappedFileSizeConsumeQueueExt: JavaInt = 48 * 1024 * 1024
+    bitMapLengthConsumeQueueExt: JavaInt = 64
+    flushIntervalCommitLog: PositiveInt = 500
+    commitIntervalCommitLog: JavaInt = 200
+    useReentrantLockWhenPutMessage: bool = True
+    flushCommitLogTimed: bool = True
+    flushIntervalConsumeQueue: JavaInt = 1000
+    cleanResourceInterval: JavaInt = 10_000
+    deleteCommitLogFilesInterval: JavaInt = 100
+    deleteConsumeQueueFilesInterval: JavaInt = 100
+    destroyMapedFileIntervalForcibly: JavaInt = 120_000
+    redeleteHangedFileInterval: JavaInt = 120_000
+    deleteWhen: Name = "04"
+    diskMaxUsedSpaceRatio: JavaInt = 75
+    fileReservedTime: NonNegativeInt = 72
+    putMsgIndexHightWater: JavaInt = 600_000
+    maxMessageSize: PositiveInt = 1024 * 1024 * 4
+    checkCRCOnRecover: bool = True
+    flushCommitLogLeastPages: JavaInt = 4
+    commitCommitLogLeastPages: JavaInt = 4
+    flushLeastPagesWhenWarmMapedFile: JavaInt = 1024 // 4 * 16
+    flushConsumeQueueLeastPages: JavaInt = 2
+    flushCommitLogThoroughInterval: JavaInt = 10_000
+    commitCommitLogThoroughInterval: JavaInt = 200
+    flushConsumeQueueThoroughInterval: JavaInt = 60_000
+    maxTransferBytesOnMessageInMemory: PositiveInt = 1024 * 256
+    maxTransferCountOnMessageInMemory: PositiveInt = 32
+    maxTransferBytesOnMessageInDisk: JavaInt = 1024 * 64
+    maxTransferCountOnMessageInDisk: JavaInt = 8
+    accessMessageInMemoryMaxRatio: JavaInt = 40
+    messageIndexEnable: bool = True
+    maxHashSlotNum: JavaInt = 5_000_000
+    maxIndexNum: JavaInt = 5_000_000 * 4
+    maxMsgsNumBatch: JavaInt = 64
+    messageIndexSafe: bool = False
+    haListenPort: Port = 10912  # follows listenPort + 1 unless set
+    haSendHeartbeatInterval: JavaInt = 5000
+    haHousekeepingInterval: JavaInt = 20_000
+    haTransferBatchSize: JavaInt = 1024 * 32
+    haMasterAddress: str | None = None
+    haSlaveFallbehindMax: JavaInt = 1024 * 1024 * 256
+    brokerRole: Annotated[BrokerRole, Field(strict=False)] = BrokerRole.ASYNC_MASTER
+    flushDiskType: Annotated[FlushDiskType, Field(strict=False)] = FlushDiskType.ASYNC_FLUSH
+    syncFlushTimeout: PositiveInt = 5000
+    slaveTimeout: JavaInt = 3000
+    messageDelayLevel: Name = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    flushDelayOffsetInterval: JavaLong = 10_000
+    cleanFileForciblyEnable: bool = True
+    warmMapedFileEnable: bool = False
+    offsetCheckInSlave: bool = False
+    debugLockEnable: bool = False
+    duplicationEnable: bool = False
+    diskFallRecorded: bool = True
+    osPageCacheBusyTimeOutMills: JavaLong = 1000
+    defaultQueryMaxNum: JavaInt = 32
+    transientStorePoolEnable: bool = False
+    transientStorePoolSize: JavaInt = 5
+    fastFailIfNoBufferInStorePool: bool = False
+    enableDLegerCommitLog: bool = False
+    dLegerGroup: str | None = None
+    dLegerPeers: str | None = None
+    dLegerSelfId: str | None = None
+    preferredLeaderId: str | None = None
+    enableBatchPush: bool = False
+    enableScheduleMessageStats: bool = True
+    enableLmq: bool = False
+    enableMultiDispatch: bool = False
+    maxLmqConsumeQueueNum: JavaInt = 20_000
+    enableScheduleAsyncDeliver: bool = False
+    scheduleAsyncDeliverMaxPendingLimit: JavaInt = 2000
+    scheduleAsyncDeliverMaxResendNum2Blocked: JavaInt = 3
+
+    # --- pocketmq's own bounds ---------------------------------------------
+    maxHeldPulls: PositiveInt = 100_000
+    maxFrameSize: Annotated[int, Field(ge=1024, le=_INT_MAX)] = 16 * 1024 * 1024
+
+    # --- validation --------------------------------------------------------
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # pydantic keeps an assigned value even when a model validator then
+        # rejects it; put the old one back so a failed assignment changes nothing.
+        previous = self.__dict__.get(name, _MISSING)
+        try:
+            super().__setattr__(name, value)
+        except ValidationError:
+            if previous is not _MISSING:
+                self.__dict__[name] = previous
+            raise
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ha_port_follows_listen_port(cls, data: Any) -> Any:
+        # On construction only: an assignment passes every field, haListenPort included.
+        if isinstance(data, dict) and "haListenPort" not in data:
+            listen_port = data.get("listenPort")
+            if type(listen_port) is int and 0 < listen_port < 65535:
+                data = {**data, "haListenPort": listen_port + 1}
+        return data
+
+    @field_validator("storePathRootDir", "storePathCommitLog")
+    @classmethod
+    def _expand_home(cls, value: str | None) -> str | None:
+        return os.path.expanduser(value) if value else value
+
+    @field_validator("mappedFileSizeConsumeQueue")
+    @classmethod
+    def _whole_consume_queue_units(cls, value: int) -> int:
+        # MessageStoreConfig.getMappedFileSizeConsumeQueue rounds up to 20-byte units.
+        return -(-value // CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
+
+    @field_validator("namesrvAddr")
+    @classmethod
+    def _check_namesrv_addr(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip()
+        if not value:
+            return None
+        for address in _split_addresses(value):
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) <= 65535 or " " in host:
+                raise ValueError(
+                    f"bad name server address {address!r}; expected host:port;host:port, "
+                    "e.g. 127.0.0.1:9876;192.168.0.1:9876"
+                )
+        return value
+
+    @field_validator("brokerIP1", "brokerIP2")
+    @classmethod
+    def _check_ip(cls, value: str) -> str:
+        if any(char.isspace() for char in value):
+            raise ValueError("must not contain blanks")
+        return value
+
+    @field_validator("deleteWhen")
+    @classmethod
+    def _check_delete_when(cls, value: str) -> str:
+        for hour in value.split(";"):
+            if not hour.strip().isdigit() or not 0 <= int(hour) <= 23:
+                raise ValueError(f"expected hours of the day 00..23 separated by ';', got {value!r}")
+        return value
+
+    @field_validator("messageDelayLevel")
+    @classmethod
+    def _check_delay_levels(cls, value: str) -> str:
+        _parse_delay_levels(value)
+        return value
+
+    @field_validator("aclEnable")
+    @classmethod
+    def _refuse_acl(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("pocketmq has no ACL; refusing to start without the access control asked for")
+        return value
+
+    @field_validator("enableDLegerCommitLog")
+    @classmethod
+    def _refuse_dledger(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("pocketmq has no DLedger commit log; refusing to start as a plain broker")
+        return value
+
+    @model_validator(mode="after")
+    def _check_together(self) -> BrokerConfig:
+        if self.brokerRole is BrokerRole.SLAVE:
+            if self.brokerId <= 0:
+                raise _cross("brokerId", "a SLAVE's brokerId must be > 0", "brokerRole")
+        elif self.brokerId != 0:
+            raise _cross(
+                "brokerId",
+                f"a master's brokerId must be 0 (brokerRole={self.brokerRole.value}); "
+                "set brokerRole=SLAVE for a slave",
+                "brokerRole",
+            )
+        if self.haListenPort != 0 and self.haListenPort == self.listenPort:
+            raise _cross("haListenPort", "must differ from listenPort", "listenPort")
+        if self.maxMessageSize >= self.maxFrameSize:
+            raise _cross(
+                "maxMessageSize",
+                f"must be smaller than maxFrameSize ({self.maxFrameSize}), "
+                "or no such message could arrive",
+                "maxFrameSize",
+            )
+        return self
+
+    # --- derived values ----------------------------------------------------
+
+    def store_path_commit_log(self) -> str:
+        """``storePathCommitLog``, defaulting to ``{storePathRootDir}/commitlog``."""
+        return self.storePathCommitLog or os.path.join(self.storePathRootDir, "commitlog")
+
+    def broker_addr(self) -> str:
+        """The address brokers register and clients dial: ``brokerIP1:listenPort``."""
+        return f"{self.brokerIP1}:{self.listenPort}"
+
+    def ha_server_addr(self) -> str:
+        """``brokerIP2:haListenPort``, sent as haServerAddr on registration."""
+        return f"{self.brokerIP2}:{self.haListenPort}"
+
+    def namesrv_addr_list(self) -> tuple[str, ...]:
+        """The ``;``-separated name server addresses, in order."""
+        return _split_addresses(self.namesrvAddr) if self.namesrvAddr else ()
+
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        """``messageDelayLevel`` in milliseconds; level N is element N-1."""
+        return _parse_delay_levels(self.messageDelayLevel)
+
+    def delete_when_hours(self) -> tuple[int, ...]:
+        """The hours of the day (0..23) at which expired files are deleted."""
+        return tuple(int(hour) for hour in self.deleteWhen.split(";"))
+
+    def is_master(self) -> bool:
+        return self.brokerRole is not BrokerRole.SLAVE
+
+    def store_config_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for the message store (which knows nothing of this class)."""
+        return {
+            "store_path_root_dir": self.storePathRootDir,
+            "store_path_commit_log": self.store_path_commit_log(),
+            "mapped_file_size_commit_log": self.mappedFileSizeCommitLog,
+            "mapped_file_size_consume_queue": self.mappedFileSizeConsumeQueue,
+            "flush_disk_type": self.flushDiskType.value,
+            "max_message_size": self.maxMessageSize,
+            "file_reserved_time_hours": self.fileReservedTime,
+            "message_delay_level": self.messageDelayLevel,
+            "max_transfer_bytes_on_message_in_memory": self.maxTransferBytesOnMessageInMemory,
+            "max_transfer_count_on_message_in_memory": self.maxTransferCountOnMessageInMemory,
+            "max_transfer_bytes_on_message_in_disk": self.maxTransferBytesOnMessageInDisk,
+            "max_transfer_count_on_message_in_disk": self.maxTransferCountOnMessageInDisk,
+            "access_message_in_memory_max_ratio": self.accessMessageInMemoryMaxRatio,
+        }
+
+    def config_items(self, *, important_only: bool = False) -> list[tuple[str, object]]:
+        """(key, value) pairs in RocketMQ's class order; effective storePathCommitLog."""
+        items: list[tuple[str, object]] = []
+        for key in type(self).model_fields:
+            if important_only and key not in IMPORTANT_KEYS:
+                continue
+            value = self.store_path_commit_log() if key == "storePathCommitLog" else getattr(self, key)
+            items.append((key, value))
+        return items
+
+
+_MISSING = object()
+
+
+def _split_addresses(value: str) -> tuple[str, ...]:
+    parts = [part.strip() for part in value.split(";")]
+    while parts and not parts[-1]:
+        parts.pop()  # Java's split drops trailing empty strings
+    if any(not part for part in parts):
+        raise ValueError(f"empty address in {value!r}")
+    return tuple(parts)
+
+
+def _parse_delay_levels(value: str) -> tuple[int, ...]:
+    levels = []
+    for token in value.split():
+        match = _DELAY_LEVEL_RE.fullmatch(token)
+        if match is None:
+            raise ValueError(f"bad delay level {token!r}; expected e.g. '1s 5s 10s 30s 1m 2h 1d'")
+        levels.append(int(match.group(1)) * _DELAY_UNIT_MS[match.group(2)])
+    if not levels:
+        raise ValueError("needs at least one delay level")
+    return tuple(levels)
+
+
+FIELD_TYPES: dict[str, object] = {
+    name: info.annotation for name, info in BrokerConfig.model_fields.items()
+}
+
+ALIASES: dict[str, str] = {
+    "mapedFileSizeCommitLog": "mappedFileSizeCommitLog",
+    "mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue",
+}
+
+LEGACY_IGNORED_KEYS: dict[str, str] = {
+    "storePathConsumeQueue": "not a RocketMQ setting either; consume queues live in {storePathRootDir}/consumequeue",
+    "storePathIndex": "not a RocketMQ setting either; index files live in {storePathRootDir}/index",
+    "storeCheckpoint": "not a RocketMQ setting either; the checkpoint is {storePathRootDir}/checkpoint",
+    "abortFile": "not a RocketMQ setting either; the abort marker is {storePathRootDir}/abort",
+    "checkTransactionMessageEnable": "not a RocketMQ 4.x setting; transaction check-back is always on",
+}
+
+IMPLEMENTED_KEYS: frozenset[str] = frozenset({
+    "brokerClusterName", "brokerName", "brokerId", "brokerIP1", "brokerIP2", "listenPort",
+    "haListenPort", "namesrvAddr", "storePathRootDir", "storePathCommitLog",
+    "mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "flushDiskType", "brokerRole",
+    "flushIntervalCommitLog", "flushCommitLogTimed", "syncFlushTimeout", "autoCreateTopicEnable",
+    "autoCreateSubscriptionGroup", "defaultTopicQueueNums", "longPollingEnable",
+    "shortPollingTimeMills", "maxMessageSize", "fileReservedTime", "deleteWhen",
+    "brokerPermission", "registerNameServerPeriod", "flushConsumerOffsetInterval",
+    "messageDelayLevel", "maxTransferBytesOnMessageInMemory", "maxTransferCountOnMessageInMemory",
+    "maxTransferBytesOnMessageInDisk", "maxTransferCountOnMessageInDisk",
+    "accessMessageInMemoryMaxRatio", "clusterTopicEnable", "brokerTopicEnable", "traceTopicEnable", "msgTraceTopicName",
+    "regionId", "traceOn", "notifyConsumerIdsChangedEnable", "aclEnable",
+    "rejectTransactionMessage", "serverChannelMaxIdleTimeSeconds", "maxHeldPulls", "maxFrameSize",
+})  # fmt: skip
+"""Keys pocketmq acts on. Extend it when a component starts honouring a key."""
+
+IMPORTANT_KEYS: frozenset[str] = frozenset({
+    # @ImportantField in RocketMQ 4.9.8, plus listenPort
+    "namesrvAddr", "brokerIP1", "brokerName", "brokerClusterName", "brokerId",
+    "autoCreateTopicEnable", "autoCreateSubscriptionGroup", "msgTraceTopicName", "traceTopicEnable",
+    "rejectTransactionMessage", "fetchNamesrvAddrByAddressServer", "transactionTimeOut",
+    "transactionCheckMax", "transactionCheckInterval", "aclEnable", "listenPort",
+    "storePathRootDir", "storePathCommitLog", "storePathDLedgerCommitLog", "flushIntervalCommitLog",
+    "commitIntervalCommitLog", "flushCommitLogTimed", "deleteWhen", "fileReservedTime",
+    "maxTransferBytesOnMessageInMemory", "maxTransferCountOnMessageInMemory",
+    "maxTransferBytesOnMessageInDisk", "maxTransferCountOnMessageInDisk",
+    "accessMessageInMemoryMaxRatio", "messageIndexEnable", "messageIndexSafe", "haMasterAddress",
+    "brokerRole", "flushDiskType", "cleanFileForciblyEnable", "transientStorePoolEnable",
+})  # fmt: skip
+
+assert IMPLEMENTED_KEYS.issubset(FIELD_TYPES) and IMPORTANT_KEYS.issubset(FIELD_TYPES)
+
+_OPTIONS = (
+    CliOption("c", "configFile", True, "Broker config properties file"),
+    CliOption(
+        "n", "namesrvAddr", True,
+        "Name server address list, eg: '192.168.0.1:9876;192.168.0.2:9876'",
+        setting_key="namesrvAddr",
+    ),
+    CliOption("p", "printConfigItem", False, "Print all config item"),
+    CliOption("m", "printImportantConfig", False, "Print important config item"),
+    CliOption("h", "help", False, "Print help"),
+)  # fmt: skip
+
+
+def format_config(config: BrokerConfig, *, important_only: bool = False) -> str:
+    """The ``-p`` / ``-m`` listing: ``key=value`` lines."""
+    return format_properties(config.config_items(important_only=important_only))
+
+
+def load_config(
+    config_file: str | None = None,
+    overrides: Iterable[Setting] | Mapping[str, str] = (),
+) -> tuple[BrokerConfig, LoadReport]:
+    """Defaults < ``config_file`` < ``overrides`` (raw strings, typed like file values).
+
+    Raises ConfigError naming the key and its source for an unreadable file,
+    an unknown key, or a bad value.
+    """
+    settings: list[Setting] = []
+    if config_file is not None:
+        settings.extend(_read_file(config_file))
+    if isinstance(overrides, Mapping):
+        settings.extend(
+            Setting(key, value, f"override {key}", LAYER_COMMAND_LINE) for key, value in overrides.items()
+        )
+    else:
+        settings.extend(overrides)
+    resolved = resolve_settings(
+        settings, FIELD_TYPES, aliases=ALIASES, ignored_keys=LEGACY_IGNORED_KEYS
+    )
+    sources = dict(resolved.sources)
+    if "namesrvAddr" not in sources and _env("NAMESRV_ADDR"):
+        sources["namesrvAddr"] = "environment NAMESRV_ADDR"
+    try:
+        config = BrokerConfig.model_validate(resolved.values)
+    except ValidationError as exc:
+        raise error_from_validation(exc.errors(), sources) from None
+    unused = tuple(key for key in resolved.sources if key not in IMPLEMENTED_KEYS)
+    report = LoadReport(
+        config_file=config_file,
+        sources=sources,
+        unused_keys=unused + resolved.ignored,
+        notes=resolved.notes,
+    )
+    return config, report
+
+
+def parse_args(
+    argv: Sequence[str] | None = None, *, out: TextIO | None = None
+) -> tuple[BrokerConfig, LoadReport]:
+    """``mqbroker`` arguments: ``-c FILE``, ``-n ADDR``, ``-p``, ``-m``, ``-h``, ``--key=value``.
+
+    ``-h``, ``-p`` and ``-m`` write to ``out`` (stdout) and raise SystemExit(0).
+    Raises ConfigError for anything it cannot use.
+    """
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    command_line = parse_command_line(arguments, _OPTIONS, is_key=FIELD_TYPES.__contains__)
+    stream = sys.stdout if out is None else out
+    if command_line.options.get("help"):
+        stream.write(usage("mqbroker", _OPTIONS))
+        raise SystemExit(0)
+    config_file = command_line.options.get("configFile")
+    assert config_file is None or isinstance(config_file, str)
+    config, report = load_config(config_file, command_line.overrides)
+    if command_line.options.get("printConfigItem"):
+        stream.write(format_config(config))
+        raise SystemExit(0)
+    if command_line.options.get("printImportantConfig"):
+        stream.write(format_config(config, important_only=True))
+        raise SystemExit(0)
+    return config, report
+
+
+def _read_file(path: str) -> list[Setting]:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise ConfigError(None, path, f"cannot read config file: {exc.strerror or exc}") from None
+    return [
+        Setting(entry.key, entry.value, f"{path}:{entry.line}", LAYER_FILE)
+        for entry in parse_properties(decode_properties(data), source=path)
+    ]
