@@ -17,6 +17,7 @@ from enum import Enum
 from types import MappingProxyType
 
 from protocol.bodies import MessageQueue
+from protocol.message import decode_properties, encode_properties  # noqa: F401 (re-exported)
 
 __all__ = ["Message", "MessageExt", "SendResult", "SendStatus", "MessageQueue", "PropertyKey"]
 
@@ -54,26 +55,7 @@ SYSTEM_PROPERTY_KEYS = frozenset({
     "INNER_MULTI_QUEUE_OFFSET", "__SHARDINGKEY",
 })
 
-NAME_VALUE_SEPARATOR = "\x01"
-PROPERTY_SEPARATOR = "\x02"
 DELAY_LEVEL_MAX = 18
-
-
-def encode_properties(props: Mapping[str, str]) -> str:
-    """Java >= 4.9.2 form: no trailing separator; None values skipped."""
-    return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items()
-                                   if v is not None)
-
-
-def decode_properties(text: str | None) -> dict[str, str]:
-    out = {}
-    if not text:
-        return out
-    for chunk in text.split(PROPERTY_SEPARATOR):
-        k, sep, v = chunk.partition(NAME_VALUE_SEPARATOR)
-        if sep and k and v:
-            out[k] = v
-    return out
 
 
 def _frozen_props(props) -> Mapping[str, str]:
@@ -159,11 +141,27 @@ class MessageExt:
     prepared_transaction_offset: int = 0
     body_crc: int = 0
     store_size: int = 0
+    real_topic: str = ""        # topic the record was read from (e.g. %RETRY%group); "" = topic
 
     def __post_init__(self):
         object.__setattr__(self, "properties", _frozen_props(self.properties))
 
     __hash__ = None
+
+    @classmethod
+    def from_record(cls, rec, broker_name: str = "") -> "MessageExt":
+        """From a decoded stored record (protocol.message.MessageExt). Messages
+        redelivered through `%RETRY%<group>` get their original topic back
+        (RETRY_TOPIC), like the Java client's resetRetryAndNamespace."""
+        props = rec.properties
+        topic = rec.topic
+        if topic.startswith("%RETRY%"):
+            topic = props.get(PropertyKey.RETRY_TOPIC) or topic
+        return cls(topic, rec.body, rec.queue_id, rec.queue_offset, rec.msg_id, rec.offset_msg_id,
+                   broker_name, MappingProxyType(props), rec.flag, rec.sys_flag, rec.commit_log_offset,
+                   rec.born_timestamp, rec.born_host, rec.store_timestamp, rec.store_host,
+                   rec.reconsume_times, rec.prepared_transaction_offset, rec.body_crc, rec.store_size,
+                   rec.topic)
 
     @property
     def tags(self) -> str | None:
@@ -184,7 +182,8 @@ class MessageExt:
 
     @property
     def queue(self) -> MessageQueue:
-        return MessageQueue(self.topic, self.broker_name, self.queue_id)
+        """The queue this message was pulled from."""
+        return MessageQueue(self.real_topic or self.topic, self.broker_name, self.queue_id)
 
 
 class SendStatus(Enum):

@@ -1,0 +1,584 @@
+"""ClientInstance: what producers and consumers with one clientId share (asyncio).
+
+One instance per (event loop, clientId `ip@instanceName`): the connections
+(RemotingClient, rotating through a `;`-separated nameserver list), the route
+table refreshed every 30 s, the heartbeat to every broker every 30 s, the
+rebalance timer (20 s, or at once on NOTIFY_CONSUMER_IDS_CHANGED), and the
+request helpers that turn responses into values or typed exceptions.
+
+Reconnection needs no user action: RemotingClient dials again on the next
+request after a connection dropped, and the first request on a new broker
+connection is preceded by a heartbeat so the broker knows our consumers again.
+
+Background tasks are created in `start()` and cancelled in `close()`.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import weakref
+
+from protocol import message as msgcodec
+from protocol.bodies import (ConsumerData, HeartbeatData, MessageQueue, TopicRouteData, dumps,
+                             encode_lock_body, decode_mq_set, loads)
+from protocol.codes import LanguageCode, PullSysFlag, RequestCode, ResponseCode, SerializeType
+from protocol.command import RemotingCommand
+from protocol.headers.typed import (PullMessageRequestHeader, SendMessageRequestHeader,
+                                    encode_pull_header, encode_send_header)
+from remoting.client import RemotingClient
+from remoting.connection import RemotingError
+
+from client.errors import (BrokerError, ClientStateError, NoRouteError, QueryNotFoundError,
+                           RemotingFailure, error_for, wrap_remoting)
+from client.message import _local_ipv4_bytes
+from client.route import BrokerAddrTable, TopicPublishInfo, publish_info, subscribe_queues
+
+log = logging.getLogger("pocketmq.client")
+
+DEFAULT_TOPIC = "TBW102"
+DEFAULT_TOPIC_QUEUE_NUMS = 4
+ROUTE_REFRESH_INTERVAL_S = 30.0
+HEARTBEAT_INTERVAL_S = 30.0
+REBALANCE_INTERVAL_S = 20.0
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def mono_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def local_ip() -> str:
+    return ".".join(str(b) for b in _local_ipv4_bytes())
+
+
+class PullResult:
+    """Outcome of one PULL_MESSAGE (a value: statuses are not errors)."""
+    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "records",
+                 "suggest_which_broker_id")
+
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+    def __init__(self, status, next_begin_offset, min_offset, max_offset, records, suggest=0):
+        self.status = status
+        self.next_begin_offset = next_begin_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.records = records
+        self.suggest_which_broker_id = suggest
+
+    def __repr__(self):
+        return (f"PullResult({self.status}, next={self.next_begin_offset}, min={self.min_offset}, "
+                f"max={self.max_offset}, n={len(self.records)})")
+
+
+_PULL_STATUS = {
+    ResponseCode.SUCCESS: PullResult.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullResult.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullResult.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullResult.OFFSET_ILLEGAL,
+}
+
+_SEND_OK_CODES = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
+                  ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE)
+
+# (loop -> {client_id: ClientInstance}); a loop that goes away takes its instances along.
+_REGISTRY: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict]" = weakref.WeakKeyDictionary()
+
+
+def default_instance_name() -> str:
+    return str(os.getpid())
+
+
+async def acquire_instance(namesrv_addr: str, instance_name: str | None = None, *,
+                           serialize_type: int = SerializeType.JSON) -> "ClientInstance":
+    """The shared instance for `ip@instanceName` on this loop, started; release() when done."""
+    loop = asyncio.get_running_loop()
+    table = _REGISTRY.setdefault(loop, {})
+    client_id = f"{local_ip()}@{instance_name or default_instance_name()}"
+    inst = table.get(client_id)
+    if inst is None or inst.closed:
+        inst = ClientInstance(client_id, namesrv_addr, serialize_type=serialize_type)
+        table[client_id] = inst
+    else:
+        inst.add_namesrv_addr(namesrv_addr)
+    inst.refs += 1
+    try:
+        await inst.start()
+    except BaseException:
+        await inst.release()
+        raise
+    return inst
+
+
+class ClientInstance:
+    def __init__(self, client_id: str, namesrv_addr: str, *, serialize_type: int = SerializeType.JSON,
+                 route_refresh_interval_s: float = ROUTE_REFRESH_INTERVAL_S,
+                 heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
+                 rebalance_interval_s: float = REBALANCE_INTERVAL_S):
+        self.client_id = client_id
+        self.remoting = RemotingClient(handler=self._on_request, language=LanguageCode.PYTHON,
+                                       serialize_type=serialize_type)
+        self.remoting.set_namesrv_addr(namesrv_addr)
+        self.route_refresh_interval_s = route_refresh_interval_s
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.rebalance_interval_s = rebalance_interval_s
+        self.routes: dict[str, TopicRouteData] = {}
+        self.publish: dict[str, TopicPublishInfo] = {}
+        self.brokers = BrokerAddrTable()
+        self.producers: dict[str, object] = {}   # group -> producer impl
+        self.consumers: dict[str, object] = {}   # group -> consumer impl (rebalance(), consumer_data())
+        self.refs = 0
+        self.started = False
+        self.closed = False
+        self._tasks: list[asyncio.Task] = []
+        self._rebalance_wakeup = asyncio.Event()
+        self._start_lock = asyncio.Lock()
+        self._route_locks: dict[str, asyncio.Lock] = {}
+        self._hb_lock = asyncio.Lock()
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def add_namesrv_addr(self, addrs: str) -> None:
+        known = list(self.remoting.namesrv_addrs)
+        for a in addrs.split(";"):
+            a = a.strip()
+            if a and a not in known:
+                known.append(a)
+        self.remoting.set_namesrv_addr(known)
+
+    async def start(self) -> None:
+        async with self._start_lock:
+            if self.started:
+                return
+            if self.closed:
+                raise ClientStateError("client instance closed")
+            self.started = True
+            self._tasks = [
+                asyncio.create_task(self._every(self.route_refresh_interval_s, self.refresh_routes),
+                                    name=f"{self.client_id}:routes"),
+                asyncio.create_task(self._every(self.heartbeat_interval_s, self.heartbeat_all),
+                                    name=f"{self.client_id}:heartbeat"),
+                asyncio.create_task(self._rebalance_loop(), name=f"{self.client_id}:rebalance"),
+            ]
+
+    async def release(self) -> None:
+        self.refs -= 1
+        if self.refs <= 0 and not self.producers and not self.consumers:
+            await self.close()
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except BaseException:
+                pass
+        self._tasks = []
+        await self.remoting.close()
+        table = _REGISTRY.get(asyncio.get_running_loop())
+        if table is not None and table.get(self.client_id) is self:
+            del table[self.client_id]
+
+    async def _every(self, interval_s: float, fn) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await fn()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("%s: periodic %s failed: %s", self.client_id, fn.__name__, e)
+
+    # -- registration -------------------------------------------------------------------
+    def register_producer(self, group: str, producer) -> None:
+        if group in self.producers and self.producers[group] is not producer:
+            raise ClientStateError(f"producer group {group!r} already registered on {self.client_id}; "
+                                   "use another instance_name")
+        self.producers[group] = producer
+
+    def register_consumer(self, group: str, consumer) -> None:
+        if group in self.consumers and self.consumers[group] is not consumer:
+            raise ClientStateError(f"consumer group {group!r} already registered on {self.client_id}; "
+                                   "use another instance_name")
+        self.consumers[group] = consumer
+
+    def unregister_producer(self, group: str) -> None:
+        self.producers.pop(group, None)
+
+    def unregister_consumer(self, group: str) -> None:
+        self.consumers.pop(group, None)
+
+    async def unregister_client(self, producer_group: str | None = None,
+                                consumer_group: str | None = None) -> None:
+        """UNREGISTER_CLIENT to every known broker (best effort, bounded)."""
+        ext = {"clientID": self.client_id}
+        if producer_group:
+            ext["producerGroup"] = producer_group
+        if consumer_group:
+            ext["consumerGroup"] = consumer_group
+        addrs = self.all_broker_addrs()
+
+        async def one(addr):
+            try:
+                await self.remoting.invoke(addr, RemotingCommand(RequestCode.UNREGISTER_CLIENT,
+                                                                 ext_fields=dict(ext)), 3.0)
+            except RemotingError as e:
+                log.debug("unregister at %s failed: %s", addr, e)
+        if addrs:
+            await asyncio.gather(*(one(a) for a in addrs))
+
+    # -- broker-initiated requests --------------------------------------------------------
+    def _on_request(self, conn, cmd: RemotingCommand):
+        if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            group = cmd.ext_fields.get("consumerGroup")
+            log.info("%s: consumer ids of %s changed, rebalancing", self.client_id, group)
+            self.rebalance_now()
+            return None
+        if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+            group = cmd.ext_fields.get("group")
+            consumer = self.consumers.get(group or "")
+            if consumer is not None and hasattr(consumer, "reset_offsets_from_broker"):
+                return consumer.reset_offsets_from_broker(cmd)
+            return None
+        if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            group = cmd.ext_fields.get("consumerGroup", "")
+            consumer = self.consumers.get(group)
+            if consumer is None:
+                return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                    f"The Consumer Group <{group}> not exist in this consumer")
+            info = consumer.running_info() if hasattr(consumer, "running_info") else {}
+            return cmd.response(ResponseCode.SUCCESS, body=dumps(info))
+        return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                            f" request type {cmd.code} not supported")
+
+    # -- rebalance timer ------------------------------------------------------------------
+    def rebalance_now(self) -> None:
+        self._rebalance_wakeup.set()
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._rebalance_wakeup.wait(), self.rebalance_interval_s)
+            except asyncio.TimeoutError:
+                pass
+            self._rebalance_wakeup.clear()
+            for group, consumer in list(self.consumers.items()):
+                try:
+                    await consumer.rebalance()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    log.warning("%s: rebalance of %s failed: %s", self.client_id, group, e)
+
+    # -- routes ---------------------------------------------------------------------------
+    def _topics_in_use(self) -> set[str]:
+        topics = set(self.publish)
+        for c in self.consumers.values():
+            topics.update(c.topics())
+        return topics
+
+    async def refresh_routes(self) -> None:
+        for topic in sorted(self._topics_in_use()):
+            try:
+                await self.update_route(topic)
+            except (NoRouteError, BrokerError, RemotingFailure) as e:
+                log.debug("%s: route refresh for %s failed: %s", self.client_id, topic, e)
+
+    async def fetch_route(self, topic: str) -> TopicRouteData | None:
+        """GET_ROUTEINFO_BY_TOPIC; None when the nameserver does not know the topic."""
+        cmd = RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                              ext_fields={"topic": topic, "acceptStandardJsonOnly": "true"})
+        try:
+            resp = await self.remoting.invoke_namesrv(cmd, 3.0)
+        except RemotingError as e:
+            raise wrap_remoting(e) from None
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, "nameserver")
+        if not resp.body:
+            return None
+        return TopicRouteData.from_body(resp.body)
+
+    async def update_route(self, topic: str, *, for_publish: bool | None = None) -> TopicRouteData | None:
+        lock = self._route_locks.setdefault(topic, asyncio.Lock())
+        async with lock:
+            route = await self.fetch_route(topic)
+            if route is None or not route.queue_datas:
+                return None
+            self.routes[topic] = route
+            self.brokers.update(route)
+            info = publish_info(topic, route)
+            old = self.publish.get(topic)
+            if old is not None:
+                info.send_which_queue = old.send_which_queue
+            if for_publish or old is not None:
+                self.publish[topic] = info
+            return route
+
+    async def publish_info(self, topic: str) -> TopicPublishInfo:
+        info = self.publish.get(topic)
+        if info is not None and info.ok:
+            return info
+        route = await self.update_route(topic, for_publish=True)
+        info = self.publish.get(topic)
+        if route is not None and info is not None and info.ok:
+            return info
+        # Unknown topic: publish through the auto-create key topic (Java: TBW102, <= 4 queues).
+        default = await self.fetch_route(DEFAULT_TOPIC)
+        if default is None:
+            raise NoRouteError(f"No route info of this topic: {topic}")
+        self.brokers.update(default)
+        for qd in default.queue_datas:
+            n = min(DEFAULT_TOPIC_QUEUE_NUMS, qd.read_queue_nums)
+            qd.read_queue_nums = n
+            qd.write_queue_nums = n
+        info = publish_info(topic, default)
+        if not info.ok:
+            raise NoRouteError(f"No route info of this topic: {topic}")
+        self.publish[topic] = info
+        return info
+
+    async def subscribe_queues(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
+        route = self.routes.get(topic)
+        if route is None or refresh:
+            route = await self.update_route(topic)
+        if route is None:
+            return []
+        return subscribe_queues(topic, route)
+
+    def all_broker_addrs(self) -> list[str]:
+        out = []
+        for addrs in self.brokers.table.values():
+            out.extend(addrs.values())
+        return sorted(set(out))
+
+    def master_addr(self, broker_name: str) -> str:
+        addr = self.brokers.master(broker_name)
+        if addr is None:
+            raise NoRouteError(f"broker {broker_name} has no master address")
+        return addr
+
+    async def master_addr_refreshing(self, broker_name: str, topic: str) -> str:
+        addr = self.brokers.master(broker_name)
+        if addr is None:
+            await self.update_route(topic)
+            addr = self.brokers.master(broker_name)
+        if addr is None:
+            raise NoRouteError(f"broker {broker_name} not found in the route of {topic}")
+        return addr
+
+    # -- heartbeat ------------------------------------------------------------------------
+    def heartbeat_data(self) -> HeartbeatData:
+        consumers = []
+        for c in self.consumers.values():
+            cd = c.consumer_data()
+            if cd is not None:
+                consumers.append(cd)
+        return HeartbeatData(self.client_id, sorted(self.producers), consumers)
+
+    async def heartbeat_all(self) -> None:
+        data = self.heartbeat_data()
+        if not data.producer_groups and not data.consumer_data_set:
+            return
+        body = dumps(data.to_json())
+        if data.consumer_data_set:
+            addrs = self.all_broker_addrs()
+        else:
+            addrs = sorted(set(self.brokers.all_masters().values()))
+        if not addrs:
+            return
+        await asyncio.gather(*(self._heartbeat(a, body) for a in addrs))
+
+    async def _heartbeat(self, addr: str, body: bytes | None = None) -> bool:
+        if body is None:
+            data = self.heartbeat_data()
+            if not data.producer_groups and not data.consumer_data_set:
+                return True
+            body = dumps(data.to_json())
+        try:
+            conn = await self.remoting.connection(addr)
+            conn.attrs["heartbeat_sent"] = True
+            resp = await conn.request(self.remoting._stamp(RemotingCommand(RequestCode.HEART_BEAT, body=body)),
+                                      3.0)
+        except RemotingError as e:
+            log.debug("%s: heartbeat to %s failed: %s", self.client_id, addr, e)
+            return False
+        if resp.code != ResponseCode.SUCCESS:
+            log.warning("%s: heartbeat to %s answered %s %s", self.client_id, addr, resp.code, resp.remark)
+            return False
+        return True
+
+    # -- requests -------------------------------------------------------------------------
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
+        """Request/response to a broker, heartbeating first on a fresh connection."""
+        try:
+            conn = await self.remoting.connection(addr)
+            if not conn.attrs.get("heartbeat_sent") and (self.consumers or self.producers):
+                conn.attrs["heartbeat_sent"] = True
+                await self._heartbeat(addr)
+            return await conn.request(self.remoting._stamp(cmd), timeout_s)
+        except RemotingError as e:
+            raise wrap_remoting(e, addr) from None
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        try:
+            await self.remoting.invoke_oneway(addr, cmd)
+        except RemotingError as e:
+            raise wrap_remoting(e, addr) from None
+
+    async def send_message(self, addr: str, broker_name: str, header: SendMessageRequestHeader, body: bytes,
+                           *, batch: bool, timeout_s: float, oneway: bool = False):
+        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        cmd = RemotingCommand(code, ext_fields=encode_send_header(header, v2=True), body=body)
+        if oneway:
+            await self.invoke_oneway(addr, cmd)
+            return None
+        resp = await self.invoke(addr, cmd, timeout_s)
+        if resp.code not in _SEND_OK_CODES:
+            raise error_for(resp.code, resp.remark, addr)
+        return resp
+
+    async def pull_message(self, addr: str, broker_name: str, group: str, mq: MessageQueue, offset: int,
+                           max_nums: int, sys_flag: int, commit_offset: int, suspend_ms: int,
+                           subscription: str | None, sub_version: int, timeout_s: float,
+                           expression_type: str = "TAG") -> PullResult:
+        h = PullMessageRequestHeader(group, mq.topic, mq.queue_id, offset, max_nums, sys_flag,
+                                     commit_offset, suspend_ms, subscription, sub_version,
+                                     expression_type if subscription is not None else None)
+        resp = await self.invoke(addr, RemotingCommand(RequestCode.PULL_MESSAGE,
+                                                       ext_fields=encode_pull_header(h)), timeout_s)
+        status = _PULL_STATUS.get(resp.code)
+        if status is None:
+            raise error_for(resp.code, resp.remark, addr)
+        ext = resp.ext_fields
+        try:
+            nbo = int(ext.get("nextBeginOffset", offset))
+            mn = int(ext.get("minOffset", 0))
+            mx = int(ext.get("maxOffset", 0))
+            suggest = int(ext.get("suggestWhichBrokerId", 0))
+        except ValueError:
+            raise error_for(ResponseCode.SYSTEM_ERROR, f"bad pull response header {ext}", addr) from None
+        records = []
+        if status == PullResult.FOUND:
+            try:
+                records = msgcodec.decode_records(resp.body)
+            except ValueError as e:
+                raise error_for(ResponseCode.SYSTEM_ERROR, f"undecodable pull body: {e}", addr) from None
+        return PullResult(status, nbo, mn, mx, records, suggest)
+
+    async def _offset_request(self, code: int, addr: str, ext: dict, timeout_s: float = 3.0) -> int:
+        resp = await self.invoke(addr, RemotingCommand(code, ext_fields=ext), timeout_s)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, addr)
+        key = "timestamp" if code == RequestCode.GET_EARLIEST_MSG_STORETIME else "offset"
+        try:
+            return int(resp.ext_fields[key])
+        except (KeyError, ValueError):
+            raise error_for(ResponseCode.SYSTEM_ERROR, f"response without {key}: {resp.ext_fields}", addr) from None
+
+    async def query_consumer_offset(self, group: str, mq: MessageQueue) -> int:
+        """Stored offset, or -1 when the broker has none (QUERY_NOT_FOUND)."""
+        addr = await self.master_addr_refreshing(mq.broker_name, mq.topic)
+        try:
+            return await self._offset_request(RequestCode.QUERY_CONSUMER_OFFSET, addr,
+                                              {"consumerGroup": group, "topic": mq.topic,
+                                               "queueId": str(mq.queue_id)})
+        except QueryNotFoundError:
+            return -1
+
+    async def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int,
+                                     oneway: bool = False) -> None:
+        addr = await self.master_addr_refreshing(mq.broker_name, mq.topic)
+        cmd = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET,
+                              ext_fields={"consumerGroup": group, "topic": mq.topic,
+                                          "queueId": str(mq.queue_id), "commitOffset": str(offset)})
+        if oneway:
+            await self.invoke_oneway(addr, cmd)
+            return
+        resp = await self.invoke(addr, cmd, 3.0)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, addr)
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        addr = await self.master_addr_refreshing(mq.broker_name, mq.topic)
+        return await self._offset_request(RequestCode.GET_MAX_OFFSET, addr,
+                                          {"topic": mq.topic, "queueId": str(mq.queue_id)})
+
+    async def min_offset(self, mq: MessageQueue) -> int:
+        addr = await self.master_addr_refreshing(mq.broker_name, mq.topic)
+        return await self._offset_request(RequestCode.GET_MIN_OFFSET, addr,
+                                          {"topic": mq.topic, "queueId": str(mq.queue_id)})
+
+    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        addr = await self.master_addr_refreshing(mq.broker_name, mq.topic)
+        return await self._offset_request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, addr,
+                                          {"topic": mq.topic, "queueId": str(mq.queue_id),
+                                           "timestamp": str(timestamp_ms)})
+
+    async def consumer_id_list(self, group: str, topic: str) -> list[str]:
+        """GET_CONSUMER_LIST_BY_GROUP from a broker serving `topic` (masters first, by name)."""
+        route = self.routes.get(topic)
+        names = sorted(b.broker_name for b in route.broker_datas) if route else []
+        last: Exception | None = None
+        for name in names:
+            addr = self.brokers.any_addr(name)
+            if addr is None:
+                continue
+            try:
+                resp = await self.invoke(addr, RemotingCommand(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                                                               ext_fields={"consumerGroup": group}), 3.0)
+            except RemotingFailure as e:
+                last = e
+                continue
+            if resp.code != ResponseCode.SUCCESS:
+                last = error_for(resp.code, resp.remark, addr)
+                continue
+            d = loads(resp.body) if resp.body else {}
+            ids = d.get("consumerIdList") if isinstance(d, dict) else None
+            return [str(i) for i in ids or []]
+        if last is not None:
+            raise last
+        raise NoRouteError(f"no broker for topic {topic}")
+
+    async def send_back(self, addr: str, group: str, commit_log_offset: int, delay_level: int,
+                        origin_msg_id: str, origin_topic: str, max_reconsume_times: int) -> None:
+        ext = {"offset": str(commit_log_offset), "group": group, "delayLevel": str(delay_level),
+               "originMsgId": origin_msg_id, "originTopic": origin_topic, "unitMode": "false",
+               "maxReconsumeTimes": str(max_reconsume_times)}
+        resp = await self.invoke(addr, RemotingCommand(RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields=ext), 5.0)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, addr)
+
+    async def lock_batch(self, addr: str, group: str, mqs) -> list[MessageQueue]:
+        resp = await self.invoke(addr, RemotingCommand(RequestCode.LOCK_BATCH_MQ,
+                                                       body=encode_lock_body(group, self.client_id, mqs)), 3.0)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, addr)
+        return decode_mq_set(resp.body, "lockOKMQSet")
+
+
+def pull_sys_flag(commit_offset: bool, suspend: bool, subscription: bool) -> int:
+    flag = 0
+    if commit_offset:
+        flag |= PullSysFlag.COMMIT_OFFSET
+    if suspend:
+        flag |= PullSysFlag.SUSPEND
+    if subscription:
+        flag |= PullSysFlag.SUBSCRIPTION
+    return flag
+
+
+__all__ = ["ClientInstance", "acquire_instance", "PullResult", "pull_sys_flag", "ConsumerData",
+           "DEFAULT_TOPIC", "now_ms", "mono_ms"]

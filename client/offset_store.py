@@ -1,0 +1,141 @@
+"""Consumer offset stores.
+
+RemoteOffsetStore (clustering): the broker keeps the group's offsets
+(QUERY_CONSUMER_OFFSET / UPDATE_CONSUMER_OFFSET); the client keeps the
+latest local value per queue and pushes the changed ones every 5 s, when a
+queue is removed, and at shutdown. The stored value is the **next** offset to
+consume.
+
+LocalOffsetStore (broadcasting): the same table persisted in a JSON file
+(tmp -> fsync -> replace), since broadcasting offsets are per client.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+
+from protocol.bodies import MessageQueue
+
+from client.errors import MQClientError
+
+log = logging.getLogger("pocketmq.client.offset")
+
+
+class OffsetTable:
+    """Pure part: offsets per queue plus a dirty set."""
+
+    def __init__(self):
+        self.offsets: dict[MessageQueue, int] = {}
+        self.dirty: set[MessageQueue] = set()
+
+    def update(self, mq: MessageQueue, offset: int, increase_only: bool = False) -> bool:
+        if offset < 0:
+            return False
+        old = self.offsets.get(mq)
+        if old is not None and (old == offset or (increase_only and offset < old)):
+            return False
+        self.offsets[mq] = offset
+        self.dirty.add(mq)
+        return True
+
+    def read(self, mq: MessageQueue) -> int:
+        return self.offsets.get(mq, -1)
+
+    def remove(self, mq: MessageQueue) -> None:
+        self.offsets.pop(mq, None)
+        self.dirty.discard(mq)
+
+    def take_dirty(self, mqs=None) -> dict[MessageQueue, int]:
+        chosen = self.dirty if mqs is None else self.dirty.intersection(mqs)
+        out = {mq: self.offsets[mq] for mq in chosen if mq in self.offsets}
+        self.dirty.difference_update(out)
+        return out
+
+
+class RemoteOffsetStore:
+    def __init__(self, instance, group: str):
+        self.instance = instance
+        self.group = group
+        self.table = OffsetTable()
+
+    async def load(self) -> None:
+        return None
+
+    def update(self, mq: MessageQueue, offset: int, increase_only: bool = False) -> None:
+        self.table.update(mq, offset, increase_only)
+
+    def read_memory(self, mq: MessageQueue) -> int:
+        return self.table.read(mq)
+
+    async def read_store(self, mq: MessageQueue) -> int:
+        """Broker's stored offset (-1 when none), also cached locally."""
+        off = await self.instance.query_consumer_offset(self.group, mq)
+        if off >= 0:
+            self.table.offsets[mq] = off
+        return off
+
+    async def persist(self, mqs=None, *, oneway: bool = False) -> int:
+        """Push changed offsets (of `mqs`, or all). Failed ones stay dirty. Returns how many went."""
+        todo = self.table.take_dirty(mqs)
+        sent = 0
+
+        async def one(mq, off):
+            nonlocal sent
+            try:
+                await self.instance.update_consumer_offset(self.group, mq, off, oneway=oneway)
+                sent += 1
+            except MQClientError as e:
+                log.warning("commit of %s@%d for %s failed: %s", mq, off, self.group, e)
+                if self.table.offsets.get(mq) == off:
+                    self.table.dirty.add(mq)
+        if todo:
+            await asyncio.gather(*(one(mq, off) for mq, off in todo.items()))
+        return sent
+
+    def remove(self, mq: MessageQueue) -> None:
+        self.table.remove(mq)
+
+
+def _mq_key(mq: MessageQueue) -> str:
+    return f"{mq.topic}@{mq.broker_name}@{mq.queue_id}"
+
+
+class LocalOffsetStore(RemoteOffsetStore):
+    """Broadcasting: offsets in `<dir>/<clientId>/<group>/offsets.json`."""
+
+    def __init__(self, instance, group: str, directory: str):
+        super().__init__(instance, group)
+        safe_cid = instance.client_id.replace(":", "_").replace("/", "_")
+        self.path = os.path.join(directory, safe_cid, group, "offsets.json")
+
+    async def load(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                d = json.loads(f.read())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as e:
+            log.warning("cannot read %s: %s", self.path, e)
+            return
+        for key, off in (d.get("offsetTable") or {}).items():
+            topic, broker, qid = key.rsplit("@", 2)
+            self.table.offsets[MessageQueue(topic, broker, int(qid))] = int(off)
+
+    async def read_store(self, mq: MessageQueue) -> int:
+        return self.table.read(mq)
+
+    async def persist(self, mqs=None, *, oneway: bool = False) -> int:
+        todo = self.table.take_dirty(mqs)
+        if not todo:
+            return 0
+        data = {"offsetTable": {_mq_key(mq): off for mq, off in sorted(self.table.offsets.items())}}
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        tmp = self.path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(json.dumps(data, sort_keys=True).encode())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        return len(todo)

@@ -1,0 +1,316 @@
+"""Producer (asyncio): send, send_oneway, send_batch, explicit queue, orderly sends.
+
+    async with Producer("PG", "127.0.0.1:9876") as p:
+        r = await p.send(Message("T", b"hello", tags="TagA", keys="order-1"))
+
+Sends go out as SEND_MESSAGE_V2 (310) / SEND_BATCH_MESSAGE (320) like the Java
+client. A normal send tries up to 1 + retry_times_when_send_failed queues,
+preferring brokers the latency table says are healthy and another broker than
+the one that just failed; sends to a chosen queue (explicit, selector or
+sharding key) are tried once, since moving them would break ordering.
+Bodies of 4 KiB or more are zlib-compressed (not in batches). A body over
+max_message_size_bytes is refused before anything is sent.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from protocol import message as msgcodec
+from protocol.bodies import MessageQueue
+from protocol.codes import ResponseCode, SerializeType
+from protocol.headers.typed import SendMessageRequestHeader
+
+from client.errors import (ClientStateError, InvalidArgumentError, MessageTooLargeError, MQClientError,
+                           NoRouteError)
+from client.fault import LatencyFaultTolerance
+from client.instance import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS, acquire_instance, mono_ms
+from client.message import Message, SendResult, SendStatus, UniqIdGenerator
+
+log = logging.getLogger("pocketmq.client.producer")
+
+_NAME_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+TOPIC_LENGTH_MAX = 127
+GROUP_LENGTH_MAX = 255
+MAX_MESSAGE_SIZE_BYTES = 4 * 1024 * 1024
+COMPRESS_OVER_BYTES = 4096
+
+_STATUS = {
+    ResponseCode.SUCCESS: SendStatus.SEND_OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
+
+_uniq = UniqIdGenerator()
+
+
+def check_topic(topic: str) -> None:
+    if not topic or not topic.strip():
+        raise InvalidArgumentError("The specified topic is blank.")
+    if len(topic) > TOPIC_LENGTH_MAX:
+        raise InvalidArgumentError(f"The specified topic is longer than topic max length {TOPIC_LENGTH_MAX}.")
+    if not _NAME_RE.match(topic):
+        raise InvalidArgumentError(f"The specified topic[{topic}] contains illegal characters, "
+                                   "allowing only ^[%|a-zA-Z0-9_-]+$")
+
+
+def check_group(group: str) -> None:
+    if not group or not group.strip():
+        raise InvalidArgumentError("the specified group is blank")
+    if len(group) > GROUP_LENGTH_MAX:
+        raise InvalidArgumentError(f"the specified group is longer than group max length {GROUP_LENGTH_MAX}.")
+    if not _NAME_RE.match(group):
+        raise InvalidArgumentError(f"the specified group[{group}] contains illegal characters, "
+                                   "allowing only ^[%|a-zA-Z0-9_-]+$")
+
+
+def hash_selector(queues: Sequence[MessageQueue], key) -> MessageQueue:
+    """Java SelectMessageQueueByHash: abs(key.hashCode() % n), String.hashCode for str keys."""
+    h = msgcodec.java_string_hash(key) if isinstance(key, str) else hash(key)
+    # Java's % truncates toward zero
+    r = abs(h) % len(queues)
+    return queues[r]
+
+
+def split_batch(msgs: Sequence[Message], props: list[dict], size_limit: int) -> list[list[int]]:
+    """Indices of `msgs` grouped into sub-batches whose batch-body size stays within
+    `size_limit` (element size = 22 + body + properties + topic + 20 of log overhead,
+    like the Java documentation's ListSplitter)."""
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    cur_size = 0
+    for i, m in enumerate(msgs):
+        size = (msgcodec.BATCH_ELEMENT_OVERHEAD + len(m.body) + len(m.topic) + 20 +
+                len(msgcodec.encode_properties(props[i]).encode()))
+        if size > size_limit:
+            raise MessageTooLargeError(f"message {i} of the batch is {size} bytes, over {size_limit}")
+        if cur and cur_size + size > size_limit:
+            groups.append(cur)
+            cur, cur_size = [], 0
+        cur.append(i)
+        cur_size += size
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+class Producer:
+    def __init__(self, group: str, namesrv_addr: str, *, instance_name: str | None = None,
+                 send_timeout_ms: int = 3000, retry_times_when_send_failed: int = 2,
+                 max_message_size_bytes: int = MAX_MESSAGE_SIZE_BYTES,
+                 compress_over_bytes: int = COMPRESS_OVER_BYTES, compress_level: int = 5,
+                 latency_fault_enable: bool = True, serialize_type: int = SerializeType.JSON):
+        check_group(group)
+        if not 0 <= retry_times_when_send_failed <= 16:
+            raise InvalidArgumentError("retry_times_when_send_failed must be in [0, 16]")
+        if not 0 < max_message_size_bytes <= MAX_MESSAGE_SIZE_BYTES:
+            raise InvalidArgumentError(f"max_message_size_bytes must be in (0, {MAX_MESSAGE_SIZE_BYTES}]")
+        self.group = group
+        self.namesrv_addr = namesrv_addr
+        self.instance_name = instance_name
+        self.send_timeout_ms = send_timeout_ms
+        self.retry_times_when_send_failed = retry_times_when_send_failed
+        self.max_message_size_bytes = max_message_size_bytes
+        self.compress_over_bytes = compress_over_bytes
+        self.compress_level = compress_level
+        self.serialize_type = serialize_type
+        self.fault = LatencyFaultTolerance(enabled=latency_fault_enable)
+        self.instance = None
+        self._closed = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> "Producer":
+        if self.instance is not None:
+            return self
+        if self._closed:
+            raise ClientStateError("producer closed")
+        inst = await acquire_instance(self.namesrv_addr, self.instance_name,
+                                      serialize_type=self.serialize_type)
+        try:
+            inst.register_producer(self.group, self)
+        except BaseException:
+            await inst.release()
+            raise
+        self.instance = inst
+        return self
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        inst, self.instance = self.instance, None
+        if inst is None:
+            return
+        inst.unregister_producer(self.group)
+        try:
+            await asyncio.wait_for(inst.unregister_client(producer_group=self.group), 5)
+        except (asyncio.TimeoutError, MQClientError):
+            pass
+        await inst.release()
+
+    async def __aenter__(self) -> "Producer":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    def _inst(self):
+        if self.instance is None:
+            raise ClientStateError("producer not started" if not self._closed else "producer closed")
+        return self.instance
+
+    # -- checks ---------------------------------------------------------------------------
+    def _check_message(self, msg: Message) -> None:
+        if not isinstance(msg, Message):
+            raise InvalidArgumentError(f"expected Message, got {type(msg).__name__}")
+        check_topic(msg.topic)
+        if not msg.body:
+            raise InvalidArgumentError("the message body length is zero")
+        if len(msg.body) > self.max_message_size_bytes:
+            raise MessageTooLargeError(f"the message body size over max value, MAX: {self.max_message_size_bytes}")
+        if msg.delay_level < 0:
+            raise InvalidArgumentError("delay_level must be >= 0")
+        for k in msg.properties:
+            if k in ("TAGS", "KEYS", "DELAY", "WAIT", "UNIQ_KEY"):
+                raise InvalidArgumentError(f"property {k} is set by the client; use the Message field")
+
+    # -- send -----------------------------------------------------------------------------
+    async def send(self, msg: Message, *, queue: MessageQueue | None = None,
+                   selector: Callable[[Sequence[MessageQueue], object], MessageQueue] | None = None,
+                   arg=None, sharding_key: str | None = None, timeout_ms: int | None = None) -> SendResult:
+        """Send and wait for the broker's SendResult.
+
+        `queue` sends to that queue; `selector(queues, arg)` or `sharding_key`
+        (Java's hash selector) pick a queue for orderly sends; otherwise the
+        producer picks and retries on another broker.
+        """
+        self._check_message(msg)
+        inst = self._inst()
+        timeout_s = (timeout_ms or self.send_timeout_ms) / 1000
+        uniq = _uniq.next_id()
+        props = msg.wire_properties(uniq)
+        body, sys_flag = msg.body, 0
+        if len(body) >= self.compress_over_bytes:
+            body, sys_flag = msgcodec.maybe_compress(body, self.compress_over_bytes, self.compress_level)
+        if queue is None and (selector is not None or sharding_key is not None):
+            info = await inst.publish_info(msg.topic)
+            if sharding_key is not None:
+                queue = hash_selector(info.queues, sharding_key)
+            else:
+                queue = selector(list(info.queues), arg)
+            if not isinstance(queue, MessageQueue):
+                raise InvalidArgumentError("selector must return a MessageQueue")
+        return await self._send_with_retry(inst, msg.topic, props, body, sys_flag, msg.flag, uniq,
+                                           queue, batch=False, timeout_s=timeout_s)
+
+    async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None,
+                          sharding_key: str | None = None) -> None:
+        """Fire and forget: one attempt, no response awaited."""
+        self._check_message(msg)
+        inst = self._inst()
+        uniq = _uniq.next_id()
+        props = msg.wire_properties(uniq)
+        body, sys_flag = msg.body, 0
+        if len(body) >= self.compress_over_bytes:
+            body, sys_flag = msgcodec.maybe_compress(body, self.compress_over_bytes, self.compress_level)
+        info = await inst.publish_info(msg.topic)
+        if queue is None:
+            queue = (hash_selector(info.queues, sharding_key) if sharding_key is not None
+                     else self.fault.select(info, None, mono_ms()))
+        addr = await inst.master_addr_refreshing(queue.broker_name, msg.topic)
+        header = self._header(msg.topic, queue.queue_id, sys_flag, msg.flag, props, batch=False)
+        await inst.send_message(addr, queue.broker_name, header, body, batch=False, timeout_s=0, oneway=True)
+
+    async def send_batch(self, msgs: Iterable[Message], *, queue: MessageQueue | None = None,
+                         timeout_ms: int | None = None) -> list[SendResult]:
+        """Send messages of one topic as SEND_BATCH_MESSAGE, split into sub-batches that
+        fit max_message_size_bytes; one SendResult per sub-batch (msg_id lists the
+        UNIQ_KEYs of its messages, comma-separated, in order)."""
+        msgs = list(msgs)
+        if not msgs:
+            raise InvalidArgumentError("empty batch")
+        topic = msgs[0].topic
+        wait = msgs[0].wait_store_msg_ok
+        for m in msgs:
+            self._check_message(m)
+            if m.topic != topic:
+                raise InvalidArgumentError("The topic of the messages in one batch should be the same")
+            if m.topic.startswith("%RETRY%"):
+                raise InvalidArgumentError("Retry Group is not supported for batching")
+            if m.delay_level > 0:
+                raise InvalidArgumentError("TimeDelayLevel is not supported for batching")
+            if m.wait_store_msg_ok != wait:
+                raise InvalidArgumentError("The waitStoreMsgOK of the messages in one batch should the same")
+        inst = self._inst()
+        timeout_s = (timeout_ms or self.send_timeout_ms) / 1000
+        uniqs = [_uniq.next_id() for _ in msgs]
+        props = [m.wire_properties(u) for m, u in zip(msgs, uniqs)]
+        results = []
+        for idx in split_batch(msgs, props, self.max_message_size_bytes):
+            body = msgcodec.encode_batch_body([(msgs[i].flag, msgs[i].body, props[i]) for i in idx])
+            batch_props = {"WAIT": "true" if wait else "false"}
+            results.append(await self._send_with_retry(
+                inst, topic, batch_props, body, 0, 0, ",".join(uniqs[i] for i in idx), queue,
+                batch=True, timeout_s=timeout_s))
+        return results
+
+    def _header(self, topic: str, queue_id: int, sys_flag: int, flag: int, props: dict, *,
+                batch: bool) -> SendMessageRequestHeader:
+        return SendMessageRequestHeader(
+            producer_group=self.group, topic=topic, default_topic=DEFAULT_TOPIC,
+            default_topic_queue_nums=DEFAULT_TOPIC_QUEUE_NUMS, queue_id=queue_id, sys_flag=sys_flag,
+            born_timestamp=time.time_ns() // 1_000_000, flag=flag,
+            properties=msgcodec.encode_properties(props), reconsume_times=0, unit_mode=False,
+            batch=batch, max_reconsume_times=None)
+
+    async def _send_with_retry(self, inst, topic: str, props: dict, body: bytes, sys_flag: int, flag: int,
+                               uniq: str, queue: MessageQueue | None, *, batch: bool,
+                               timeout_s: float) -> SendResult:
+        attempts = 1 if queue is not None else 1 + self.retry_times_when_send_failed
+        deadline = mono_ms() + int(timeout_s * 1000)
+        last_broker: str | None = None
+        last_error: Exception | None = None
+        for attempt in range(attempts):
+            remaining_s = (deadline - mono_ms()) / 1000
+            if remaining_s <= 0:
+                break
+            if queue is not None:
+                mq = queue
+            else:
+                info = await inst.publish_info(topic)
+                mq = self.fault.select(info, last_broker, mono_ms())
+            last_broker = mq.broker_name
+            header = self._header(topic, mq.queue_id, sys_flag, flag, props, batch=batch)
+            start = mono_ms()
+            try:
+                addr = await inst.master_addr_refreshing(mq.broker_name, topic)
+                resp = await inst.send_message(addr, mq.broker_name, header, body, batch=batch,
+                                               timeout_s=remaining_s)
+            except MQClientError as e:
+                self.fault.update(mq.broker_name, mono_ms() - start, mono_ms(), isolation=True)
+                last_error = e
+                if not e.retriable or attempt + 1 >= attempts:
+                    raise
+                log.info("send to %s failed (%s), retrying on another broker", mq.broker_name, e)
+                if isinstance(e, NoRouteError):
+                    await inst.update_route(topic, for_publish=True)
+                continue
+            self.fault.update(mq.broker_name, mono_ms() - start, mono_ms())
+            ext = resp.ext_fields
+            try:
+                queue_id = int(ext.get("queueId", mq.queue_id))
+                queue_offset = int(ext.get("queueOffset", -1))
+            except ValueError:
+                queue_id, queue_offset = mq.queue_id, -1
+            return SendResult(_STATUS[resp.code], uniq, ext.get("msgId", ""),
+                              MessageQueue(topic, mq.broker_name, queue_id), queue_offset,
+                              ext.get("transactionId"), ext.get("MSG_REGION", "DefaultRegion"),
+                              ext.get("TRACE_ON", "true") != "false")
+        if last_error is not None:
+            raise last_error
+        from client.errors import RequestTimeoutError
+        raise RequestTimeoutError(f"send to {topic} timed out after {timeout_s}s")
