@@ -6,7 +6,9 @@ from what is still in flight:
 
 * the smallest offset still in the tree (that message is not done yet, so the
   broker must hand it out again if we die), or
-* `queue_offset_max + 1` when the tree is empty (everything pulled is done).
+* when the tree is empty (everything pulled is done): the offset the next
+  pull starts from (`pull_offset`, set by the pull loop; it also covers
+  messages the tag filter skipped), or `queue_offset_max + 1` if unknown.
 
 Flow control (Java DefaultMQPushConsumer defaults) is a pure decision taken
 before each pull: more than `pull_threshold_for_queue` cached messages, more
@@ -61,7 +63,7 @@ class ProcessQueue:
     `msg` objects need `queue_offset` and `body` attributes.
     """
 
-    __slots__ = ("msgs", "msg_count", "msg_size_bytes", "queue_offset_max", "dropped",
+    __slots__ = ("msgs", "msg_count", "msg_size_bytes", "queue_offset_max", "pull_offset", "dropped",
                  "last_pull_ms", "last_consume_ms", "in_flight", "consumed_total")
 
     def __init__(self, now_ms: int = 0):
@@ -69,6 +71,7 @@ class ProcessQueue:
         self.msg_count = 0
         self.msg_size_bytes = 0
         self.queue_offset_max = -1       # largest offset ever put
+        self.pull_offset = -1            # where the next pull starts (-1: not known)
         self.dropped = False
         self.last_pull_ms = now_ms
         self.last_consume_ms = now_ms
@@ -114,9 +117,12 @@ class ProcessQueue:
 
     def commit_offset(self) -> int:
         """Next offset to consume as far as this queue knows: smallest in-flight
-        offset, or max+1 when nothing is in flight; -1 if nothing was ever pulled."""
+        offset; when nothing is in flight the next pull offset, else max+1;
+        -1 if nothing is known."""
         if self.msgs:
             return self.msgs.keys()[0]
+        if self.pull_offset >= 0:
+            return self.pull_offset
         return self.queue_offset_max + 1 if self.queue_offset_max >= 0 else -1
 
     @property

@@ -238,17 +238,24 @@ class PushConsumer:
                          for i in range(self.consume_concurrency)]
         self._persist_task = asyncio.create_task(self._persist_loop(), name=f"{self.group}:persist")
         self.state = "RUNNING"
-        for topic in self.subscriptions:
-            try:
-                await inst.update_route(topic)
-            except MQClientError as e:
-                log.info("%s: no route yet for %s: %s", self.group, topic, e)
+        await self._update_routes()
         await inst.heartbeat_all()
+        # The broker creates %RETRY%<group> on our heartbeat: look for its route again.
+        await self._update_routes(only_missing=True)
         try:
             await self.rebalance()
         except MQClientError as e:
             log.warning("%s: first rebalance failed (will retry): %s", self.group, e)
         return self
+
+    async def _update_routes(self, only_missing: bool = False) -> None:
+        for topic in self.subscriptions:
+            if only_missing and topic in self.instance.routes:
+                continue
+            try:
+                await self.instance.update_route(topic)
+            except MQClientError as e:
+                log.info("%s: no route yet for %s: %s", self.group, topic, e)
 
     async def __aenter__(self) -> "PushConsumer":
         return await self.start()
@@ -440,6 +447,7 @@ class PushConsumer:
             if pq.dropped:
                 break
             status = res.status
+            pq.pull_offset = res.next_begin_offset
             if status == PullResult.FOUND:
                 next_offset = res.next_begin_offset
                 bn = mq.broker_name

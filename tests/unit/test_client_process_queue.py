@@ -68,3 +68,15 @@ def test_flow_limits_are_bounded():
         FlowLimits(pull_threshold_for_queue=0)
     with pytest.raises(ValueError):
         FlowLimits(consume_concurrently_max_span=10**6)
+
+
+def test_commit_offset_covers_filtered_messages_once_empty():
+    pq = ProcessQueue()
+    pq.put_messages([M(3), M(7)])
+    pq.pull_offset = 20            # the pull scanned up to 19; tags filtered out the rest
+    assert pq.commit_offset() == 3
+    assert pq.remove_messages([M(3)]) == 7
+    assert pq.remove_messages([M(7)]) == 20
+    empty = ProcessQueue()
+    empty.pull_offset = 5          # nothing matched at all
+    assert empty.commit_offset() == 5

@@ -1,0 +1,223 @@
+"""PushConsumer against the in-process fake cluster (bounded by timeouts, polling not sleeping)."""
+import asyncio
+import collections
+
+import pytest
+
+from client.message import Message
+from client.process_queue import FlowLimits
+from client.producer import Producer
+from client.push_consumer import CONSUME_SUCCESS, RECONSUME_LATER, PushConsumer
+from client.testing import FakeCluster
+
+
+async def wait_for(pred, timeout_s=10.0, what="condition"):
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while not pred():
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+async def produce(addr, topic, n, tags=None, start=0):
+    async with Producer("PG", addr, instance_name="prod") as p:
+        for i in range(start, start + n):
+            await p.send(Message(topic, f"m{i}".encode(), tags=tags(i) if tags else None))
+
+
+def consumer(cluster, group, sink, name, **kw):
+    async def listener(msg):
+        sink.append((name, msg.body.decode(), msg.queue.queue_id))
+        return CONSUME_SUCCESS
+    kw.setdefault("handover_delay_ms", 100)
+    c = PushConsumer(group, cluster.namesrv_addr, listener=listener, instance_name=name, **kw)
+    return c
+
+
+async def test_consumes_everything_and_commits_on_close():
+    async with asyncio.timeout(30):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 4)
+            await produce(cluster.namesrv_addr, "T", 40)
+            got = []
+            c = consumer(cluster, "CG", got, "c1", consume_from_where="FIRST_OFFSET")
+            c.subscribe("T")
+            async with c:
+                await wait_for(lambda: len(got) == 40, what="40 messages")
+                await produce(cluster.namesrv_addr, "T", 10, start=40)   # woken long polls
+                await wait_for(lambda: len(got) == 50, what="50 messages")
+            assert sorted(int(b[1:]) for _, b, _ in got) == list(range(50))
+            assert sum(cluster.brokers[0].committed("CG", "T").values()) == 50
+            assert c.state == "CLOSED"
+
+
+async def test_tag_filter_and_sync_listener():
+    async with asyncio.timeout(30):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 2)
+            await produce(cluster.namesrv_addr, "T", 30, tags=lambda i: "TagA" if i % 3 == 0 else "TagB")
+            seen = []
+
+            def listener(msg):          # a plain function runs in the worker thread pool
+                seen.append(msg.tags)
+
+            c = PushConsumer("CG2", cluster.namesrv_addr, listener=listener, instance_name="c2",
+                             consume_from_where="FIRST_OFFSET")
+            c.subscribe("T", "TagA || TagC")
+            async with c:
+                await wait_for(lambda: len(seen) == 10, what="TagA messages")
+                await asyncio.sleep(0.2)
+            assert seen == ["TagA"] * 10
+            # filtered-out messages still advance the committed offset
+            assert sum(cluster.brokers[0].committed("CG2", "T").values()) == 30
+
+
+async def test_failed_messages_are_sent_back_and_redelivered():
+    async with asyncio.timeout(30):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 1)
+            await produce(cluster.namesrv_addr, "T", 3)
+            attempts = collections.Counter()
+
+            async def listener(msg):
+                attempts[msg.body] += 1
+                if msg.body == b"m1" and msg.reconsume_times == 0:
+                    raise RuntimeError("boom")
+                if msg.body == b"m2" and msg.reconsume_times == 0:
+                    return RECONSUME_LATER
+                assert msg.topic == "T"     # retry deliveries show the original topic
+
+            c = PushConsumer("CG3", cluster.namesrv_addr, listener=listener, instance_name="c3",
+                             consume_from_where="FIRST_OFFSET")
+            c.subscribe("T")
+            async with c:
+                await wait_for(lambda: c.stats["sent_back"] == 2, what="send back")
+                # the retry topic is picked up by the next rebalance
+                c.instance.rebalance_now()
+                await wait_for(lambda: attempts[b"m1"] == 2 and attempts[b"m2"] == 2, what="redelivery")
+            assert attempts[b"m0"] == 1
+
+
+async def test_three_consumers_split_disjointly_and_rebalance():
+    async with asyncio.timeout(60):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 8)
+            got = []
+            cs = [consumer(cluster, "G", got, f"c{i}", consume_from_where="FIRST_OFFSET") for i in range(3)]
+            for c in cs:
+                c.subscribe("T")
+                await c.start()
+
+            def owned():
+                return [{mq.queue_id for mq in c.pqs if mq.topic == "T"} for c in cs if c.state == "RUNNING"]
+
+            def split_ok(n):
+                o = owned()
+                return len(o) == n and sum(len(x) for x in o) == 8 and len(set().union(*o)) == 8
+
+            await wait_for(lambda: split_ok(3), what="3-way split")
+            assert sorted(len(x) for x in owned()) == [2, 3, 3]
+            await produce(cluster.namesrv_addr, "T", 80)
+            await wait_for(lambda: len(got) == 80, what="80 messages")
+            assert len({name for name, _, _ in got}) == 3
+            # remove one consumer: the other two take over its queues
+            await cs[0].close()
+            await wait_for(lambda: split_ok(2), what="2-way split")
+            await produce(cluster.namesrv_addr, "T", 40, start=80)
+            await wait_for(lambda: len(got) == 120, what="120 messages")
+            # add one back
+            cs[0] = consumer(cluster, "G", got, "c0b", consume_from_where="FIRST_OFFSET")
+            cs[0].subscribe("T")
+            await cs[0].start()
+            await wait_for(lambda: split_ok(3), what="3-way split again")
+            await produce(cluster.namesrv_addr, "T", 40, start=120)
+            await wait_for(lambda: len({b for _, b, _ in got}) == 160, what="160 distinct messages")
+            for c in cs:
+                await c.close()
+            bodies = [b for _, b, _ in got]
+            assert len(set(bodies)) == 160
+
+
+async def test_close_and_restart_gets_no_duplicates():
+    async with asyncio.timeout(30):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 4)
+            got = []
+            release = asyncio.Event()
+
+            async def slow(msg):
+                got.append(msg.body)
+                if len(got) > 5:
+                    await asyncio.sleep(0.01)
+
+            c = PushConsumer("CG5", cluster.namesrv_addr, listener=slow, instance_name="c5",
+                             consume_from_where="FIRST_OFFSET", consume_concurrency=4)
+            c.subscribe("T")
+            await c.start()
+            await produce(cluster.namesrv_addr, "T", 200)
+            await wait_for(lambda: len(got) >= 20, what="some messages")
+            assert await c.drain(10)       # consumes what was cached, commits, unregisters
+            first = list(got)
+            got.clear()
+            c2 = PushConsumer("CG5", cluster.namesrv_addr, listener=slow, instance_name="c5",
+                              consume_from_where="FIRST_OFFSET")
+            c2.subscribe("T")
+            async with c2:
+                await wait_for(lambda: len(first) + len(got) == 200, what="the rest")
+            assert not set(first) & set(got)
+            assert len(set(first) | set(got)) == 200
+            release.set()
+
+
+async def test_flow_control_bounds_the_process_queue():
+    async with asyncio.timeout(30):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 1)
+            await produce(cluster.namesrv_addr, "T", 300)
+            gate = asyncio.Event()
+            got = []
+
+            async def blocked(msg):
+                await gate.wait()
+                got.append(msg)
+
+            c = PushConsumer("CG6", cluster.namesrv_addr, listener=blocked, instance_name="c6",
+                             consume_from_where="FIRST_OFFSET", pull_batch_size=10,
+                             flow_limits=FlowLimits(pull_threshold_for_queue=50))
+            c.subscribe("T")
+            async with c:
+                await wait_for(lambda: sum(pq.msg_count for pq in c.pqs.values()) > 50, what="cache fill")
+                await asyncio.sleep(0.3)
+                cached = sum(pq.msg_count for pq in c.pqs.values())
+                assert 50 < cached <= 60        # stops pulling once above the threshold
+                gate.set()
+                await wait_for(lambda: len(got) == 300, what="all after release")
+
+
+async def test_survives_broker_restart():
+    async with asyncio.timeout(40):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 2)
+            got = []
+            c = consumer(cluster, "CG7", got, "c7", consume_from_where="FIRST_OFFSET",
+                         pull_error_delay_ms=100)
+            c.subscribe("T")
+            async with Producer("PG", cluster.namesrv_addr, instance_name="prod7") as p:
+                async with c:
+                    for i in range(10):
+                        await p.send(Message("T", f"a{i}".encode()))
+                    await wait_for(lambda: len(got) == 10, what="before restart")
+                    broker = cluster.brokers[0]
+                    await broker.stop()
+                    await asyncio.sleep(0.2)
+                    await broker.start()          # same port, registrations lost
+                    for i in range(10):
+                        for _ in range(50):
+                            try:
+                                await p.send(Message("T", f"b{i}".encode()))
+                                break
+                            except Exception:
+                                await asyncio.sleep(0.1)
+                    await wait_for(lambda: len({b for _, b, _ in got}) == 20, timeout_s=20,
+                                   what="after restart")
