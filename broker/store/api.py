@@ -1,0 +1,142 @@
+"""Inputs, results and statuses of the storage engine, shared by MessageStore (files)
+and MemoryStore (the test reference). Expected outcomes are status values; bugs raise.
+"""
+from __future__ import annotations
+
+import enum
+from typing import Callable, NamedTuple
+
+__all__ = [
+    "PutMessageStatus", "GetMessageStatus", "MessageToStore", "MessageBatchToStore",
+    "PutMessageResult", "GetMessageResult", "RecoveryReport", "StoreError",
+    "DispatchListener", "MessageFilter", "CQ_FILLER_SIZE",
+]
+
+# A consume-queue unit (0, MAX_INT, 0) fills slots that have no message (RocketMQ's pre-blank).
+CQ_FILLER_SIZE = 0x7FFFFFFF
+
+
+class StoreError(Exception):
+    """The store cannot open: a layout it refuses to guess about (wrong segment size,
+    a hole between segments, locked by another process)."""
+
+
+class PutMessageStatus(enum.Enum):
+    """RocketMQ's PutMessageStatus names (the broker maps them to response codes)."""
+
+    PUT_OK = 0
+    FLUSH_DISK_TIMEOUT = 1          # set by the broker shell (SYNC_FLUSH), never by the store
+    FLUSH_SLAVE_TIMEOUT = 2
+    SLAVE_NOT_AVAILABLE = 3
+    SERVICE_NOT_AVAILABLE = 4       # store not open, or sticky-failed after an I/O error
+    CREATE_MAPEDFILE_FAILED = 5     # the next segment could not be created (nothing written)
+    MESSAGE_ILLEGAL = 6             # too big, topic too long / bad characters, bad host, bad batch
+    PROPERTIES_SIZE_EXCEEDED = 7    # properties > 32767 bytes
+    OS_PAGECACHE_BUSY = 8
+    UNKNOWN_ERROR = 9
+
+
+class GetMessageStatus(enum.Enum):
+    FOUND = 0
+    NO_MATCHED_MESSAGE = 1
+    MESSAGE_WAS_REMOVING = 2
+    OFFSET_FOUND_NULL = 3
+    OFFSET_OVERFLOW_BADLY = 4
+    OFFSET_OVERFLOW_ONE = 5
+    OFFSET_TOO_SMALL = 6
+    NO_MATCHED_LOGIC_QUEUE = 7
+    NO_MESSAGE_IN_QUEUE = 8
+
+
+class MessageToStore(NamedTuple):
+    """One message as the broker hands it to the store (MessageExtBrokerInner).
+
+    properties_str is stored as given (the broker adds CLUSTER, removes WAIT...).
+    now_ms becomes STORETIMESTAMP: the store never reads the clock.
+    """
+
+    topic: str
+    queue_id: int
+    flag: int
+    body: bytes
+    properties_str: str
+    sys_flag: int
+    born_timestamp: int
+    born_host: tuple[bytes, int]
+    now_ms: int
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+
+class MessageBatchToStore(NamedTuple):
+    """N messages for one queue, stored as N consecutive records in one segment.
+    messages: [(flag, body, properties_str)] (already merged with batch-level properties)."""
+
+    topic: str
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: tuple[bytes, int]
+    now_ms: int
+    messages: list[tuple[int, bytes, str]]
+    reconsume_times: int = 0
+
+
+class PutMessageResult(NamedTuple):
+    """wrote_offset: commit-log offset of the (first) record; wrote_bytes: bytes of the
+    record(s); a SYNC_FLUSH shell waits for flushed_offset >= wrote_offset + wrote_bytes.
+    queue_offset: (first) logical offset; msg_id: offsetMsgId(s), comma-joined for batches."""
+
+    status: PutMessageStatus
+    wrote_offset: int = 0
+    wrote_bytes: int = 0
+    queue_offset: int = 0
+    msg_id: str = ""
+    store_timestamp: int = 0
+    msg_count: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+    @property
+    def end_offset(self) -> int:
+        return self.wrote_offset + self.wrote_bytes
+
+
+class GetMessageResult(NamedTuple):
+    """buffers: slices of the commit log (memoryviews of the segment mappings for the file
+    store), physically adjacent records coalesced; b"".join(buffers) is a PULL body."""
+
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    message_count: int = 0
+    buffers: list | tuple = ()
+    buffer_total_size: int = 0
+
+
+class RecoveryReport(NamedTuple):
+    abnormal: bool                  # the abort file was there: the last run did not close cleanly
+    records_scanned: int            # commit-log records checked during recovery
+    scan_from_offset: int
+    commit_log_min_offset: int
+    commit_log_max_offset: int      # the write position found
+    truncated_from: int             # cut point (== commit_log_max_offset); -1 when nothing was cut
+    truncated_to: int               # best guess of where the cut data ended; -1 when nothing was cut
+    cut_reason: str                 # why the first bad record was refused ("" when nothing was cut)
+    segments_removed: int           # later segments deleted by the cut
+    cq_entries_truncated: int       # consume-queue units that pointed at or past the cut
+    reput_from_offset: int
+    records_dispatched: int         # new consume-queue units written by the recovery reput
+
+    @property
+    def lost_bytes(self) -> int:
+        return max(0, self.truncated_to - self.truncated_from) if self.truncated_from >= 0 else 0
+
+
+# on_dispatch(topic, queue_id, next_max_offset, tags_code, store_timestamp)
+DispatchListener = Callable[[str, int, int, int, int], None]
+# message_filter(tags_code) -> keep?
+MessageFilter = Callable[[int], bool]

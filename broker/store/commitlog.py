@@ -1,0 +1,360 @@
+"""CommitLog: the one append-only log of every message of every topic — the store's truth.
+
+Directory `{root}/commitlog/` of fixed-size segments named by their start offset
+(20 zero-padded digits). Records (protocol/message.py layout) are laid back to back;
+physical offset = segment start + position. A record never spans two segments:
+
+| situation                                 | what is written at the current position         |
+|-------------------------------------------|-------------------------------------------------|
+| record + 8 fits in the rest of the segment| the record                                      |
+| otherwise                                 | [int remaining][int BLANK_MAGIC_CODE], then the record at the start of the next segment |
+| never written                             | zeros (files are preallocated)                  |
+
+So after any record at least 8 bytes remain for a blank marker.
+
+Recovery checks each record fully (`check_record`): TOTALSIZE within the segment and
+leaving room for a marker, MAGICCODE, PHYSICALOFFSET equal to the record's position,
+lengths adding up to TOTALSIZE, topic 1..127 bytes of [%|a-zA-Z0-9_-], properties UTF-8,
+non-negative ids/offsets/timestamps, ports in range, BODYCRC. It cuts at the first bad
+record: zeroes the rest of that segment, deletes the later segments, reports the range.
+The RocketMQ format only checksums the body: a flipped bit in FLAG, timestamps, hosts,
+RECONSUMETIMES or QUEUEID (when still plausible) cannot be detected.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import struct
+import zlib
+from typing import NamedTuple
+
+from protocol.message import (BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, SCHEDULE_TOPIC,
+                              TOPIC_LENGTH_BYTES_MAX, head_struct, property_value, tags_code)
+from broker.store.mapped_file import FileOps, MappedFile, MappedFileQueue
+
+__all__ = ["CommitLog", "DispatchRequest", "check_record", "RECORD", "BLANK", "END", "CORRUPT",
+           "BLANK_MARKER_SIZE"]
+
+log = logging.getLogger("pocketmq.store")
+
+RECORD, BLANK, END, CORRUPT = "RECORD", "BLANK", "END", "CORRUPT"
+BLANK_MARKER_SIZE = 8
+_II = struct.Struct(">ii")
+_I = struct.Struct(">i")
+_TOPIC_RE = re.compile(rb"^[%|a-zA-Z0-9_-]+$")
+_ZERO_CHUNK = bytes(1 << 20)
+
+
+class DispatchRequest(NamedTuple):
+    """What the reput dispatcher needs from one record."""
+
+    topic: str
+    queue_id: int
+    commit_log_offset: int
+    size: int
+    tags_code: int
+    store_timestamp: int
+    queue_offset: int
+    sys_flag: int
+
+
+def schedule_tags_code(queue_id: int, store_timestamp: int, delay_levels_ms: tuple[int, ...]) -> int:
+    """Delivery time of a SCHEDULE_TOPIC_XXXX message: level = queue_id + 1."""
+    level = queue_id + 1
+    if 1 <= level <= len(delay_levels_ms):
+        return store_timestamp + delay_levels_ms[level - 1]
+    return store_timestamp + 1000
+
+
+def check_record(view, pos: int, file_size: int, phys: int, delay_levels_ms: tuple[int, ...],
+                 full: bool = True) -> tuple[str, int, "DispatchRequest | str | None"]:
+    """Classify the bytes at `pos` of a segment mapping.
+
+    Returns (RECORD, size, DispatchRequest) | (BLANK, remaining, None) | (END, 0, None)
+    | (CORRUPT, 0, reason). `full` adds BODYCRC, topic charset and UTF-8 checks.
+    """
+    remaining = file_size - pos
+    if remaining < BLANK_MARKER_SIZE:
+        return CORRUPT, 0, f"only {remaining} bytes left in the segment"
+    total, magic = _II.unpack_from(view, pos)
+    if magic == BLANK_MAGIC_CODE:
+        if total != remaining:
+            return CORRUPT, 0, f"blank marker says {total} bytes, {remaining} remain"
+        return BLANK, remaining, None
+    if magic != MESSAGE_MAGIC_CODE:
+        if total == 0 and magic == 0:
+            return END, 0, None
+        return CORRUPT, 0, f"bad magic code {magic & 0xFFFFFFFF:#010x}"
+    if total < 40 or total > remaining - BLANK_MARKER_SIZE:
+        return CORRUPT, 0, f"record size {total} out of bounds ({remaining} bytes left)"
+    (sys_flag,) = _I.unpack_from(view, pos + 36)
+    head = head_struct(sys_flag)
+    hs = head.size
+    if total < hs + 4:
+        return CORRUPT, 0, f"record size {total} below the fixed overhead"
+    (_t, _m, body_crc, queue_id, _flag, queue_offset, physical_offset, _sf, born_ts, _ba,
+     born_port, store_ts, _sa, store_port, reconsume, prepared, bl) = head.unpack_from(view, pos)
+    if physical_offset != phys:
+        return CORRUPT, 0, f"PHYSICALOFFSET {physical_offset} != position {phys}"
+    if bl < 0 or hs + bl + 3 > total:
+        return CORRUPT, 0, f"body length {bl} does not fit"
+    p = pos + hs + bl
+    tl = view[p]
+    if tl == 0 or tl > TOPIC_LENGTH_BYTES_MAX or hs + bl + 3 + tl > total:
+        return CORRUPT, 0, f"topic length {tl} invalid"
+    (pl,) = struct.unpack_from(">h", view, p + 1 + tl)
+    if pl < 0 or hs + bl + 3 + tl + pl != total:
+        return CORRUPT, 0, f"properties length {pl} does not match record size {total}"
+    if (queue_id < 0 or queue_offset < 0 or born_ts < 0 or store_ts < 0 or reconsume < 0
+            or prepared < 0 or not 0 <= born_port <= 0xFFFF or not 0 <= store_port <= 0xFFFF):
+        return CORRUPT, 0, "implausible header field"
+    topic_b = bytes(view[p + 1:p + 1 + tl])
+    props_b = bytes(view[p + 3 + tl:p + 3 + tl + pl])
+    if full:
+        if zlib.crc32(view[pos + hs:pos + hs + bl]) & 0x7FFFFFFF != body_crc:
+            return CORRUPT, 0, "BODYCRC mismatch"
+        if not _TOPIC_RE.match(topic_b):
+            return CORRUPT, 0, "topic has characters outside [%|a-zA-Z0-9_-]"
+    try:
+        topic = topic_b.decode()
+        props = props_b.decode()
+    except UnicodeDecodeError:
+        return CORRUPT, 0, "topic or properties not UTF-8"
+    if topic == SCHEDULE_TOPIC:
+        code = schedule_tags_code(queue_id, store_ts, delay_levels_ms)
+    else:
+        code = tags_code(property_value(props, "TAGS"))
+    return RECORD, total, DispatchRequest(topic, queue_id, phys, total, code, store_ts,
+                                          queue_offset, sys_flag)
+
+
+def _last_nonzero(view, start: int, end: int) -> int:
+    """Offset just past the last non-zero byte in view[start:end], or start if all zero."""
+    step = len(_ZERO_CHUNK)
+    hi = end
+    while hi > start:
+        lo = max(start, hi - step)
+        chunk = bytes(view[lo:hi])
+        if chunk != _ZERO_CHUNK[:hi - lo]:
+            return lo + len(chunk.rstrip(b"\x00"))
+        hi = lo
+    return start
+
+
+def _zero(view, start: int, end: int) -> None:
+    step = len(_ZERO_CHUNK)
+    while start < end:
+        n = min(step, end - start)
+        view[start:start + n] = _ZERO_CHUNK[:n]
+        start += n
+
+
+class RecoveryOutcome(NamedTuple):
+    records_scanned: int
+    scan_from_offset: int
+    truncated_from: int
+    truncated_to: int
+    reason: str
+    segments_removed: int
+
+
+class CommitLog:
+    def __init__(self, directory: str, file_size: int, ops: FileOps) -> None:
+        self.queue = MappedFileQueue(directory, file_size, ops)
+        self.file_size = file_size
+        self.wrote_offset = 0        # end of the last complete record (global)
+        self.flushed_offset = 0      # durable up to here
+
+    # ------------------------------------------------------------------ geometry
+
+    @property
+    def min_offset(self) -> int:
+        first = self.queue.first
+        return first.start if first is not None else self.wrote_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.wrote_offset
+
+    def load(self) -> None:
+        self.queue.load()
+
+    # ------------------------------------------------------------------ append
+
+    def reserve(self, size: int) -> MappedFile:
+        """Make room for `size` bytes in one segment (rolling with a blank marker when
+        needed) and return that segment; the bytes go at mf.wrote. Raises OSError when the
+        next segment cannot be created — then nothing has been written."""
+        mf = self.queue.last
+        if mf is None:
+            return self.queue.create(self.wrote_offset - self.wrote_offset % self.file_size)
+        pos = mf.wrote
+        remaining = mf.size - pos
+        if size + BLANK_MARKER_SIZE <= remaining:
+            return mf
+        nxt = self.queue.create(mf.end)
+        if remaining >= BLANK_MARKER_SIZE:
+            _II.pack_into(mf.mm, pos, remaining, BLANK_MAGIC_CODE)
+        mf.wrote = mf.size
+        self.wrote_offset = nxt.start
+        return nxt
+
+    def commit(self, mf: MappedFile, size: int) -> None:
+        mf.wrote += size
+        self.wrote_offset = mf.start + mf.wrote
+
+    # ------------------------------------------------------------------ read
+
+    def read(self, phys: int, size: int):
+        """memoryview of [phys, phys+size) when it lies in one segment's written part."""
+        mf = self.queue.find(phys)
+        if mf is None:
+            return None
+        pos = phys - mf.start
+        if pos < 0 or size < 0 or pos + size > mf.wrote:
+            return None
+        return mf.view[pos:pos + size]
+
+    def locate(self, phys: int) -> tuple[MappedFile | None, int]:
+        mf = self.queue.find(phys)
+        if mf is None:
+            return None, 0
+        return mf, phys - mf.start
+
+    def record_size_at(self, phys: int) -> int:
+        """TOTALSIZE of the record at phys, or -1 when there is no record there."""
+        mf = self.queue.find(phys)
+        if mf is None:
+            return -1
+        pos = phys - mf.start
+        if pos < 0 or pos + 8 > mf.wrote:
+            return -1
+        total, magic = _II.unpack_from(mf.mm, pos)
+        if magic != MESSAGE_MAGIC_CODE or total <= 0 or pos + total > mf.wrote:
+            return -1
+        return total
+
+    # ------------------------------------------------------------------ flush
+
+    def flush(self) -> int:
+        """fdatasync every segment holding bytes below the current write position that are
+        not yet durable; returns the new flushed offset. Raises OSError (the caller makes
+        the store sticky-failed: a failed fsync is never retried)."""
+        target = self.wrote_offset
+        if target <= self.flushed_offset:
+            return self.flushed_offset
+        need_dir = False
+        ops = self.queue.ops
+        for mf in list(self.queue.files):
+            if mf.end <= self.flushed_offset or mf.start >= target:
+                continue
+            if mf.fd < 0:
+                continue
+            ops.fdatasync(mf.fd)
+            if not mf.dir_synced:
+                need_dir = True
+        if need_dir:
+            self.queue.sync_dir()
+            for mf in list(self.queue.files):
+                mf.dir_synced = True
+        self.flushed_offset = target
+        return target
+
+    # ------------------------------------------------------------------ recovery
+
+    def recover(self, scan_from: int, delay_levels_ms: tuple[int, ...], check_tail: bool,
+                on_record=None) -> RecoveryOutcome:
+        """Find the write position by checking records from `scan_from` (a record boundary
+        or segment start); cut at the first bad record. `check_tail`: also treat non-zero
+        bytes after the end of data as lost data to be zeroed (abnormal shutdown)."""
+        files = self.queue.files
+        if not files:
+            self.wrote_offset = self.flushed_offset = 0
+            return RecoveryOutcome(0, 0, -1, -1, "", 0)
+        scan_from = min(max(scan_from, files[0].start), files[-1].start + files[-1].size)
+        mf = self.queue.find(scan_from) or files[-1]
+        pos = scan_from - mf.start
+        if pos >= mf.size:
+            pos = 0
+        idx = files.index(mf)
+        for earlier in files[:idx]:
+            earlier.wrote = earlier.size
+        scanned = 0
+        reason = ""
+        while True:
+            kind, size, info = check_record(mf.view, pos, mf.size, mf.start + pos, delay_levels_ms)
+            if kind == RECORD:
+                if on_record is not None:
+                    on_record(info)
+                pos += size
+                scanned += 1
+                continue
+            if kind == BLANK:
+                if idx + 1 < len(files):
+                    mf.wrote = mf.size
+                    idx += 1
+                    mf = files[idx]
+                    pos = 0
+                    continue
+                pos = mf.size   # a blank marker closing the last segment: it is full
+                break
+            if kind == CORRUPT:
+                reason = info
+            break
+        mf.wrote = pos
+        end = mf.start + pos
+        later = files[idx + 1:]
+        truncated_from = truncated_to = -1
+        data_end = -1
+        if later:
+            last = later[-1]
+            data_end = last.start + _last_nonzero(last.view, 0, last.size)
+        if reason or later or check_tail:
+            tail_end = _last_nonzero(mf.view, pos, mf.size) if pos < mf.size else pos
+            if tail_end > pos:
+                data_end = max(data_end, mf.start + tail_end)
+                _zero(mf.view, pos, tail_end)
+        if data_end > end or reason:
+            truncated_from = end
+            truncated_to = max(data_end, end)
+            reason = reason or "non-zero bytes after the end of data"
+            log.error("commit log cut at %d (%s); lost range [%d, %d), %d later segment(s) removed",
+                      end, reason, truncated_from, truncated_to, len(later))
+        if later:
+            self.queue.delete_after(mf)
+            self.queue.sync_dir()
+        self.wrote_offset = end
+        self.flushed_offset = end
+        return RecoveryOutcome(scanned, scan_from, truncated_from, truncated_to, reason, len(later))
+
+    def iter_dispatch(self, start: int, delay_levels_ms: tuple[int, ...]):
+        """(next_offset, DispatchRequest | None) for records from `start` to the write position.
+        Blank markers are stepped over (None); a record that cannot be parsed stops the walk
+        with a logged error (it can only be a bug: recovery has already checked the log)."""
+        end = self.wrote_offset
+        while start < end:
+            mf = self.queue.find(start)
+            if mf is None:
+                nxt = self.min_offset
+                if nxt <= start:
+                    log.error("reput: no segment holds offset %d", start)
+                    return
+                start = nxt
+                continue
+            pos = start - mf.start
+            kind, size, info = check_record(mf.view, pos, mf.size, start, delay_levels_ms, full=False)
+            if kind == RECORD:
+                start += size
+                yield start, info
+            elif kind == BLANK:
+                start = mf.end
+                yield start, None
+            else:
+                log.error("reput stopped at %d: %s", start, info or kind)
+                return
+
+    def delete_first_segments(self, count: int) -> None:
+        self.queue.delete_first(count)
+
+    def close(self) -> None:
+        self.queue.close()

@@ -1,0 +1,298 @@
+"""ConsumeQueue: the per topic/queue index into the commit log.
+
+Path `{root}/consumequeue/{topic}/{queueId}/{20-digit byte offset of the file's first unit}`.
+Files of `mapped_file_size_consume_queue` bytes (default 300 000 units = 6 000 000 bytes).
+
+Unit (20 bytes, big-endian), logical offset n at byte n * 20:
+
+| offset | size | field                                                        |
+|--------|------|--------------------------------------------------------------|
+| 0      | 8    | commit-log offset of the record                              |
+| 8      | 4    | record size (TOTALSIZE)                                      |
+| 12     | 8    | tagsCode: Java hashCode of TAGS sign-extended, 0 without tags; for SCHEDULE_TOPIC_XXXX the delivery time (ms) |
+
+A filler unit (0, 0x7FFFFFFF, 0) stands for a slot without a message (RocketMQ pre-fills the
+head of a queue whose first file starts past offset 0). Readers skip fillers.
+
+Consume queues are derived data: the dispatcher (store.reput) writes them from the commit
+log and recovery rebuilds them idempotently, so they are flushed lazily. Recovery finds
+each queue's end as the first all-zero unit of its last file and zeroes anything after it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+
+from broker.store.api import CQ_FILLER_SIZE
+from broker.store.mapped_file import FileOps, MappedFile, MappedFileQueue
+
+__all__ = ["ConsumeQueue", "CQ_UNIT", "FILLER_UNIT", "EXISTS", "APPENDED", "FILLED"]
+
+log = logging.getLogger("pocketmq.store")
+
+CQ_UNIT = struct.Struct(">qiq")
+CQ_UNIT_SIZE = 20
+FILLER_UNIT = CQ_UNIT.pack(0, CQ_FILLER_SIZE, 0)
+_ZERO_UNIT = bytes(CQ_UNIT_SIZE)
+_ZERO_CHUNK = bytes(1 << 20)
+
+EXISTS, APPENDED, FILLED = "EXISTS", "APPENDED", "FILLED"
+
+
+def _all_zero(view, start: int, end: int) -> bool:
+    step = len(_ZERO_CHUNK)
+    while start < end:
+        n = min(step, end - start)
+        if bytes(view[start:start + n]) != _ZERO_CHUNK[:n]:
+            return False
+        start += n
+    return True
+
+
+def _find_end(view, size: int) -> tuple[int, bool]:
+    """(byte end of the valid prefix of units, whether non-zero bytes follow it)."""
+    units = size // CQ_UNIT_SIZE
+    lo, hi = 0, units            # first all-zero unit, assuming units are a prefix
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if view[mid * CQ_UNIT_SIZE:(mid + 1) * CQ_UNIT_SIZE] == _ZERO_UNIT:
+            hi = mid
+        else:
+            lo = mid + 1
+    end = lo * CQ_UNIT_SIZE
+    if _all_zero(view, end, size):
+        # a valid unit has size > 0 (Java's rule): check the prefix ends cleanly
+        k = lo
+        while k > 0:
+            _phys, sz, _tag = CQ_UNIT.unpack_from(view, (k - 1) * CQ_UNIT_SIZE)
+            if _phys >= 0 and sz > 0:
+                break
+            k -= 1
+        return k * CQ_UNIT_SIZE, k != lo
+    # a hole: take the first invalid unit as the end, the rest is garbage
+    pos = 0
+    for phys, sz, _tag in CQ_UNIT.iter_unpack(view[:units * CQ_UNIT_SIZE]):
+        if phys < 0 or sz <= 0:
+            break
+        pos += CQ_UNIT_SIZE
+    return pos, True
+
+
+class ConsumeQueue:
+    __slots__ = ("topic", "queue_id", "directory", "queue", "file_size", "units_per_file",
+                 "min_offset", "max_offset", "needs_dir_sync")
+
+    def __init__(self, topic: str, queue_id: int, root: str, file_size: int, ops: FileOps) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.directory = os.path.join(root, topic, str(queue_id))
+        self.queue = MappedFileQueue(self.directory, file_size, ops)
+        self.file_size = file_size
+        self.units_per_file = file_size // CQ_UNIT_SIZE
+        self.min_offset = 0          # logical, first readable unit
+        self.max_offset = 0          # logical, one past the last unit
+        self.needs_dir_sync = False
+
+    # ------------------------------------------------------------------ recovery
+
+    def load(self) -> int:
+        """Map the files and find the end. Returns the number of garbage bytes zeroed."""
+        self.queue.load()
+        files = self.queue.files
+        if not files:
+            return 0
+        for mf in files[:-1]:
+            mf.wrote = mf.size
+        last = files[-1]
+        end, garbage = _find_end(last.view, last.size)
+        zeroed = 0
+        if garbage:
+            zeroed = last.size - end
+            last.view[end:] = bytes(zeroed)
+            log.warning("consume queue %s/%d: zeroed garbage after unit %d", self.topic,
+                        self.queue_id, (last.start + end) // CQ_UNIT_SIZE)
+        last.wrote = end
+        self.max_offset = (last.start + end) // CQ_UNIT_SIZE
+        self.min_offset = files[0].start // CQ_UNIT_SIZE
+        return zeroed
+
+    def truncate_from_phys(self, phys_end: int) -> int:
+        """Drop the units at the tail that point at or past commit-log offset phys_end.
+        Returns how many were dropped."""
+        new_max = self.max_offset
+        while new_max > self.min_offset:
+            u = self.unit(new_max - 1)
+            if u is None or u[0] < phys_end:
+                break
+            new_max -= 1
+        dropped = self.max_offset - new_max
+        if dropped:
+            self._cut_to(new_max)
+        return dropped
+
+    def _cut_to(self, new_max: int) -> None:
+        new_end = new_max * CQ_UNIT_SIZE
+        files = self.queue.files
+        while len(files) > 1 and files[-1].start >= new_end:
+            self.queue.delete_last()
+            files = self.queue.files
+        mf = files[-1]
+        pos = new_end - mf.start
+        if pos < mf.wrote:
+            mf.view[pos:mf.wrote] = bytes(mf.wrote - pos)
+        mf.wrote = pos
+        mf.flushed = min(mf.flushed, pos)
+        self.max_offset = new_max
+        self.min_offset = min(self.min_offset, new_max)
+
+    # ------------------------------------------------------------------ reads
+
+    def unit(self, offset: int) -> tuple[int, int, int] | None:
+        if not self.min_offset <= offset < self.max_offset:
+            return None
+        byte = offset * CQ_UNIT_SIZE
+        mf = self.queue.find(byte)
+        if mf is None:
+            return None
+        return CQ_UNIT.unpack_from(mf.mm, byte - mf.start)
+
+    def index_buffer(self, offset: int):
+        """memoryview of the units from `offset` to the end of the written part of the file
+        holding it, or None when that file is gone."""
+        if offset < self.min_offset:
+            return None
+        byte = offset * CQ_UNIT_SIZE
+        mf = self.queue.find(byte)
+        if mf is None:
+            return None
+        pos = byte - mf.start
+        if pos >= mf.wrote:
+            return None
+        return mf.view[pos:mf.wrote]
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.units_per_file - offset % self.units_per_file
+
+    # ------------------------------------------------------------------ writes
+
+    def _place(self, byte: int) -> MappedFile:
+        """The file that holds byte offset `byte`, creating the next one when needed."""
+        mf = self.queue.last
+        if mf is None:
+            self.needs_dir_sync = True
+            return self.queue.create(byte - byte % self.file_size)
+        if byte >= mf.end:
+            mf = self.queue.create(mf.end)
+        return mf
+
+    def _write_fillers(self, count: int) -> None:
+        while count > 0:
+            byte = self.max_offset * CQ_UNIT_SIZE
+            mf = self._place(byte)
+            pos = byte - mf.start
+            n = min(count, (mf.size - pos) // CQ_UNIT_SIZE)
+            mf.view[pos:pos + n * CQ_UNIT_SIZE] = FILLER_UNIT * n
+            mf.wrote = pos + n * CQ_UNIT_SIZE
+            self.max_offset += n
+            count -= n
+
+    def put(self, queue_offset: int, phys: int, size: int, tags_code: int) -> str:
+        """Write the unit for `queue_offset` (idempotent). Raises OSError when a file cannot
+        be created. Returns APPENDED, EXISTS (already there: skipped) or FILLED (there was a
+        gap before it, filled with filler units and logged as an error)."""
+        mo = self.max_offset
+        if queue_offset == mo:
+            byte = mo * CQ_UNIT_SIZE
+            mf = self.queue.last
+            if mf is None or byte >= mf.end:
+                mf = self._place(byte)
+            pos = byte - mf.start
+            CQ_UNIT.pack_into(mf.mm, pos, phys, size, tags_code)
+            mf.wrote = pos + CQ_UNIT_SIZE
+            self.max_offset = mo + 1
+            return APPENDED
+        if queue_offset < mo:
+            u = self.unit(queue_offset)
+            if u is not None and u[0] != phys and u[1] != CQ_FILLER_SIZE:
+                log.error("consume queue %s/%d unit %d points at %d, record at %d claims it",
+                          self.topic, self.queue_id, queue_offset, u[0], phys)
+            return EXISTS
+        result = FILLED
+        if mo == 0 and not self.queue.files:
+            # a queue whose first file starts past 0 (its older records are gone)
+            start_units = queue_offset - queue_offset % self.units_per_file
+            self._place(start_units * CQ_UNIT_SIZE)
+            self.max_offset = self.min_offset = start_units
+            self._write_fillers(queue_offset - start_units)
+            self.min_offset = queue_offset
+            result = APPENDED
+        else:
+            log.error("consume queue %s/%d: gap, expected unit %d, record at %d has %d; filled",
+                      self.topic, self.queue_id, mo, phys, queue_offset)
+            self._write_fillers(queue_offset - mo)
+        self.put(queue_offset, phys, size, tags_code)
+        return result
+
+    # ------------------------------------------------------------------ maintenance
+
+    def correct_min_offset(self, cl_min: int) -> None:
+        """min_offset = first unit pointing at or after commit-log offset cl_min (max when none)."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            u = self.unit(mid)
+            if u is not None and u[1] != CQ_FILLER_SIZE and u[0] >= cl_min:
+                hi = mid
+            else:
+                lo = mid + 1
+        self.min_offset = lo
+
+    def clean(self, cl_min: int) -> int:
+        """Delete the files (never the last) whose units all point below cl_min; fix min_offset."""
+        files = self.queue.files
+        count = 0
+        for mf in files[:-1]:
+            phys = CQ_UNIT.unpack_from(mf.mm, mf.size - CQ_UNIT_SIZE)[0]
+            if phys >= cl_min:
+                break
+            count += 1
+        if count:
+            self.queue.delete_first(count)
+            self.min_offset = max(self.min_offset, self.queue.files[0].start // CQ_UNIT_SIZE)
+        self.correct_min_offset(cl_min)
+        return count
+
+    def flush(self) -> None:
+        """fdatasync the files with unsynced units. Raises OSError."""
+        ops = self.queue.ops
+        if self.needs_dir_sync:
+            root = os.path.dirname(os.path.dirname(self.directory))
+            for d in (self.directory, os.path.dirname(self.directory), root):
+                ops.fsync_dir(d)
+            self.needs_dir_sync = False
+        new_file = False
+        for mf in list(self.queue.files):
+            wrote = mf.wrote
+            if wrote > mf.flushed and mf.fd >= 0:
+                ops.fdatasync(mf.fd)
+                mf.flushed = wrote
+            if not mf.dir_synced:
+                new_file = True
+        if new_file:
+            self.queue.sync_dir()
+            for mf in list(self.queue.files):
+                mf.dir_synced = True
+
+    def close(self) -> None:
+        self.queue.close()
+
+    def destroy(self) -> None:
+        self.queue.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+        parent = os.path.dirname(self.directory)
+        try:
+            os.rmdir(parent)     # the topic directory, when this was its last queue
+        except OSError:
+            pass

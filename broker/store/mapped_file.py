@@ -1,0 +1,246 @@
+"""Fixed-size memory-mapped files, and a directory of them named by start offset.
+
+A MappedFile is one preallocated file (ftruncate, then posix_fallocate when possible so
+that a full disk shows up as ENOSPC when the file is created, not as SIGBUS on a write
+into a hole), mapped MAP_SHARED read/write. Its write position lives in memory; the
+owners (CommitLog, ConsumeQueue) recover it by scanning at open.
+
+File names are the start offset as 20 zero-padded decimal digits; file k of a queue
+starts at k * file_size (only the first file may have been deleted from the front).
+
+Durability: `sync()` is os.fdatasync(fd). On Linux the page cache is unified, so it also
+writes the dirty pages of the shared mapping; unlike mmap.flush() it releases the GIL,
+so a flush thread does not stall the event loop. A newly created file also needs its
+directory entry synced once (`dir_synced`).
+
+A file whose mapping still has exported memoryviews (a pull response being written)
+cannot be unmapped: destroy() unlinks it anyway and keeps the object as a "zombie" to
+close later; the mapping stays valid until then.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+import re
+
+from broker.store.api import StoreError
+
+__all__ = ["FileOps", "MappedFile", "MappedFileQueue", "offset_file_name"]
+
+log = logging.getLogger("pocketmq.store")
+
+_NAME_RE = re.compile(r"^\d{20}$")
+
+
+def offset_file_name(offset: int) -> str:
+    return "%020d" % offset
+
+
+class FileOps:
+    """The OS calls the store makes on its files; tests subclass it to inject failures."""
+
+    def __init__(self, preallocate: bool = True) -> None:
+        self.preallocate = preallocate
+
+    def create(self, path: str, size: int) -> int:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.ftruncate(fd, size)
+            if self.preallocate and hasattr(os, "posix_fallocate"):
+                try:
+                    os.posix_fallocate(fd, 0, size)
+                except OSError as e:
+                    if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                        raise
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            raise
+        return fd
+
+    def open(self, path: str) -> int:
+        return os.open(path, os.O_RDWR)
+
+    def fdatasync(self, fd: int) -> None:
+        os.fdatasync(fd)
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class MappedFile:
+    __slots__ = ("path", "start", "size", "fd", "mm", "view", "wrote", "flushed", "dir_synced")
+
+    def __init__(self, path: str, start: int, size: int, fd: int, dir_synced: bool) -> None:
+        self.path = path
+        self.start = start
+        self.size = size
+        self.fd = fd
+        self.mm = mmap.mmap(fd, size)
+        self.view = memoryview(self.mm)
+        self.wrote = 0          # bytes written (in-memory write position)
+        self.flushed = 0        # bytes known durable
+        self.dir_synced = dir_synced
+
+    @classmethod
+    def create(cls, path: str, start: int, size: int, ops: FileOps) -> "MappedFile":
+        fd = ops.create(path, size)
+        try:
+            return cls(path, start, size, fd, dir_synced=False)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @classmethod
+    def open(cls, path: str, start: int, size: int, ops: FileOps) -> "MappedFile":
+        fd = ops.open(path)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual != size:
+                raise StoreError(f"{path}: size {actual} != configured segment size {size}")
+            return cls(path, start, size, fd, dir_synced=True)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+    def close(self) -> bool:
+        """Unmap and close; False (nothing done yet) while memoryviews of the mapping live."""
+        if self.fd >= 0:
+            # the mapping holds its own descriptor: ours is only for fdatasync
+            os.close(self.fd)
+            self.fd = -1
+        if self.mm is None:
+            return True
+        self.view.release()
+        try:
+            self.mm.close()
+        except BufferError:
+            self.view = memoryview(self.mm)
+            return False
+        self.mm = None
+        return True
+
+    def __repr__(self) -> str:
+        return f"MappedFile({self.path!r}, wrote={self.wrote})"
+
+
+class MappedFileQueue:
+    """The files of one directory, contiguous, in start-offset order."""
+
+    def __init__(self, directory: str, file_size: int, ops: FileOps) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self.ops = ops
+        self.files: list[MappedFile] = []
+        self.zombies: list[MappedFile] = []
+
+    def load(self) -> None:
+        """Map the existing files. Raises StoreError on a wrong size or a hole."""
+        if not os.path.isdir(self.directory):
+            return
+        names = []
+        for name in os.listdir(self.directory):
+            if _NAME_RE.match(name):
+                names.append(name)
+            elif name.endswith(".tmp"):
+                continue
+            else:
+                log.warning("ignoring stray file %s in %s", name, self.directory)
+        names.sort()
+        prev = None
+        for name in names:
+            start = int(name)
+            if start % self.file_size:
+                raise StoreError(f"{self.directory}/{name}: start is not a multiple of {self.file_size}")
+            if prev is not None and start != prev + self.file_size:
+                raise StoreError(f"{self.directory}: hole between {offset_file_name(prev)} and {name}")
+            self.files.append(MappedFile.open(os.path.join(self.directory, name), start,
+                                              self.file_size, self.ops))
+            prev = start
+
+    @property
+    def first(self) -> MappedFile | None:
+        return self.files[0] if self.files else None
+
+    @property
+    def last(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    def find(self, offset: int) -> MappedFile | None:
+        files = self.files
+        if not files:
+            return None
+        idx = (offset - files[0].start) // self.file_size
+        if 0 <= idx < len(files):
+            return files[idx]
+        return None
+
+    def create(self, start: int) -> MappedFile:
+        """Create the file starting at `start` (must continue the queue). Raises OSError."""
+        if self.files and start != self.files[-1].end:
+            raise ValueError(f"new file at {start} does not follow {self.files[-1].end}")
+        os.makedirs(self.directory, exist_ok=True)
+        mf = MappedFile.create(os.path.join(self.directory, offset_file_name(start)), start,
+                               self.file_size, self.ops)
+        self.files.append(mf)
+        return mf
+
+    def _destroy(self, mf: MappedFile) -> None:
+        try:
+            os.unlink(mf.path)
+        except FileNotFoundError:
+            pass
+        if not mf.close():
+            self.zombies.append(mf)
+
+    def delete_first(self, count: int) -> list[MappedFile]:
+        victims = self.files[:count]
+        self.files = self.files[count:]
+        for mf in victims:
+            self._destroy(mf)
+        self.reap()
+        return victims
+
+    def delete_after(self, mf_keep: MappedFile) -> list[MappedFile]:
+        """Delete every file after mf_keep."""
+        idx = self.files.index(mf_keep)
+        victims = self.files[idx + 1:]
+        self.files = self.files[:idx + 1]
+        for mf in reversed(victims):
+            self._destroy(mf)
+        return victims
+
+    def delete_last(self) -> None:
+        mf = self.files.pop()
+        self._destroy(mf)
+
+    def reap(self) -> None:
+        """Retry closing unlinked files whose mappings were still exported."""
+        if self.zombies:
+            self.zombies = [mf for mf in self.zombies if not mf.close()]
+
+    def close(self) -> None:
+        for mf in self.files:
+            if not mf.close():
+                self.zombies.append(mf)
+        self.files = []
+        self.reap()
+        # whatever is still exported is closed by the GC once its views are gone
+        self.zombies = []
+
+    def sync_dir(self) -> None:
+        if os.path.isdir(self.directory):
+            self.ops.fsync_dir(self.directory)

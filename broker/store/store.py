@@ -1,0 +1,784 @@
+"""MessageStore: the file storage engine (CommitLog + ConsumeQueues + checkpoint/abort recovery).
+
+Synchronous, no network, no clock: callers pass now_ms. Layout and formats: docs/store.md.
+
+Threads: everything runs on the caller's (event-loop) thread except `flush()` and
+`flush_consume_queues()`, which a flush thread may call concurrently with appends. They
+only fdatasync descriptors and write the checkpoint; `_file_lock` keeps them away from
+files being deleted (clean_expired_files, delete_topics, close).
+
+Failure policy: the first failed fdatasync, checkpoint write or file write makes the store
+sticky-failed (`failed` holds the reason); puts then answer SERVICE_NOT_AVAILABLE until a
+restart, whose recovery decides what survived. A failed fsync is never retried.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import shutil
+import struct
+import threading
+
+from protocol.message import (MAX_INT, PROPERTIES_LENGTH_BYTES_MAX, SCHEDULE_TOPIC, TAGS,
+                              TOPIC_LENGTH_BYTES_MAX, encode_record_into, head_struct,
+                              offset_msg_id_prefix, property_value, store_timestamp_pos,
+                              tags_code)
+from broker.store.api import (CQ_FILLER_SIZE, DispatchListener, GetMessageResult,
+                              GetMessageStatus, MessageBatchToStore, MessageFilter,
+                              MessageToStore, PutMessageResult, PutMessageStatus,
+                              RecoveryReport, StoreError)
+from broker.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from broker.store.commitlog import BLANK_MARKER_SIZE, CommitLog, DispatchRequest, schedule_tags_code
+from broker.store.consumequeue import CQ_UNIT, CQ_UNIT_SIZE, EXISTS, ConsumeQueue
+from broker.store.mapped_file import FileOps
+from broker.store.store_config import StoreConfig
+
+__all__ = ["MessageStore", "CleanResult"]
+
+log = logging.getLogger("pocketmq.store")
+
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_HEAD_SIZE = {f: head_struct(f).size for f in (0, 0x10, 0x20, 0x30)}
+_Q = struct.Struct(">q")
+_I = struct.Struct(">i")
+
+_NOT_AVAILABLE = PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+_ILLEGAL = PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+_PROPS_EXCEEDED = PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
+_CREATE_FAILED = PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+
+_FOUND = GetMessageStatus.FOUND
+_NO_MATCHED = GetMessageStatus.NO_MATCHED_MESSAGE
+_REMOVING = GetMessageStatus.MESSAGE_WAS_REMOVING
+
+
+def valid_topic(topic: str) -> bool:
+    return (0 < len(topic) <= TOPIC_LENGTH_BYTES_MAX and _TOPIC_RE.match(topic) is not None
+            and topic not in (".", ".."))
+
+
+class CleanResult(tuple):
+    """(commit_log_segments_deleted, consume_queue_files_deleted)."""
+
+    __slots__ = ()
+
+    def __new__(cls, segments: int, cq_files: int):
+        return tuple.__new__(cls, (segments, cq_files))
+
+    @property
+    def segments(self) -> int:
+        return self[0]
+
+    @property
+    def cq_files(self) -> int:
+        return self[1]
+
+
+class MessageStore:
+    def __init__(self, config: StoreConfig, *, file_ops: FileOps | None = None,
+                 on_dispatch: DispatchListener | None = None) -> None:
+        self.config = config
+        self.on_dispatch = on_dispatch
+        self._ops = file_ops or FileOps(config.preallocate_files)
+        self._delay_levels = config.delay_levels_ms
+        self._file_size = config.mapped_file_size_commit_log
+        self._max_record = min(config.max_message_size, self._file_size - BLANK_MARKER_SIZE)
+        self._store_host = config.store_host
+        self._store_v6 = 0x20 if len(config.store_host[0]) == 16 else 0
+        self._msg_id_prefix = offset_msg_id_prefix(*config.store_host)
+        self._memory_limit = config.memory_bytes() * config.access_message_in_memory_max_ratio // 100
+        self._cq_root = config.consume_queue_dir
+        self._cq_size = config.mapped_file_size_consume_queue
+        self._commitlog = CommitLog(config.commit_log_dir, self._file_size, self._ops)
+        self._cq_table: dict[str, dict[int, ConsumeQueue]] = {}
+        self._topic_bytes: dict[str, bytes] = {}
+        self._reput_from = 0
+        self._last_store_ts = 0
+        self._dispatched_ts = 0
+        self._flushed_store_ts = 0
+        self._failed: str | None = None
+        self._open = False
+        self._file_lock = threading.Lock()
+        self._lock_fd = -1
+
+    # ================================================================== lifecycle
+
+    def open(self) -> RecoveryReport:
+        """Recover and start accepting puts. Raises StoreError on a layout it will not guess
+        about, OSError on I/O errors."""
+        if self._open:
+            raise StoreError("store already open")
+        cfg = self.config
+        root = cfg.store_path_root_dir
+        os.makedirs(root, exist_ok=True)
+        os.makedirs(cfg.commit_log_dir, exist_ok=True)
+        os.makedirs(self._cq_root, exist_ok=True)
+        self._take_lock()
+        try:
+            return self._recover()
+        except BaseException:
+            self._release_files()
+            self._release_lock()
+            raise
+
+    def _recover(self) -> RecoveryReport:
+        cfg = self.config
+        abnormal = os.path.exists(cfg.abort_path)
+        ck = read_checkpoint(cfg.checkpoint_path)
+        cl = self._commitlog = CommitLog(cfg.commit_log_dir, self._file_size, self._ops)
+        cl.load()
+        files = cl.queue.files
+        if not files:
+            scan_from = 0
+        elif ck is None:
+            scan_from = files[max(0, len(files) - cfg.recover_segments_without_checkpoint)].start
+        else:
+            f = min(max(ck.flushed_physical_offset, files[0].start), files[-1].end)
+            if abnormal:
+                f -= f % self._file_size      # the whole segment holding the flushed offset
+                if f >= files[-1].end:
+                    f = files[-1].start
+            scan_from = f
+        outcome = cl.recover(scan_from, self._delay_levels, check_tail=abnormal or ck is None)
+        end = cl.wrote_offset
+        cl_min = cl.min_offset
+        cl.flushed_offset = min(scan_from, end)
+
+        truncated = 0
+        any_cq = False
+        self._cq_table = {}
+        if os.path.isdir(self._cq_root):
+            for topic in sorted(os.listdir(self._cq_root)):
+                tdir = os.path.join(self._cq_root, topic)
+                if not os.path.isdir(tdir) or not valid_topic(topic):
+                    log.warning("ignoring %s in consumequeue/", topic)
+                    continue
+                for qname in sorted(os.listdir(tdir)):
+                    if not qname.isdigit() or not os.path.isdir(os.path.join(tdir, qname)):
+                        log.warning("ignoring %s/%s in consumequeue/", topic, qname)
+                        continue
+                    cq = ConsumeQueue(topic, int(qname), self._cq_root, self._cq_size, self._ops)
+                    cq.load()
+                    if cq.queue.files:
+                        any_cq = True
+                    truncated += cq.truncate_from_phys(end)
+                    cq.correct_min_offset(cl_min)
+                    self._cq_table.setdefault(topic, {})[cq.queue_id] = cq
+        if truncated:
+            log.warning("recovery dropped %d consume-queue units pointing past %d", truncated, end)
+
+        if not any_cq or ck is None:
+            reput_from = cl_min          # rebuild every consume queue from the commit log
+        else:
+            reput_from = min(max(ck.logics_physical_offset, cl_min), end)
+        self._reput_from = reput_from
+        self._failed = None
+        self._open = True
+        dispatched = self._reput()
+        cl.flush()                       # what recovery accepted is now durable
+        self._create_abort_file()
+        report = RecoveryReport(
+            abnormal=abnormal, records_scanned=outcome.records_scanned,
+            scan_from_offset=outcome.scan_from_offset, commit_log_min_offset=cl_min,
+            commit_log_max_offset=end, truncated_from=outcome.truncated_from,
+            truncated_to=outcome.truncated_to, cut_reason=outcome.reason,
+            segments_removed=outcome.segments_removed, cq_entries_truncated=truncated,
+            reput_from_offset=reput_from, records_dispatched=dispatched)
+        log.info("store open: %s", report)
+        return report
+
+    def close(self) -> None:
+        """Flush everything, write the checkpoint, remove the abort file. A sticky-failed
+        store keeps its abort file so the next open runs the abnormal recovery."""
+        if not self._open:
+            return
+        try:
+            if self._failed is None:
+                self.flush()
+                self.flush_consume_queues()
+        finally:
+            with self._file_lock:
+                self._open = False
+                self._release_files()
+            if self._failed is None:
+                try:
+                    os.unlink(self.config.abort_path)
+                    self._ops.fsync_dir(self.config.store_path_root_dir)
+                except FileNotFoundError:
+                    pass
+            self._release_lock()
+
+    def abandon(self) -> None:
+        """Drop the store like a killed process would: no flush, no checkpoint, the abort
+        file stays. Writes already in the mappings survive (they are in the page cache)."""
+        with self._file_lock:
+            self._open = False
+            self._release_files()
+        self._release_lock()
+
+    def _release_files(self) -> None:
+        self._commitlog.close()
+        for table in self._cq_table.values():
+            for cq in table.values():
+                cq.close()
+        self._cq_table = {}
+
+    def _take_lock(self) -> None:
+        fd = os.open(self.config.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise StoreError(f"{self.config.store_path_root_dir} is locked by another store") from None
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _create_abort_file(self) -> None:
+        fd = os.open(self.config.abort_path, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.close(fd)
+        self._ops.fsync_dir(self.config.store_path_root_dir)
+
+    def _fail(self, reason: str) -> None:
+        if self._failed is None:
+            self._failed = reason
+            log.error("store failed, refusing writes until restart: %s", reason)
+
+    @property
+    def failed(self) -> str | None:
+        """Why the store stopped accepting writes, or None."""
+        return self._failed
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    # ================================================================== put
+
+    def _topic_b(self, topic: str) -> bytes | None:
+        b = self._topic_bytes.get(topic)
+        if b is None:
+            if not valid_topic(topic):
+                return None
+            b = topic.encode()
+            if len(self._topic_bytes) > 100_000:
+                self._topic_bytes.clear()
+            self._topic_bytes[topic] = b
+        return b
+
+    def _cq(self, topic: str, queue_id: int) -> ConsumeQueue:
+        table = self._cq_table.get(topic)
+        if table is None:
+            table = self._cq_table[topic] = {}
+        cq = table.get(queue_id)
+        if cq is None:
+            cq = table[queue_id] = ConsumeQueue(topic, queue_id, self._cq_root, self._cq_size, self._ops)
+        return cq
+
+    def _tags_code(self, topic: str, queue_id: int, props: str, store_ts: int) -> int:
+        if topic == SCHEDULE_TOPIC:
+            return schedule_tags_code(queue_id, store_ts, self._delay_levels)
+        return tags_code(property_value(props, TAGS))
+
+    def put_message(self, msg: MessageToStore) -> PutMessageResult:
+        if self._failed is not None or not self._open:
+            return _NOT_AVAILABLE
+        topic = msg.topic
+        topic_b = self._topic_bytes.get(topic) or self._topic_b(topic)
+        if topic_b is None:
+            return _ILLEGAL
+        props = msg.properties_str
+        props_b = props.encode()
+        if len(props_b) > PROPERTIES_LENGTH_BYTES_MAX:
+            return _PROPS_EXCEEDED
+        born_host = msg.born_host
+        alen = len(born_host[0])
+        sys_flag = (msg.sys_flag & ~0x30) | self._store_v6
+        if alen == 16:
+            sys_flag |= 0x10
+        elif alen != 4:
+            return _ILLEGAL
+        body = msg.body
+        size = _HEAD_SIZE[sys_flag & 0x30] + len(body) + 3 + len(topic_b) + len(props_b)
+        queue_id = msg.queue_id
+        if size > self._max_record or not 0 <= queue_id <= MAX_INT:
+            return _ILLEGAL
+        tran = sys_flag & 0xC
+        if tran == 0 or tran == 8:
+            cq = self._cq(topic, queue_id)
+            queue_offset = cq.max_offset
+        else:
+            cq = None
+            queue_offset = 0
+        cl = self._commitlog
+        try:
+            mf = cl.reserve(size)
+        except OSError as e:
+            log.error("cannot create commit-log segment: %s", e)
+            return _CREATE_FAILED
+        pos = mf.wrote
+        phys = mf.start + pos
+        now = msg.now_ms
+        encode_record_into(mf.mm, pos, topic_b, queue_id, msg.flag, body, props_b, sys_flag,
+                           msg.born_timestamp, born_host, self._store_host, msg.reconsume_times,
+                           msg.prepared_transaction_offset, queue_offset, phys, now)
+        cl.commit(mf, size)
+        self._last_store_ts = now
+        if self._reput_from == phys:
+            self._reput_from = phys + size
+            if cq is not None:
+                code = self._tags_code(topic, queue_id, props, now)
+                try:
+                    cq.put(queue_offset, phys, size, code)
+                except OSError as e:
+                    self._fail(f"consume queue write failed: {e}")
+                else:
+                    self._dispatched_ts = now
+                    if self.on_dispatch is not None:
+                        self.on_dispatch(topic, queue_id, queue_offset + 1, code, now)
+        else:
+            self._reput()
+        return PutMessageResult(PutMessageStatus.PUT_OK, phys, size, queue_offset,
+                                self._msg_id_prefix + format(phys, "016X"), now, 1)
+
+    def put_messages(self, batch: MessageBatchToStore) -> PutMessageResult:
+        """Store a batch as consecutive records of one queue in one segment."""
+        if self._failed is not None or not self._open:
+            return _NOT_AVAILABLE
+        topic = batch.topic
+        topic_b = self._topic_b(topic)
+        messages = batch.messages
+        queue_id = batch.queue_id
+        if topic_b is None or not messages or not 0 <= queue_id <= MAX_INT:
+            return _ILLEGAL
+        born_host = batch.born_host
+        alen = len(born_host[0])
+        sys_flag = (batch.sys_flag & ~0x30) | self._store_v6
+        if alen == 16:
+            sys_flag |= 0x10
+        elif alen != 4:
+            return _ILLEGAL
+        if sys_flag & 0xC:
+            return _ILLEGAL          # batches cannot be transactional (like Java)
+        fixed = _HEAD_SIZE[sys_flag & 0x30] + 3 + len(topic_b)
+        encoded = []
+        total = 0
+        for flag, body, props in messages:
+            props_b = props.encode()
+            if len(props_b) > PROPERTIES_LENGTH_BYTES_MAX:
+                return _PROPS_EXCEEDED
+            size = fixed + len(body) + len(props_b)
+            if size > self._max_record:
+                return _ILLEGAL
+            encoded.append((flag, body, props, props_b, size))
+            total += size
+        if total + BLANK_MARKER_SIZE > self._file_size:
+            return _ILLEGAL
+        cq = self._cq(topic, queue_id)
+        qo0 = cq.max_offset
+        cl = self._commitlog
+        try:
+            mf = cl.reserve(total)
+        except OSError as e:
+            log.error("cannot create commit-log segment: %s", e)
+            return _CREATE_FAILED
+        now = batch.now_ms
+        pos = mf.wrote
+        phys0 = mf.start + pos
+        mm = mf.mm
+        store_host = self._store_host
+        qo = qo0
+        for flag, body, _props, props_b, size in encoded:
+            encode_record_into(mm, pos, topic_b, queue_id, flag, body, props_b, sys_flag,
+                               batch.born_timestamp, born_host, store_host, batch.reconsume_times,
+                               0, qo, mf.start + pos, now)
+            pos += size
+            qo += 1
+        cl.commit(mf, total)
+        self._last_store_ts = now
+        ids = []
+        prefix = self._msg_id_prefix
+        phys = phys0
+        for e in encoded:
+            ids.append(prefix + format(phys, "016X"))
+            phys += e[4]
+        if self._reput_from == phys0:
+            self._reput_from = phys0 + total
+            phys = phys0
+            qo = qo0
+            listener = self.on_dispatch
+            try:
+                for _f, _b, props, _pb, size in encoded:
+                    code = self._tags_code(topic, queue_id, props, now)
+                    cq.put(qo, phys, size, code)
+                    qo += 1
+                    phys += size
+                    if listener is not None:
+                        listener(topic, queue_id, qo, code, now)
+            except OSError as e:
+                self._fail(f"consume queue write failed: {e}")
+            else:
+                self._dispatched_ts = now
+        else:
+            self._reput()
+        return PutMessageResult(PutMessageStatus.PUT_OK, phys0, total, qo0, ",".join(ids), now,
+                                len(encoded))
+
+    # ================================================================== dispatch
+
+    def reput(self) -> int:
+        """Dispatch every record from reput_from_offset to the commit-log end into the
+        consume queues. Returns the number of units written."""
+        if not self._open:
+            return 0
+        return self._reput()
+
+    def _reput(self) -> int:
+        n = 0
+        dispatch = self._dispatch
+        try:
+            for nxt, req in self._commitlog.iter_dispatch(self._reput_from, self._delay_levels):
+                if req is not None:
+                    n += dispatch(req)
+                self._reput_from = nxt
+        except OSError as e:
+            self._fail(f"consume queue write failed: {e}")
+        return n
+
+    def _dispatch(self, req: DispatchRequest) -> int:
+        tran = req.sys_flag & 0xC
+        if tran != 0 and tran != 8:
+            return 0
+        if not valid_topic(req.topic):
+            log.error("record at %d has topic %r that cannot be a directory; not dispatched",
+                      req.commit_log_offset, req.topic)
+            return 0
+        cq = self._cq(req.topic, req.queue_id)
+        if cq.put(req.queue_offset, req.commit_log_offset, req.size, req.tags_code) == EXISTS:
+            return 0
+        self._dispatched_ts = req.store_timestamp
+        if self.on_dispatch is not None:
+            self.on_dispatch(req.topic, req.queue_id, cq.max_offset, req.tags_code, req.store_timestamp)
+        return 1
+
+    @property
+    def reput_from_offset(self) -> int:
+        return self._reput_from
+
+    # ================================================================== flush
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._commitlog.flushed_offset
+
+    def flush(self) -> int:
+        """Make the commit log durable up to its current end; returns the flushed offset.
+        Safe from a flush thread. After a failure the offset stops moving."""
+        with self._file_lock:
+            if not self._open or self._failed is not None:
+                return self._commitlog.flushed_offset
+            ts = self._last_store_ts
+            try:
+                flushed = self._commitlog.flush()
+            except OSError as e:
+                self._fail(f"commit log fdatasync failed: {e}")
+                return self._commitlog.flushed_offset
+            self._flushed_store_ts = ts
+            return flushed
+
+    def flush_consume_queues(self) -> int:
+        """fdatasync the consume queues and write the checkpoint. Returns the commit-log offset
+        below which every consume-queue unit is durable. Safe from a flush thread."""
+        with self._file_lock:
+            if not self._open or self._failed is not None:
+                return -1
+            dispatched = self._reput_from
+            logics_ts = self._dispatched_ts
+            physic_ts = self._flushed_store_ts
+            try:
+                for table in list(self._cq_table.values()):
+                    for cq in list(table.values()):
+                        cq.flush()
+                write_checkpoint(self.config.checkpoint_path, Checkpoint(
+                    physic_ts, logics_ts, 0, self._commitlog.flushed_offset, dispatched))
+            except OSError as e:
+                self._fail(f"consume queue / checkpoint flush failed: {e}")
+                return -1
+            return dispatched
+
+    # ================================================================== get
+
+    def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                    message_filter: MessageFilter | None = None) -> GetMessageResult:
+        if not self._open:
+            raise StoreError("store is not open")
+        table = self._cq_table.get(topic)
+        cq = table.get(queue_id) if table is not None else None
+        if cq is None:
+            min_offset = max_offset = 0
+        else:
+            min_offset = cq.min_offset
+            max_offset = cq.max_offset
+        if max_offset == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
+        if offset < min_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+        if offset == max_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+        if offset > max_offset:
+            # RocketMQ 4.9.4: back to 0 when the queue still starts at 0, else to the end
+            nxt = min_offset if min_offset == 0 else max_offset
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, nxt, min_offset, max_offset)
+        buf = cq.index_buffer(offset)
+        if buf is None:
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset),
+                                    min_offset, max_offset)
+        limit = max(16000, max_msg_nums * CQ_UNIT_SIZE)
+        if len(buf) > limit:
+            buf = buf[:limit - limit % CQ_UNIT_SIZE]
+        cfg = self.config
+        cl = self._commitlog
+        files = cl.queue.files
+        nfiles = len(files)
+        fsize = self._file_size
+        first_start = files[0].start if files else 0
+        cl_max = cl.wrote_offset
+        mem_limit = self._memory_limit
+        mem_bytes = cfg.max_transfer_bytes_on_message_in_memory
+        mem_count = cfg.max_transfer_count_on_message_in_memory
+        disk_bytes = cfg.max_transfer_bytes_on_message_in_disk
+        disk_count = cfg.max_transfer_count_on_message_in_disk
+        status = _NO_MATCHED
+        slices = []
+        cur_mf = None
+        cur_start = cur_end = 0
+        total = 0
+        count = 0
+        scanned = 0
+        skip_below = -1
+        for phys, size, tag in CQ_UNIT.iter_unpack(buf):
+            if phys < skip_below or size == CQ_FILLER_SIZE:
+                scanned += 1
+                continue
+            if count:
+                if count >= max_msg_nums:
+                    break
+                if cl_max - phys > mem_limit:
+                    if total + size > disk_bytes or count >= disk_count:
+                        break
+                elif total + size > mem_bytes or count >= mem_count:
+                    break
+            if message_filter is not None and not message_filter(tag):
+                scanned += 1
+                continue
+            idx = (phys - first_start) // fsize
+            if phys < first_start or idx >= nfiles or phys - files[idx].start + size > files[idx].wrote:
+                if not total:
+                    status = _REMOVING
+                skip_below = phys + fsize - phys % fsize
+                scanned += 1
+                continue
+            mf = files[idx]
+            pos = phys - mf.start
+            if mf is cur_mf and pos == cur_end:
+                cur_end += size
+            else:
+                if cur_mf is not None:
+                    slices.append(cur_mf.view[cur_start:cur_end])
+                cur_mf = mf
+                cur_start = pos
+                cur_end = pos + size
+            total += size
+            count += 1
+            status = _FOUND
+            skip_below = -1
+            scanned += 1
+        buf.release()
+        if cur_mf is not None:
+            slices.append(cur_mf.view[cur_start:cur_end])
+        return GetMessageResult(status, offset + scanned, min_offset, max_offset, count, slices, total)
+
+    # ================================================================== queries
+
+    def _find_cq(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        table = self._cq_table.get(topic)
+        return table.get(queue_id) if table is not None else None
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self._find_cq(topic, queue_id)
+        return cq.max_offset if cq is not None else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self._find_cq(topic, queue_id)
+        return cq.min_offset if cq is not None else 0
+
+    def _store_timestamp_at(self, phys: int, size: int) -> int:
+        view = self._commitlog.read(phys, size)
+        if view is None or size < 72:
+            return -1
+        (sys_flag,) = _I.unpack_from(view, 36)
+        (ts,) = _Q.unpack_from(view, store_timestamp_pos(sys_flag))
+        return ts
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self._find_cq(topic, queue_id)
+        if cq is None:
+            return -1
+        u = cq.unit(offset)
+        if u is None or u[1] == CQ_FILLER_SIZE:
+            return -1
+        return self._store_timestamp_at(u[0], u[1])
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        cq = self._find_cq(topic, queue_id)
+        if cq is None or cq.min_offset >= cq.max_offset:
+            return -1
+        return self.get_message_store_timestamp(topic, queue_id, cq.min_offset)
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """Logical offset whose message's STORETIMESTAMP is nearest `timestamp` (RocketMQ's
+        ConsumeQueue.getOffsetInQueueByTime; the file is chosen by its last unit's store time
+        instead of the file mtime)."""
+        cq = self._find_cq(topic, queue_id)
+        if cq is None or cq.max_offset == 0 or not cq.queue.files:
+            return 0
+        chosen = None
+        for mf in cq.queue.files:
+            if mf.wrote < CQ_UNIT_SIZE:
+                continue
+            phys, size, _ = CQ_UNIT.unpack_from(mf.mm, mf.wrote - CQ_UNIT_SIZE)
+            if self._store_timestamp_at(phys, size) >= timestamp:
+                chosen = mf
+                break
+        if chosen is None:
+            chosen = cq.queue.files[-1]
+        min_byte = cq.min_offset * CQ_UNIT_SIZE
+        low = min_byte - chosen.start if min_byte > chosen.start else 0
+        high = chosen.wrote - CQ_UNIT_SIZE
+        cl_min = self._commitlog.min_offset
+        target = left = right = -1
+        left_ts = right_ts = -1
+        while high >= low:
+            mid = (low + high) // (2 * CQ_UNIT_SIZE) * CQ_UNIT_SIZE
+            phys, size, _ = CQ_UNIT.unpack_from(chosen.mm, mid)
+            if phys < cl_min or size == CQ_FILLER_SIZE:
+                low = mid + CQ_UNIT_SIZE
+                left = mid
+                continue
+            ts = self._store_timestamp_at(phys, size)
+            if ts < 0:
+                return 0
+            if ts == timestamp:
+                target = mid
+                break
+            if ts > timestamp:
+                high = mid - CQ_UNIT_SIZE
+                right = mid
+                right_ts = ts
+            else:
+                low = mid + CQ_UNIT_SIZE
+                left = mid
+                left_ts = ts
+        if target != -1:
+            pos = target
+        elif left_ts == -1:
+            pos = right
+        elif right_ts == -1:
+            pos = left
+        else:
+            pos = right if abs(timestamp - left_ts) > abs(timestamp - right_ts) else left
+        if pos < 0:
+            return cq.min_offset
+        return (chosen.start + pos) // CQ_UNIT_SIZE
+
+    def look_message_by_offset(self, commit_log_offset: int) -> bytes | None:
+        """The record stored at a commit-log offset (a copy), or None."""
+        size = self._commitlog.record_size_at(commit_log_offset)
+        if size < 0:
+            return None
+        view = self._commitlog.read(commit_log_offset, size)
+        return bytes(view) if view is not None else None
+
+    def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, offset: int) -> bool:
+        cq = self._find_cq(topic, queue_id)
+        if cq is None:
+            return False
+        u = cq.unit(offset)
+        if u is None:
+            return False
+        return self._commitlog.wrote_offset - u[0] > self._memory_limit
+
+    @property
+    def commit_log_min_offset(self) -> int:
+        return self._commitlog.min_offset
+
+    @property
+    def commit_log_max_offset(self) -> int:
+        return self._commitlog.max_offset
+
+    def topics(self) -> list[str]:
+        return sorted(t for t, table in self._cq_table.items() if table)
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(self._cq_table.get(topic, {}))
+
+    # ================================================================== maintenance
+
+    def delete_topics(self, topics) -> int:
+        """Drop the consume queues of these topics (their records stay in the commit log until
+        it expires). Returns the number of queues removed."""
+        removed = 0
+        with self._file_lock:
+            for topic in topics:
+                table = self._cq_table.pop(topic, None)
+                if table:
+                    for cq in table.values():
+                        cq.destroy()
+                        removed += 1
+                tdir = os.path.join(self._cq_root, topic)
+                if valid_topic(topic) and os.path.isdir(tdir):
+                    shutil.rmtree(tdir, ignore_errors=True)
+        if self._open:
+            # move the checkpoint's dispatch point past the deleted topics' records, so a
+            # restart does not dispatch them again
+            self.flush_consume_queues()
+        return removed
+
+    def clean_expired_files(self, now_ms: int, force: bool = False) -> CleanResult:
+        """Delete commit-log segments (never the active one) whose mtime is older than
+        file_reserved_time_hours (any age with force), oldest first, stopping at the first
+        one kept; then the consume-queue files wholly below the new commit-log minimum.
+        Consume-queue min offsets move up accordingly."""
+        if not self._open:
+            return CleanResult(0, 0)
+        reserved_ms = self.config.file_reserved_time_hours * 3_600_000
+        with self._file_lock:
+            cl = self._commitlog
+            victims = 0
+            for mf in cl.queue.files[:-1]:
+                if mf.end > self._reput_from:
+                    break
+                if not force:
+                    try:
+                        mtime_ms = os.stat(mf.path).st_mtime_ns // 1_000_000
+                    except OSError:
+                        break
+                    if mtime_ms + reserved_ms > now_ms:
+                        break
+                victims += 1
+            if victims:
+                cl.delete_first_segments(victims)
+                log.info("deleted %d expired commit-log segment(s); min offset now %d",
+                         victims, cl.min_offset)
+            cl_min = cl.min_offset
+            cq_files = 0
+            for table in self._cq_table.values():
+                for cq in table.values():
+                    cq_files += cq.clean(cl_min)
+            cl.queue.reap()
+        return CleanResult(victims, cq_files)

@@ -1,0 +1,101 @@
+"""StoreConfig: the storage engine's settings (snake_case; the broker maps its camelCase
+MessageStoreConfig keys onto these fields)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+__all__ = ["StoreConfig", "parse_delay_levels", "DEFAULT_MESSAGE_DELAY_LEVEL", "ASYNC_FLUSH", "SYNC_FLUSH"]
+
+DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+ASYNC_FLUSH = "ASYNC_FLUSH"
+SYNC_FLUSH = "SYNC_FLUSH"
+CQ_UNIT_SIZE = 20
+
+_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(spec: str) -> tuple[int, ...]:
+    """"1s 5s 1m 2h" -> (1000, 5000, 60000, 7200000); level n is element n-1.
+
+    Raises ValueError on an unknown unit or a bad number (Java refuses to start too)."""
+    out = []
+    for item in spec.split():
+        unit = item[-1:]
+        if unit not in _UNIT_MS:
+            raise ValueError(f"delay level {item!r}: unit must be one of s, m, h, d")
+        try:
+            n = int(item[:-1])
+        except ValueError:
+            raise ValueError(f"delay level {item!r} is not <number><unit>") from None
+        if n < 0:
+            raise ValueError(f"delay level {item!r} is negative")
+        out.append(n * _UNIT_MS[unit])
+    return tuple(out)
+
+
+def total_physical_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    store_path_root_dir: str
+    store_path_commit_log: str | None = None            # default {root}/commitlog
+    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300_000 * CQ_UNIT_SIZE
+    flush_disk_type: str = ASYNC_FLUSH                   # the broker shell implements the modes
+    max_message_size: int = 4 * 1024 * 1024              # whole encoded record, like Java's store
+    file_reserved_time_hours: int = 72
+    message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_bytes_on_message_in_disk: int = 64 * 1024
+    max_transfer_count_on_message_in_disk: int = 8
+    access_message_in_memory_max_ratio: int = 40         # percent of RAM
+    total_physical_memory_bytes: int = 0                 # 0: ask the OS once at construction
+    store_host: tuple[bytes, int] = (b"\x7f\x00\x00\x01", 10911)  # STOREHOST of every record
+    cluster_name: str = "DefaultCluster"                 # used by the broker, not the store
+    preallocate_files: bool = True                       # posix_fallocate new segments (ENOSPC early)
+    recover_segments_without_checkpoint: int = 3         # last N segments scanned when no checkpoint
+
+    def __post_init__(self) -> None:
+        if self.mapped_file_size_consume_queue <= 0 or self.mapped_file_size_consume_queue % CQ_UNIT_SIZE:
+            raise ValueError("mapped_file_size_consume_queue must be a positive multiple of 20")
+        if self.mapped_file_size_commit_log < 256:
+            raise ValueError("mapped_file_size_commit_log is too small")
+        if self.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
+            raise ValueError(f"flush_disk_type must be {ASYNC_FLUSH} or {SYNC_FLUSH}")
+        if len(self.store_host[0]) not in (4, 16):
+            raise ValueError("store_host address must be 4 or 16 bytes")
+        parse_delay_levels(self.message_delay_level)
+
+    @property
+    def commit_log_dir(self) -> str:
+        return self.store_path_commit_log or os.path.join(self.store_path_root_dir, "commitlog")
+
+    @property
+    def consume_queue_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "consumequeue")
+
+    @property
+    def checkpoint_path(self) -> str:
+        return os.path.join(self.store_path_root_dir, "checkpoint")
+
+    @property
+    def abort_path(self) -> str:
+        return os.path.join(self.store_path_root_dir, "abort")
+
+    @property
+    def lock_path(self) -> str:
+        return os.path.join(self.store_path_root_dir, "lock")
+
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        return parse_delay_levels(self.message_delay_level)
+
+    def memory_bytes(self) -> int:
+        return self.total_physical_memory_bytes or total_physical_memory_bytes()
