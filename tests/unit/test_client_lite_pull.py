@@ -1,0 +1,124 @@
+"""LitePullConsumer against the in-process fake cluster."""
+import asyncio
+
+from protocol.bodies import MessageQueue
+from client.lite_pull_consumer import LitePullConsumer
+from client.message import Message
+from client.producer import Producer
+from client.testing import FakeCluster
+
+
+async def produce(addr, topic, n, start=0, queue=None, tags=None):
+    async with Producer("PG", addr, instance_name="lprod") as p:
+        out = []
+        for i in range(start, start + n):
+            out.append(await p.send(Message(topic, f"m{i}".encode(), tags=tags), queue=queue))
+        return out
+
+
+async def poll_n(c, n, timeout_s=10):
+    got = []
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while len(got) < n and loop.time() < end:
+        got.extend(await c.poll(0.5))
+    return got
+
+
+async def test_assign_poll_seek_commit_and_committed():
+    async with asyncio.timeout(30):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 2)
+            mq0 = MessageQueue("T", "broker-a", 0)
+            await produce(cluster.namesrv_addr, "T", 20, queue=mq0)
+            c = LitePullConsumer("LG", cluster.namesrv_addr, instance_name="l1",
+                                 consume_from_where="FIRST_OFFSET", auto_commit=False, max_poll_records=7)
+            c.assign([mq0])
+            async with c:
+                first = await c.poll(5)
+                assert [m.body for m in first] == [f"m{i}".encode() for i in range(7)]
+                assert c.position(mq0) == 7
+                assert await c.committed(mq0) == -1
+                await c.commit()
+                assert await c.committed(mq0) == 7
+                rest = await poll_n(c, 13)
+                assert [m.queue_offset for m in rest] == list(range(7, 20))
+                c.seek(mq0, 3)
+                again = await poll_n(c, 17)
+                assert [m.queue_offset for m in again] == list(range(3, 20))
+                await c.seek_to_end(mq0)
+                assert await c.poll(0.3) == []
+                await produce(cluster.namesrv_addr, "T", 1, start=20, queue=mq0)
+                [m] = await poll_n(c, 1)
+                assert m.body == b"m20"
+                await c.seek_to_begin(mq0)
+                assert (await c.poll(5))[0].queue_offset == 0
+                assert await c.offset_for_timestamp(mq0, 0) == 0
+                assert await c.offset_for_timestamp(mq0, 2**62) == 21
+
+
+async def test_resume_at_committed_offset_and_auto_commit_on_close():
+    async with asyncio.timeout(30):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 4)
+            await produce(cluster.namesrv_addr, "T", 40)
+            c = LitePullConsumer("LG2", cluster.namesrv_addr, instance_name="l2",
+                                 consume_from_where="FIRST_OFFSET", max_poll_records=5)
+            c.subscribe("T")
+            async with c:
+                got = await poll_n(c, 25)
+            assert len(got) >= 25
+            c2 = LitePullConsumer("LG2", cluster.namesrv_addr, instance_name="l2",
+                                  consume_from_where="FIRST_OFFSET")
+            c2.subscribe("T")
+            async with c2:
+                rest = await poll_n(c2, 40 - len(got))
+                assert await c2.poll(0.3) == []
+            bodies = [m.body for m in got] + [m.body for m in rest]
+            assert len(bodies) == 40 and len(set(bodies)) == 40
+
+
+async def test_async_iteration_pause_resume_and_tag_filter():
+    async with asyncio.timeout(30):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 1)
+            await produce(cluster.namesrv_addr, "T", 5, tags="A")
+            await produce(cluster.namesrv_addr, "T", 5, start=5, tags="B")
+            c = LitePullConsumer("LG3", cluster.namesrv_addr, instance_name="l3",
+                                 consume_from_where="FIRST_OFFSET")
+            c.subscribe("T", "B")
+            async with c:
+                seen = []
+                async for m in c:
+                    seen.append(m.body)
+                    if len(seen) == 5:
+                        break
+                assert seen == [f"m{i}".encode() for i in range(5, 10)]
+                [mq] = c.assignment()
+                assert c.position(mq) == 10
+                c.pause([mq])
+                await produce(cluster.namesrv_addr, "T", 2, start=10, tags="B")
+                assert await c.poll(0.5) == []
+                c.resume([mq])
+                assert len(await poll_n(c, 2)) == 2
+
+
+async def test_two_lite_consumers_share_queues():
+    async with asyncio.timeout(30):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 4)
+            a = LitePullConsumer("LG4", cluster.namesrv_addr, instance_name="la")
+            b = LitePullConsumer("LG4", cluster.namesrv_addr, instance_name="lb")
+            for c in (a, b):
+                c.subscribe("T")
+                await c.start()
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 10
+            while loop.time() < end:
+                qa, qb = a.assignment(), b.assignment()
+                if len(qa) == 2 and len(qb) == 2 and not qa & qb:
+                    break
+                await asyncio.sleep(0.05)
+            assert len(a.assignment()) == 2 and not a.assignment() & b.assignment()
+            await a.close()
+            await b.close()
