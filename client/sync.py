@@ -1,0 +1,172 @@
+"""Blocking facade: the same clients for code without asyncio.
+
+    from client.sync import Producer, PushConsumer, LitePullConsumer
+
+    with Producer("PG", "127.0.0.1:9876") as p:
+        p.send(Message("T", b"hello"))
+
+Every facade object wraps its asyncio twin and runs it on one private event
+loop in a daemon thread, shared by all facade objects of the process (so they
+also share client instances per clientId). Methods have the same names and
+arguments and block until the coroutine finishes. Listeners of a sync
+PushConsumer run in its worker thread pool (plain functions) or on the
+private loop (async functions). Do not call facade methods from inside that
+private loop (for instance from an async listener): use the asyncio client there.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from client.errors import ClientStateError
+from client.lite_pull_consumer import LitePullConsumer as _AsyncLite
+from client.producer import Producer as _AsyncProducer
+from client.push_consumer import PushConsumer as _AsyncPush
+
+__all__ = ["Producer", "PushConsumer", "LitePullConsumer", "run"]
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_thread: threading.Thread | None = None
+
+
+def _get_loop() -> asyncio.AbstractEventLoop:
+    global _loop, _thread
+    with _lock:
+        if _loop is None or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            ready = threading.Event()
+
+            def runner():
+                asyncio.set_event_loop(loop)
+                loop.call_soon(ready.set)
+                loop.run_forever()
+            _thread = threading.Thread(target=runner, name="pocketmq-client-loop", daemon=True)
+            _thread.start()
+            ready.wait(5)
+            _loop = loop
+        return _loop
+
+
+def run(coro, timeout_s: float | None = None):
+    """Run a coroutine on the facade's loop and wait for its result."""
+    loop = _get_loop()
+    if threading.current_thread() is _thread:
+        coro.close()
+        raise ClientStateError("blocking client call from inside its own event loop; use the asyncio client")
+    return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout_s)
+
+
+class _Facade:
+    _async_cls = None
+
+    def __init__(self, *args, **kwargs):
+        self._impl = self._async_cls(*args, **kwargs)
+
+    def start(self):
+        run(self._impl.start())
+        return self
+
+    def close(self) -> None:
+        run(self._impl.close())
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def impl(self):
+        """The asyncio client underneath."""
+        return self._impl
+
+
+class Producer(_Facade):
+    _async_cls = _AsyncProducer
+
+    def send(self, msg, **kwargs):
+        return run(self._impl.send(msg, **kwargs))
+
+    def send_oneway(self, msg, **kwargs) -> None:
+        run(self._impl.send_oneway(msg, **kwargs))
+
+    def send_batch(self, msgs, **kwargs):
+        return run(self._impl.send_batch(list(msgs), **kwargs))
+
+
+class PushConsumer(_Facade):
+    _async_cls = _AsyncPush
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        self._impl.subscribe(topic, expression)
+
+    def register_listener(self, listener) -> None:
+        self._impl.register_listener(listener)
+
+    def drain(self, timeout_s: float = 30.0) -> bool:
+        return run(self._impl.drain(timeout_s))
+
+    @property
+    def client_id(self) -> str:
+        return self._impl.client_id
+
+
+class LitePullConsumer(_Facade):
+    _async_cls = _AsyncLite
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        if self._impl.state == "RUNNING":
+            run(self._call(self._impl.subscribe, topic, expression))
+        else:
+            self._impl.subscribe(topic, expression)
+
+    def assign(self, mqs) -> None:
+        if self._impl.state == "RUNNING":
+            run(self._call(self._impl.assign, list(mqs)))
+        else:
+            self._impl.assign(list(mqs))
+
+    @staticmethod
+    async def _call(fn, *args):
+        return fn(*args)
+
+    def poll(self, timeout_s: float = 5.0, max_records: int | None = None):
+        return run(self._impl.poll(timeout_s, max_records))
+
+    def __iter__(self):
+        while self._impl.state == "RUNNING":
+            yield from self.poll(1.0)
+
+    def seek(self, mq, offset: int) -> None:
+        run(self._call(self._impl.seek, mq, offset))
+
+    def seek_to_begin(self, mq) -> None:
+        run(self._impl.seek_to_begin(mq))
+
+    def seek_to_end(self, mq) -> None:
+        run(self._impl.seek_to_end(mq))
+
+    def offset_for_timestamp(self, mq, timestamp_ms: int) -> int:
+        return run(self._impl.offset_for_timestamp(mq, timestamp_ms))
+
+    def committed(self, mq) -> int:
+        return run(self._impl.committed(mq))
+
+    def position(self, mq) -> int:
+        return self._impl.position(mq)
+
+    def commit(self, offsets=None) -> None:
+        run(self._impl.commit(offsets))
+
+    def pause(self, mqs) -> None:
+        run(self._call(self._impl.pause, list(mqs)))
+
+    def resume(self, mqs) -> None:
+        run(self._call(self._impl.resume, list(mqs)))
+
+    def assignment(self):
+        return self._impl.assignment()
+
+    def fetch_message_queues(self, topic: str):
+        return run(self._impl.fetch_message_queues(topic))

@@ -1,0 +1,64 @@
+"""The blocking facade: same names, own loop in a thread."""
+import threading
+import time
+
+import pytest
+
+from client import Message
+from client.errors import ClientStateError
+from client.sync import LitePullConsumer, Producer, PushConsumer, run
+from client.testing import FakeCluster
+
+
+@pytest.fixture
+def cluster():
+    c = FakeCluster()
+    c.create_topic("T", 2)
+    run(c.start(), 10)
+    yield c
+    run(c.close(), 10)
+
+
+def test_sync_producer_push_and_lite(cluster):
+    with Producer("PG", cluster.namesrv_addr, instance_name="s1") as p:
+        results = [p.send(Message("T", f"m{i}".encode(), tags="X")) for i in range(10)]
+        assert all(r.ok for r in results)
+        assert len(p.send_batch([Message("T", b"b1"), Message("T", b"b2")])) == 1
+        p.send_oneway(Message("T", b"one"))
+
+    got = []
+    lock = threading.Lock()
+
+    def listener(msg):
+        with lock:
+            got.append(msg.body)
+
+    c = PushConsumer("SG", cluster.namesrv_addr, listener=listener, instance_name="s2",
+                     consume_from_where="FIRST_OFFSET")
+    c.subscribe("T")
+    with c:
+        end = time.monotonic() + 10
+        while len(got) < 13 and time.monotonic() < end:
+            time.sleep(0.02)
+    assert len(set(got)) == 13
+
+    lite = LitePullConsumer("SL", cluster.namesrv_addr, instance_name="s3", consume_from_where="FIRST_OFFSET")
+    lite.subscribe("T")
+    with lite:
+        seen = []
+        end = time.monotonic() + 10
+        while len(seen) < 13 and time.monotonic() < end:
+            seen.extend(lite.poll(0.5))
+        assert len(seen) == 13
+        mq = seen[0].queue
+        lite.seek(mq, 0)
+        assert lite.poll(5)[0].queue_offset == 0
+        lite.commit()
+        assert lite.committed(mq) >= 1
+
+
+def test_calling_the_facade_from_its_own_loop_is_refused(cluster):
+    async def inner():
+        run(cluster.close())
+    with pytest.raises(ClientStateError):
+        run(inner(), 5)
