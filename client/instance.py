@@ -30,7 +30,7 @@ from protocol.headers.typed import (PullMessageRequestHeader, SendMessageRequest
 from remoting.client import RemotingClient
 from remoting.connection import RemotingError
 
-from client.errors import (BrokerError, ClientStateError, NoRouteError, QueryNotFoundError,
+from client.errors import (BrokerError, ClientStateError, MQClientError, NoRouteError, QueryNotFoundError,
                            RemotingFailure, error_for, wrap_remoting)
 from client.message import _local_ipv4_bytes
 from client.route import BrokerAddrTable, TopicPublishInfo, publish_info, subscribe_queues
@@ -98,7 +98,7 @@ def default_instance_name() -> str:
 
 
 async def acquire_instance(namesrv_addr: str, instance_name: str | None = None, *,
-                           serialize_type: int = SerializeType.JSON) -> "ClientInstance":
+                           serialize_type: int | None = None) -> "ClientInstance":
     """The shared instance for `ip@instanceName` on this loop, started; release() when done."""
     loop = asyncio.get_running_loop()
     table = _REGISTRY.setdefault(loop, {})
@@ -119,13 +119,16 @@ async def acquire_instance(namesrv_addr: str, instance_name: str | None = None, 
 
 
 class ClientInstance:
-    def __init__(self, client_id: str, namesrv_addr: str, *, serialize_type: int = SerializeType.JSON,
+    def __init__(self, client_id: str, namesrv_addr: str, *, serialize_type: int | None = None,
                  route_refresh_interval_s: float = ROUTE_REFRESH_INTERVAL_S,
                  heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
                  rebalance_interval_s: float = REBALANCE_INTERVAL_S):
         self.client_id = client_id
+        # Header codec towards brokers: None = negotiate per connection (msgpack with pocketmq
+        # brokers, JSON with anything else); nameserver requests always use JSON.
+        self.serialize_type = serialize_type
         self.remoting = RemotingClient(handler=self._on_request, language=LanguageCode.PYTHON,
-                                       serialize_type=serialize_type)
+                                       serialize_type=SerializeType.JSON)
         self.remoting.set_namesrv_addr(namesrv_addr)
         self.route_refresh_interval_s = route_refresh_interval_s
         self.heartbeat_interval_s = heartbeat_interval_s
@@ -231,9 +234,9 @@ class ClientInstance:
 
         async def one(addr):
             try:
-                await self.remoting.invoke(addr, RemotingCommand(RequestCode.UNREGISTER_CLIENT,
-                                                                 ext_fields=dict(ext)), 3.0)
-            except RemotingError as e:
+                await self.invoke(addr, RemotingCommand(RequestCode.UNREGISTER_CLIENT,
+                                                        ext_fields=dict(ext)), 3.0)
+            except MQClientError as e:
                 log.debug("unregister at %s failed: %s", addr, e)
         if addrs:
             await asyncio.gather(*(one(a) for a in addrs))
@@ -410,8 +413,9 @@ class ClientInstance:
         try:
             conn = await self.remoting.connection(addr)
             conn.attrs["heartbeat_sent"] = True
-            resp = await conn.request(self.remoting._stamp(RemotingCommand(RequestCode.HEART_BEAT, body=body)),
-                                      3.0)
+            cmd = RemotingCommand(RequestCode.HEART_BEAT, body=body, language=LanguageCode.PYTHON,
+                                  serialize_type=conn.attrs.get("serialize_type", SerializeType.JSON))
+            resp = await conn.request(cmd, 3.0)
         except RemotingError as e:
             log.debug("%s: heartbeat to %s failed: %s", self.client_id, addr, e)
             return False
@@ -421,20 +425,55 @@ class ClientInstance:
         return True
 
     # -- requests -------------------------------------------------------------------------
-    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
-        """Request/response to a broker, heartbeating first on a fresh connection."""
+    async def _broker_connection(self, addr: str):
+        """The connection to a broker, prepared on first use: header codec chosen and, when we
+        have producers or consumers, a heartbeat sent (the broker may have restarted)."""
+        conn = await self.remoting.connection(addr)
+        if "serialize_type" not in conn.attrs:
+            lock = conn.attrs.setdefault("prepare_lock", asyncio.Lock())
+            async with lock:
+                if "serialize_type" not in conn.attrs:
+                    st = self.serialize_type
+                    if st is None:
+                        st = await self._negotiate(conn)
+                    conn.attrs["serialize_type"] = st
+        if not conn.attrs.get("heartbeat_sent") and (self.consumers or self.producers):
+            conn.attrs["heartbeat_sent"] = True
+            await self._heartbeat(addr)
+        return conn
+
+    async def _negotiate(self, conn) -> int:
+        """msgpack headers if the broker is pocketmq's (GET_BROKER_RUNTIME_INFO's
+        brokerVersionDesc says so), JSON otherwise (Java and other brokers)."""
+        cmd = RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO, language=LanguageCode.PYTHON)
         try:
-            conn = await self.remoting.connection(addr)
-            if not conn.attrs.get("heartbeat_sent") and (self.consumers or self.producers):
-                conn.attrs["heartbeat_sent"] = True
-                await self._heartbeat(addr)
-            return await conn.request(self.remoting._stamp(cmd), timeout_s)
+            resp = await conn.request(cmd, 3.0)
+            if resp.code == ResponseCode.SUCCESS and resp.body:
+                d = loads(resp.body)
+                table = d.get("table") if isinstance(d, dict) else None
+                desc = str((table or {}).get("brokerVersionDesc", ""))
+                if desc.startswith("pocketmq"):
+                    return SerializeType.MSGPACK
+        except (RemotingError, ValueError) as e:
+            log.debug("header negotiation with %s failed: %s", conn.remote_addr, e)
+        return SerializeType.JSON
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
+        """Request/response to a broker."""
+        try:
+            conn = await self._broker_connection(addr)
+            cmd.language = LanguageCode.PYTHON
+            cmd.serialize_type = conn.attrs["serialize_type"]
+            return await conn.request(cmd, timeout_s)
         except RemotingError as e:
             raise wrap_remoting(e, addr) from None
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         try:
-            await self.remoting.invoke_oneway(addr, cmd)
+            conn = await self._broker_connection(addr)
+            cmd.language = LanguageCode.PYTHON
+            cmd.serialize_type = conn.attrs["serialize_type"]
+            conn.oneway(cmd)
         except RemotingError as e:
             raise wrap_remoting(e, addr) from None
 

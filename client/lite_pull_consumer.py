@@ -32,7 +32,6 @@ from collections import deque
 from collections.abc import Iterable
 
 from protocol.bodies import ConsumerData, MessageQueue, SubscriptionData, build_subscription
-from protocol.codes import SerializeType
 
 from client.errors import ClientStateError, InvalidArgumentError, MQClientError, SubscriptionError
 from client.instance import PullResult, acquire_instance, mono_ms, now_ms, pull_sys_flag
@@ -66,7 +65,7 @@ class LitePullConsumer:
                  pull_threshold_for_queue: int = 1000, suspend_timeout_ms: int = 20000,
                  pull_timeout_ms: int = 30000, pull_error_delay_ms: int = 1000,
                  allocate_strategy: AllocateStrategy | None = None,
-                 serialize_type: int = SerializeType.JSON):
+                 serialize_type: int | None = None):
         check_group(group)
         if consume_from_where not in CONSUME_FROM:
             raise InvalidArgumentError(f"consume_from_where must be one of {', '.join(CONSUME_FROM)}")

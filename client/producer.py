@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from protocol import message as msgcodec
 from protocol.bodies import MessageQueue
-from protocol.codes import ResponseCode, SerializeType
+from protocol.codes import ResponseCode
 from protocol.headers.typed import SendMessageRequestHeader
 
 from client.errors import (ClientStateError, InvalidArgumentError, MessageTooLargeError, MQClientError,
@@ -103,7 +103,7 @@ class Producer:
                  send_timeout_ms: int = 3000, retry_times_when_send_failed: int = 2,
                  max_message_size_bytes: int = MAX_MESSAGE_SIZE_BYTES,
                  compress_over_bytes: int = COMPRESS_OVER_BYTES, compress_level: int = 5,
-                 latency_fault_enable: bool = True, serialize_type: int = SerializeType.JSON):
+                 latency_fault_enable: bool = True, serialize_type: int | None = None):
         check_group(group)
         if not 0 <= retry_times_when_send_failed <= 16:
             raise InvalidArgumentError("retry_times_when_send_failed must be in [0, 16]")

@@ -38,7 +38,6 @@ from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 
 from protocol.bodies import ConsumerData, MessageQueue, SubscriptionData, build_subscription
-from protocol.codes import SerializeType
 
 from client.errors import (ClientStateError, InvalidArgumentError, MQClientError, SubscriptionError)
 from client.instance import acquire_instance, mono_ms, now_ms, pull_sys_flag, PullResult
@@ -108,7 +107,7 @@ class PushConsumer:
                  persist_interval_s: float = 5.0, pull_error_delay_ms: int = 1000,
                  handover_delay_ms: int = 1000, sync_listener_in_thread: bool = True,
                  broadcast_offset_dir: str | None = None, close_timeout_s: float = 30.0,
-                 serialize_type: int = SerializeType.JSON):
+                 serialize_type: int | None = None):
         check_group(group)
         if listener is not None and batch_listener is not None:
             raise InvalidArgumentError("give listener or batch_listener, not both")

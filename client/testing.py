@@ -60,8 +60,9 @@ class FakeNameServer:
 
 
 class FakeBroker:
-    def __init__(self, name: str, default_queue_nums: int = 8):
+    def __init__(self, name: str, default_queue_nums: int = 8, version_desc: str = "pocketmq-fake"):
         self.name = name
+        self.version_desc = version_desc    # "pocketmq..." makes our clients switch to msgpack headers
         self.default_queue_nums = default_queue_nums
         self.topics: dict[str, int] = {"TBW102": default_queue_nums}
         self.queues: dict[tuple[str, int], list[bytes]] = {}
@@ -75,6 +76,7 @@ class FakeBroker:
         self.fail_sends: int | None = None
         self.sends = 0
         self.requests: list[int] = []
+        self.serialize_types: set[int] = set()
         self.port = 0
         self.server: RemotingServer | None = None
         self._tick: asyncio.Task | None = None
@@ -98,6 +100,7 @@ class FakeBroker:
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self._search_offset,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self._consumer_list,
             RequestCode.CONSUMER_SEND_MSG_BACK: self._send_back,
+            RequestCode.GET_BROKER_RUNTIME_INFO: self._runtime_info,
         }
         self.server = RemotingServer(procs, host="127.0.0.1", port=self.port, name=f"fake-{self.name}",
                                      on_connection_close=self._conn_closed)
@@ -114,6 +117,9 @@ class FakeBroker:
         if self.server is not None:
             await self.server.close()
             self.server = None
+
+    def _runtime_info(self, conn, cmd):
+        return cmd.response(ResponseCode.SUCCESS, body=dumps({"table": {"brokerVersionDesc": self.version_desc}}))
 
     # -- clients ---------------------------------------------------------------------------
     def _notify(self, group: str) -> None:
@@ -174,6 +180,7 @@ class FakeBroker:
 
     def _send(self, conn, cmd):
         self.requests.append(cmd.code)
+        self.serialize_types.add(cmd.serialize_type)
         self.sends += 1
         h = decode_send_header(cmd.code, cmd.ext_fields)
         ext = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
@@ -325,9 +332,9 @@ class FakeBroker:
 
 
 class FakeCluster:
-    def __init__(self, brokers: int = 1, queues: int = 8):
+    def __init__(self, brokers: int = 1, queues: int = 8, version_desc: str = "pocketmq-fake"):
         self.namesrv = FakeNameServer()
-        self.brokers = [FakeBroker(f"broker-{chr(ord('a') + i)}", queues) for i in range(brokers)]
+        self.brokers = [FakeBroker(f"broker-{chr(ord('a') + i)}", queues, version_desc) for i in range(brokers)]
         self.namesrv.brokers = self.brokers
 
     @property

@@ -156,3 +156,16 @@ async def test_no_nameserver_raises_remoting_failure_and_state_errors():
         await p.close()
         with pytest.raises(errors.ClientStateError):
             await p.send(Message("T", b"x"))
+
+
+@pytest.mark.parametrize("desc,expected", [("pocketmq-fake", 2), ("V4_9_4", 0)])
+async def test_header_codec_negotiated_per_broker(desc, expected):
+    async with asyncio.timeout(20):
+        async with FakeCluster(version_desc=desc) as cluster:
+            cluster.create_topic("T", 1)
+            async with Producer("PG", cluster.namesrv_addr, instance_name=f"neg{expected}") as p:
+                assert (await p.send(Message("T", b"x"))).ok
+            assert cluster.brokers[0].serialize_types == {expected}
+            async with Producer("PG", cluster.namesrv_addr, instance_name="forced", serialize_type=0) as p:
+                assert (await p.send(Message("T", b"x"))).ok
+            assert 0 in cluster.brokers[0].serialize_types

@@ -1,0 +1,212 @@
+"""Client benchmarks: producer and push-consumer throughput, end-to-end latency.
+
+    python -m bench.bench_client                       # starts mqnamesrv + mqbroker in a temp dir
+    python -m bench.bench_client --namesrv 127.0.0.1:9876
+    python -m bench.bench_client --fake                # in-process FakeCluster (client overhead only)
+
+Measures (defaults keep a run under ~2 minutes on 2 cores):
+  sync send       one send at a time: msgs/s, p50/p99 latency
+  async send      64 sends in flight: msgs/s
+  batch send      send_batch of 100 x 128 B: msgs/s
+  push consume    messages/s delivered to a no-op listener (pre-produced backlog)
+  end-to-end      send -> listener latency p50/p99 at 1,000 and 10,000 msgs/s
+Every phase is bounded in count and time and talks to 127.0.0.1 only.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import struct
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from client import Message, Producer, PushConsumer  # noqa: E402
+from protocol.codes import SerializeType  # noqa: E402
+
+
+def pct(values, p):
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(len(s) * p / 100))]
+
+
+async def bench_sync_send(addr, topic, n, st):
+    body = b"x" * 128
+    lat = []
+    async with Producer("BenchSync", addr, instance_name="bench-sync", serialize_type=st) as p:
+        for _ in range(200):
+            await p.send(Message(topic, body))
+        t0 = time.perf_counter()
+        for _ in range(n):
+            s = time.perf_counter_ns()
+            await p.send(Message(topic, body))
+            lat.append((time.perf_counter_ns() - s) / 1000)
+        dt = time.perf_counter() - t0
+    return {"msgs_per_s": n / dt, "p50_us": pct(lat, 50), "p99_us": pct(lat, 99)}
+
+
+async def bench_inflight_send(addr, topic, n, st, inflight=64):
+    body = b"x" * 128
+    async with Producer("BenchAsync", addr, instance_name="bench-async", serialize_type=st) as p:
+        await p.send(Message(topic, body))
+        left = n
+
+        async def worker():
+            nonlocal left
+            while left > 0:
+                left -= 1
+                await p.send(Message(topic, body))
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(inflight)))
+        dt = time.perf_counter() - t0
+    return {"msgs_per_s": n / dt, "in_flight": inflight}
+
+
+async def bench_batch_send(addr, topic, n, st, batch=100):
+    body = b"x" * 128
+    async with Producer("BenchBatch", addr, instance_name="bench-batch", serialize_type=st) as p:
+        msgs = [Message(topic, body) for _ in range(batch)]
+        await p.send_batch(msgs)
+        t0 = time.perf_counter()
+        sent = 0
+        while sent < n:
+            await p.send_batch(msgs)
+            sent += batch
+        dt = time.perf_counter() - t0
+    return {"msgs_per_s": sent / dt, "batch": batch}
+
+
+async def bench_push_consume(addr, topic, n, st):
+    body = b"x" * 128
+    async with Producer("BenchFill", addr, instance_name="bench-fill", serialize_type=st) as p:
+        msgs = [Message(topic, body) for _ in range(100)]
+        for _ in range(n // 100):
+            await p.send_batch(msgs)
+    done = asyncio.Event()
+    count = 0
+    first = None
+
+    async def listener(msg):
+        nonlocal count, first
+        if first is None:
+            first = time.perf_counter()
+        count += 1
+        if count >= n:
+            done.set()
+    c = PushConsumer("BenchConsume", addr, listener=listener, instance_name="bench-consume",
+                     consume_from_where="FIRST_OFFSET", serialize_type=st)
+    c.subscribe(topic)
+    async with c:
+        try:
+            await asyncio.wait_for(done.wait(), 120)
+        except asyncio.TimeoutError:
+            pass
+        dt = time.perf_counter() - (first or time.perf_counter())
+    return {"msgs_per_s": count / dt if dt > 0 else 0.0, "consumed": count}
+
+
+async def bench_e2e(addr, topic, rate, seconds, st):
+    lat = []
+
+    async def listener(msg):
+        (sent_ns,) = struct.unpack_from(">q", msg.body)
+        if len(msg.body) > 8:
+            lat.append((time.time_ns() - sent_ns) / 1e6)
+    async with Producer("BenchE2EW", addr, instance_name="bench-e2ew", serialize_type=st) as p:
+        await p.send(Message(topic, struct.pack(">q", time.time_ns())))   # creates the topic
+    c = PushConsumer("BenchE2E", addr, listener=listener, instance_name="bench-e2e",
+                     consume_from_where="LAST_OFFSET", serialize_type=st)
+    c.subscribe(topic)
+    n = int(rate * seconds)
+    async with c:
+        await asyncio.sleep(1.5)
+        async with Producer("BenchE2EP", addr, instance_name="bench-e2ep", serialize_type=st) as p:
+            interval = 1.0 / rate
+            t0 = time.perf_counter()
+            pending = set()
+            for i in range(n):
+                target = t0 + i * interval
+                delay = target - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                body = struct.pack(">q", time.time_ns()) + b"x" * 120
+                t = asyncio.ensure_future(p.send(Message(topic, body)))
+                pending.add(t)
+                t.add_done_callback(pending.discard)
+                if len(pending) > 256:
+                    await asyncio.sleep(0)
+            await asyncio.gather(*pending)
+            end = time.perf_counter() + 10
+            while len(lat) < n and time.perf_counter() < end:
+                await asyncio.sleep(0.05)
+    return {"rate": rate, "received": len(lat), "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99)}
+
+
+async def run_all(addr, args):
+    st = SerializeType.MSGPACK if args.msgpack else SerializeType.JSON
+    out = {}
+    suffix = str(os.getpid())
+    out["sync_send"] = await bench_sync_send(addr, f"BenchSync{suffix}", args.n_sync, st)
+    print("sync send", out["sync_send"], flush=True)
+    out["inflight_send"] = await bench_inflight_send(addr, f"BenchAsync{suffix}", args.n_async, st)
+    print("64 in flight", out["inflight_send"], flush=True)
+    out["batch_send"] = await bench_batch_send(addr, f"BenchBatch{suffix}", args.n_batch, st)
+    print("batch send", out["batch_send"], flush=True)
+    out["push_consume"] = await bench_push_consume(addr, f"BenchConsume{suffix}", args.n_consume, st)
+    print("push consume", out["push_consume"], flush=True)
+    for rate in args.rates:
+        key = f"e2e_{rate}"
+        out[key] = await bench_e2e(addr, f"BenchE2E{rate}x{suffix}", rate, args.seconds, st)
+        print("end-to-end", out[key], flush=True)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--namesrv", help="use a running cluster")
+    ap.add_argument("--fake", action="store_true", help="in-process FakeCluster")
+    ap.add_argument("--msgpack", action="store_true", help="msgpack headers (pocketmq broker only)")
+    ap.add_argument("--n-sync", type=int, default=20000)
+    ap.add_argument("--n-async", type=int, default=50000)
+    ap.add_argument("--n-batch", type=int, default=200000)
+    ap.add_argument("--n-consume", type=int, default=100000)
+    ap.add_argument("--rates", type=int, nargs="*", default=[1000, 10000])
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--json", help="write results here")
+    args = ap.parse_args(argv)
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+
+    if args.fake:
+        from client.testing import FakeCluster
+
+        async def fake():
+            async with FakeCluster() as cluster:
+                return await run_all(cluster.namesrv_addr, args)
+        result = asyncio.run(fake())
+    elif args.namesrv:
+        result = asyncio.run(run_all(args.namesrv, args))
+    else:
+        from tests.support.daemons import Cluster
+        root = tempfile.mkdtemp(prefix="bench-client-")
+        cluster = Cluster(root).start()
+        try:
+            result = asyncio.run(run_all(cluster.namesrv_addr, args))
+        finally:
+            cluster.stop()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
