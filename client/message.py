@@ -17,6 +17,7 @@ from enum import Enum
 from types import MappingProxyType
 
 from protocol.bodies import MessageQueue
+from protocol import message as msgcodec
 from protocol.message import decode_properties, encode_properties  # noqa: F401 (re-exported)
 
 __all__ = ["Message", "MessageExt", "SendResult", "SendStatus", "MessageQueue", "PropertyKey"]
@@ -119,15 +120,13 @@ class MessageExt:
     """A message as stored by the broker and delivered to consumers.
 
     `msg_id` is the producer-generated UNIQ_KEY when present (what SendResult.msg_id
-    returned), else the broker's offset id; `topic` is the original topic for
+    returned), else the broker's `offset_msg_id`; `topic` is the original topic for
     messages redelivered from `%RETRY%<group>`.
     """
     topic: str
     body: bytes
     queue_id: int
     queue_offset: int
-    msg_id: str
-    offset_msg_id: str = ""
     broker_name: str = ""
     properties: Mapping[str, str] = field(default_factory=dict)
     flag: int = 0
@@ -157,11 +156,23 @@ class MessageExt:
         topic = rec.topic
         if topic.startswith("%RETRY%"):
             topic = props.get(PropertyKey.RETRY_TOPIC) or topic
-        return cls(topic, rec.body, rec.queue_id, rec.queue_offset, rec.msg_id, rec.offset_msg_id,
-                   broker_name, MappingProxyType(props), rec.flag, rec.sys_flag, rec.commit_log_offset,
+        return cls(topic, rec.body, rec.queue_id, rec.queue_offset, broker_name, MappingProxyType(props), rec.flag, rec.sys_flag, rec.commit_log_offset,
                    rec.born_timestamp, rec.born_host, rec.store_timestamp, rec.store_host,
                    rec.reconsume_times, rec.prepared_transaction_offset, rec.body_crc, rec.store_size,
                    rec.topic)
+
+    @property
+    def offset_msg_id(self) -> str:
+        """The broker's id: store host + commit-log offset (32 hex chars for IPv4)."""
+        if not self.store_host:
+            return ""
+        addr, port = msgcodec.parse_host(self.store_host)
+        return msgcodec.offset_msg_id(addr, port, self.commit_log_offset)
+
+    @property
+    def msg_id(self) -> str:
+        """UNIQ_KEY (the id SendResult.msg_id returned) when present, else offset_msg_id."""
+        return self.properties.get(PropertyKey.UNIQ_KEY) or self.offset_msg_id
 
     @property
     def tags(self) -> str | None:

@@ -332,6 +332,7 @@ class PushConsumer:
         while True:
             await asyncio.sleep(self.persist_interval_s)
             try:
+                self._sync_offsets()
                 await self.offset_store.persist()
             except asyncio.CancelledError:
                 raise
@@ -426,7 +427,7 @@ class PushConsumer:
             if pq.flow_control(limits) is not None:
                 await asyncio.sleep(FLOW_CONTROL_DELAY_MS / 1000)
                 continue
-            commit = self.offset_store.read_memory(mq) if clustering else -1
+            commit = pq.commit_offset() if clustering else -1
             sys_flag = pull_sys_flag(commit > 0, True, True)
             try:
                 addr = await inst.master_addr_refreshing(mq.broker_name, mq.topic)
@@ -455,12 +456,8 @@ class PushConsumer:
                     msgs = [MessageExt.from_record(r, bn) for r in recs]
                     pq.put_messages(msgs, mono_ms())
                     self._dispatch(mq, pq, msgs)
-                elif pq.msg_count == 0:
-                    self._update_offset(mq, pq, next_offset)
             elif status in (PullResult.NO_NEW_MSG, PullResult.NO_MATCHED_MSG):
                 next_offset = res.next_begin_offset
-                if pq.msg_count == 0:
-                    self._update_offset(mq, pq, next_offset)
             else:  # OFFSET_ILLEGAL
                 log.warning("%s: offset %d of %s illegal (min %d, max %d); moving to %d", self.group,
                             next_offset, mq, res.min_offset, res.max_offset, res.next_begin_offset)
@@ -469,9 +466,15 @@ class PushConsumer:
                     self.offset_store.update(mq, next_offset, increase_only=False)
                     await self.offset_store.persist([mq])
 
-    def _update_offset(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
-        if offset >= 0 and self.pqs.get(mq) is pq:
-            self.offset_store.update(mq, offset, increase_only=True)
+    def _sync_offsets(self) -> None:
+        """Copy each live queue's commit point into the offset store (done before every
+        commit rather than per message: the process queue is the source of truth)."""
+        update = self.offset_store.update
+        for mq, pq in self.pqs.items():
+            if not pq.dropped:
+                off = pq.commit_offset()
+                if off >= 0:
+                    update(mq, off, increase_only=True)
 
     # -- consuming ------------------------------------------------------------------------
     def _dispatch(self, mq: MessageQueue, pq: ProcessQueue, msgs: list) -> None:
@@ -541,9 +544,7 @@ class PushConsumer:
                 if later:
                     self._retry_locally(mq, pq, later)
             # BROADCASTING: failures are dropped, like the Java client.
-        off = pq.remove_messages(done, mono_ms())
-        if off >= 0:
-            self._update_offset(mq, pq, off)
+        pq.remove_messages(done, mono_ms())
 
     async def _send_back(self, mq: MessageQueue, m: MessageExt) -> bool:
         try:

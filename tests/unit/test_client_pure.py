@@ -99,8 +99,11 @@ def test_message_normalisation_and_wire_properties():
 
 
 def test_message_ext_views():
-    mx = MessageExt("T", b"b", 3, 42, "ID", properties={"TAGS": "A", "KEYS": "x y", "u": "1", "UNIQ_KEY": "ID"},
-                    broker_name="broker-a")
+    mx = MessageExt("T", b"b", 3, 42, properties={"TAGS": "A", "KEYS": "x y", "u": "1", "UNIQ_KEY": "ID"},
+                    broker_name="broker-a", store_host="10.0.0.1:10911", commit_log_offset=1234)
+    assert mx.msg_id == "ID" and mx.offset_msg_id == "0A00000100002A9F00000000000004D2"
+    assert MessageExt("T", b"b", 3, 42, store_host="10.0.0.1:10911", commit_log_offset=1234).msg_id == \
+        "0A00000100002A9F00000000000004D2"
     assert mx.tags == "A" and mx.keys == ("x", "y") and mx.user_properties == {"u": "1"}
     assert mx.queue == MessageQueue("T", "broker-a", 3)
     r = SendResult(SendStatus.SEND_OK, "ID", "OFF", mx.queue, 42)
