@@ -15,7 +15,10 @@ So after any record at least 8 bytes remain for a blank marker.
 Recovery checks each record fully (`check_record`): TOTALSIZE within the segment and
 leaving room for a marker, MAGICCODE, PHYSICALOFFSET equal to the record's position,
 lengths adding up to TOTALSIZE, topic 1..127 bytes of [%|a-zA-Z0-9_-], properties UTF-8,
-non-negative ids/offsets/timestamps, ports in range, BODYCRC. It cuts at the first bad
+non-negative ids/offsets/timestamps, ports in range, BODYCRC, and a non-zero last byte when
+there are properties (the store appends a \x02 to a properties string ending in NUL, which
+parsers ignore, so a record that ends in 0 was torn: a zero-filled tail is always caught,
+body and topic by BODYCRC and the topic charset, properties by this rule). It cuts at the first bad
 record: zeroes the rest of that segment, deletes the later segments, reports the range.
 The RocketMQ format only checksums the body: a flipped bit in FLAG, timestamps, hosts,
 RECONSUMETIMES or QUEUEID (when still plausible) cannot be detected.
@@ -115,6 +118,10 @@ def check_record(view, pos: int, file_size: int, phys: int, delay_levels_ms: tup
             return CORRUPT, 0, "BODYCRC mismatch"
         if not _TOPIC_RE.match(topic_b):
             return CORRUPT, 0, "topic has characters outside [%|a-zA-Z0-9_-]"
+        if pl and props_b[-1] == 0:
+            # the store never writes properties ending in NUL (it appends a \x02), so a
+            # zero last byte is a torn write that lost the record's tail
+            return CORRUPT, 0, "record ends in a zero byte (torn write)"
     try:
         topic = topic_b.decode()
         props = props_b.decode()

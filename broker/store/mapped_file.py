@@ -161,14 +161,18 @@ class MappedFileQueue:
                 log.warning("ignoring stray file %s in %s", name, self.directory)
         names.sort()
         prev = None
-        for name in names:
+        for i, name in enumerate(names):
             start = int(name)
+            path = os.path.join(self.directory, name)
+            if i == len(names) - 1 and os.path.getsize(path) < self.file_size:
+                # a last file cut short (copied, truncated): what is missing reads as zeros
+                log.warning("%s is shorter than %d bytes: extending it with zeros", path, self.file_size)
+                os.truncate(path, self.file_size)
             if start % self.file_size:
                 raise StoreError(f"{self.directory}/{name}: start is not a multiple of {self.file_size}")
             if prev is not None and start != prev + self.file_size:
                 raise StoreError(f"{self.directory}: hole between {offset_file_name(prev)} and {name}")
-            self.files.append(MappedFile.open(os.path.join(self.directory, name), start,
-                                              self.file_size, self.ops))
+            self.files.append(MappedFile.open(path, start, self.file_size, self.ops))
             prev = start
 
     @property

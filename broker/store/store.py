@@ -294,6 +294,8 @@ class MessageStore:
             return _ILLEGAL
         props = msg.properties_str
         props_b = props.encode()
+        if props_b and props_b[-1] == 0:
+            props_b += b"\x02"       # see commitlog: a record never ends in a zero byte
         if len(props_b) > PROPERTIES_LENGTH_BYTES_MAX:
             return _PROPS_EXCEEDED
         born_host = msg.born_host
@@ -306,8 +308,11 @@ class MessageStore:
         body = msg.body
         size = _HEAD_SIZE[sys_flag & 0x30] + len(body) + 3 + len(topic_b) + len(props_b)
         queue_id = msg.queue_id
-        if size > self._max_record or not 0 <= queue_id <= MAX_INT:
-            return _ILLEGAL
+        now = msg.now_ms
+        if (size > self._max_record or not 0 <= queue_id <= MAX_INT or now < 0
+                or msg.born_timestamp < 0 or msg.reconsume_times < 0
+                or msg.prepared_transaction_offset < 0 or not 0 <= born_host[1] <= 0xFFFF):
+            return _ILLEGAL         # recovery refuses such records: never write one
         tran = sys_flag & 0xC
         if tran == 0 or tran == 8:
             cq = self._cq(topic, queue_id)
@@ -323,7 +328,6 @@ class MessageStore:
             return _CREATE_FAILED
         pos = mf.wrote
         phys = mf.start + pos
-        now = msg.now_ms
         encode_record_into(mf.mm, pos, topic_b, queue_id, msg.flag, body, props_b, sys_flag,
                            msg.born_timestamp, born_host, self._store_host, msg.reconsume_times,
                            msg.prepared_transaction_offset, queue_offset, phys, now)
@@ -365,11 +369,16 @@ class MessageStore:
             return _ILLEGAL
         if sys_flag & 0xC:
             return _ILLEGAL          # batches cannot be transactional (like Java)
+        if (batch.now_ms < 0 or batch.born_timestamp < 0 or batch.reconsume_times < 0
+                or not 0 <= born_host[1] <= 0xFFFF):
+            return _ILLEGAL
         fixed = _HEAD_SIZE[sys_flag & 0x30] + 3 + len(topic_b)
         encoded = []
         total = 0
         for flag, body, props in messages:
             props_b = props.encode()
+            if props_b and props_b[-1] == 0:
+                props_b += b"\x02"
             if len(props_b) > PROPERTIES_LENGTH_BYTES_MAX:
                 return _PROPS_EXCEEDED
             size = fixed + len(body) + len(props_b)

@@ -69,8 +69,8 @@ class StoreConfig:
             raise ValueError("mapped_file_size_commit_log is too small")
         if self.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
             raise ValueError(f"flush_disk_type must be {ASYNC_FLUSH} or {SYNC_FLUSH}")
-        if len(self.store_host[0]) not in (4, 16):
-            raise ValueError("store_host address must be 4 or 16 bytes")
+        if len(self.store_host[0]) not in (4, 16) or not 0 <= self.store_host[1] <= 0xFFFF:
+            raise ValueError("store_host must be (4 or 16 address bytes, port)")
         parse_delay_levels(self.message_delay_level)
 
     @property

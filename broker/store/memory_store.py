@@ -1,0 +1,463 @@
+"""MemoryStore: the storage engine's public API over plain Python containers.
+
+It is the reference the file store is tested against (same inputs -> same results, byte for
+byte), and a quick store for broker tests. It keeps the file store's geometry as arithmetic
+(segment roll-over with an 8-byte blank marker, consume-queue "files" of N units) so physical
+offsets, message ids and scan limits agree, but it is written the obvious way: one dict of
+records, one list of units per queue, a per-message loop in get_message.
+
+State survives close()/abandon()/open() (it is the "disk"). Test hooks model what a crash
+or an operator can do to the file store: truncate_commit_log(offset), rebuild_consume_queues().
+Segment "mtime" for clean_expired_files is the now_ms of the last write into the segment.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+
+from protocol.message import (MAX_INT, PROPERTIES_LENGTH_BYTES_MAX, SCHEDULE_TOPIC, TAGS,
+                              decode_properties, decode_record, encode_record, head_struct,
+                              offset_msg_id, store_timestamp_pos, tags_code)
+from broker.store.api import (GetMessageResult, GetMessageStatus, MessageBatchToStore,
+                              MessageToStore, PutMessageResult, PutMessageStatus, RecoveryReport)
+from broker.store.commitlog import schedule_tags_code
+from broker.store.store import CleanResult, valid_topic
+from broker.store.store_config import StoreConfig
+
+__all__ = ["MemoryStore"]
+
+log = logging.getLogger("pocketmq.store")
+
+_BLANK = 8
+_UNIT = 20
+
+
+class _Queue:
+    def __init__(self) -> None:
+        self.units: list[tuple[int, int, int] | None] = []   # index = logical offset; None = filler
+        self.min_offset = 0
+        self.first_file = 0          # logical offset where the first kept "file" starts
+
+    @property
+    def max_offset(self) -> int:
+        return len(self.units)
+
+
+def _result(status: PutMessageStatus) -> PutMessageResult:
+    return PutMessageResult(status)
+
+
+class MemoryStore:
+    def __init__(self, config: StoreConfig, *, on_dispatch=None) -> None:
+        self.config = config
+        self.on_dispatch = on_dispatch
+        self._fs = config.mapped_file_size_commit_log
+        self._upf = config.mapped_file_size_consume_queue // _UNIT
+        self._delay_levels = config.delay_levels_ms
+        self._max_record = min(config.max_message_size, self._fs - _BLANK)
+        self._memory_limit = config.memory_bytes() * config.access_message_in_memory_max_ratio // 100
+        self.records: dict[int, bytes] = {}
+        self.wrote = 0
+        self.min_segment = 0         # index of the first kept segment
+        self.last_segment = -1       # index of the active segment (-1: none yet)
+        self.segment_mtime: dict[int, int] = {}
+        self.queues: dict[tuple[str, int], _Queue] = {}
+        self.flushed = 0
+        self._open = False
+        self._abnormal = False
+        self.failed: str | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self) -> RecoveryReport:
+        self._open = True
+        report = RecoveryReport(self._abnormal, 0, self.wrote, self.commit_log_min_offset, self.wrote,
+                                -1, -1, "", 0, 0, self.wrote, 0)
+        self._abnormal = False
+        return report
+
+    def close(self) -> None:
+        self.flushed = self.wrote
+        self._open = False
+
+    def abandon(self) -> None:
+        self._open = False
+        self._abnormal = True
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    # ------------------------------------------------------------------ geometry
+
+    @property
+    def commit_log_min_offset(self) -> int:
+        if self.last_segment < 0:
+            return self.wrote
+        return self.min_segment * self._fs
+
+    @property
+    def commit_log_max_offset(self) -> int:
+        return self.wrote
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.flushed
+
+    def flush(self) -> int:
+        self.flushed = self.wrote
+        return self.flushed
+
+    def flush_consume_queues(self) -> int:
+        return self.wrote
+
+    def reput(self) -> int:
+        return 0
+
+    def _reserve(self, size: int, now_ms: int) -> int:
+        """Where a record of `size` bytes goes: the active segment if size + 8 fits in
+        what is left of it, else the start of the next one (after a blank marker)."""
+        fs = self._fs
+        if self.last_segment < 0:
+            self.last_segment = self.min_segment = self.wrote // fs
+        pos = self.wrote - self.last_segment * fs
+        if size + _BLANK > fs - pos:
+            self.last_segment += 1
+            self.wrote = self.last_segment * fs
+        self.segment_mtime[self.last_segment] = now_ms
+        return self.wrote
+
+    # ------------------------------------------------------------------ put
+
+    def _check(self, topic: str, born_host, sys_flag: int, now_ms: int, born_ts: int,
+               reconsume: int, prepared: int):
+        if not valid_topic(topic):
+            return None
+        if len(born_host[0]) not in (4, 16) or not 0 <= born_host[1] <= 0xFFFF:
+            return None
+        if now_ms < 0 or born_ts < 0 or reconsume < 0 or prepared < 0:
+            return None
+        sys_flag &= ~0x30
+        if len(born_host[0]) == 16:
+            sys_flag |= 0x10
+        if len(self.config.store_host[0]) == 16:
+            sys_flag |= 0x20
+        return sys_flag
+
+    def _queue(self, topic: str, queue_id: int) -> _Queue:
+        q = self.queues.get((topic, queue_id))
+        if q is None:
+            q = self.queues[(topic, queue_id)] = _Queue()
+        return q
+
+    def _code(self, topic: str, queue_id: int, props: str, now: int) -> int:
+        return self._code_from_tags(topic, queue_id, decode_properties(props).get(TAGS), now)
+
+    def _code_from_tags(self, topic: str, queue_id: int, tags: str | None, now: int) -> int:
+        if topic == SCHEDULE_TOPIC:
+            return schedule_tags_code(queue_id, now, self._delay_levels)
+        return tags_code(tags)
+
+    def _dispatch(self, topic, queue_id, queue_offset, phys, size, code, now) -> None:
+        q = self._queue(topic, queue_id)
+        if queue_offset < q.max_offset:
+            return
+        if queue_offset > q.max_offset:
+            if q.max_offset == 0:
+                q.first_file = queue_offset - queue_offset % self._upf
+                q.min_offset = queue_offset
+            else:
+                log.error("memory store: gap in %s/%d before %d", topic, queue_id, queue_offset)
+            q.units.extend([None] * (queue_offset - q.max_offset))
+        q.units.append((phys, size, code))
+        if self.on_dispatch is not None:
+            self.on_dispatch(topic, queue_id, q.max_offset, code, now)
+
+    def put_message(self, msg: MessageToStore) -> PutMessageResult:
+        if self.failed is not None or not self._open:
+            return _result(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        sys_flag = self._check(msg.topic, msg.born_host, msg.sys_flag, msg.now_ms, msg.born_timestamp,
+                               msg.reconsume_times, msg.prepared_transaction_offset)
+        if sys_flag is None:
+            return _result(PutMessageStatus.MESSAGE_ILLEGAL)
+        if msg.properties_str.endswith("\x00"):
+            msg = msg._replace(properties_str=msg.properties_str + "\x02")
+        if len(msg.properties_str.encode()) > PROPERTIES_LENGTH_BYTES_MAX:
+            return _result(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
+        size = (head_struct(sys_flag).size + len(msg.body) + 3 + len(msg.topic.encode())
+                + len(msg.properties_str.encode()))
+        if size > self._max_record or not 0 <= msg.queue_id <= MAX_INT:
+            return _result(PutMessageStatus.MESSAGE_ILLEGAL)
+        dispatched = sys_flag & 0xC in (0, 8)
+        queue_offset = self._queue(msg.topic, msg.queue_id).max_offset if dispatched else 0
+        phys = self._reserve(size, msg.now_ms)
+        rec = encode_record(msg.topic, msg.queue_id, msg.flag, msg.body, msg.properties_str, sys_flag,
+                            msg.born_timestamp, msg.born_host, self.config.store_host,
+                            msg.reconsume_times, msg.prepared_transaction_offset, queue_offset,
+                            phys, msg.now_ms)
+        assert len(rec) == size
+        self.records[phys] = rec
+        self.wrote = phys + size
+        if dispatched:
+            self._dispatch(msg.topic, msg.queue_id, queue_offset, phys, size,
+                           self._code(msg.topic, msg.queue_id, msg.properties_str, msg.now_ms), msg.now_ms)
+        return PutMessageResult(PutMessageStatus.PUT_OK, phys, size, queue_offset,
+                                offset_msg_id(*self.config.store_host, phys), msg.now_ms, 1)
+
+    def put_messages(self, batch: MessageBatchToStore) -> PutMessageResult:
+        if self.failed is not None or not self._open:
+            return _result(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        sys_flag = self._check(batch.topic, batch.born_host, batch.sys_flag, batch.now_ms,
+                               batch.born_timestamp, batch.reconsume_times, 0)
+        if sys_flag is None or not batch.messages or sys_flag & 0xC or not 0 <= batch.queue_id <= MAX_INT:
+            return _result(PutMessageStatus.MESSAGE_ILLEGAL)
+        sizes = []
+        batch = batch._replace(messages=[(f, b, p + "\x02" if p.endswith("\x00") else p)
+                                         for f, b, p in batch.messages])
+        for _flag, body, props in batch.messages:
+            if len(props.encode()) > PROPERTIES_LENGTH_BYTES_MAX:
+                return _result(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
+            size = head_struct(sys_flag).size + len(body) + 3 + len(batch.topic.encode()) + len(props.encode())
+            if size > self._max_record:
+                return _result(PutMessageStatus.MESSAGE_ILLEGAL)
+            sizes.append(size)
+        total = sum(sizes)
+        if total + _BLANK > self._fs:
+            return _result(PutMessageStatus.MESSAGE_ILLEGAL)
+        q = self._queue(batch.topic, batch.queue_id)
+        qo0 = q.max_offset
+        phys = phys0 = self._reserve(total, batch.now_ms)
+        ids = []
+        for i, ((flag, body, props), size) in enumerate(zip(batch.messages, sizes)):
+            rec = encode_record(batch.topic, batch.queue_id, flag, body, props, sys_flag,
+                                batch.born_timestamp, batch.born_host, self.config.store_host,
+                                batch.reconsume_times, 0, qo0 + i, phys, batch.now_ms)
+            self.records[phys] = rec
+            self._dispatch(batch.topic, batch.queue_id, qo0 + i, phys, size,
+                           self._code(batch.topic, batch.queue_id, props, batch.now_ms), batch.now_ms)
+            ids.append(offset_msg_id(*self.config.store_host, phys))
+            phys += size
+        self.wrote = phys
+        return PutMessageResult(PutMessageStatus.PUT_OK, phys0, total, qo0, ",".join(ids),
+                                batch.now_ms, len(sizes))
+
+    # ------------------------------------------------------------------ get
+
+    def get_message(self, topic, queue_id, offset, max_msg_nums, message_filter=None) -> GetMessageResult:
+        q = self.queues.get((topic, queue_id))
+        mn = q.min_offset if q else 0
+        mx = q.max_offset if q else 0
+        S = GetMessageStatus
+        if mx == 0:
+            return GetMessageResult(S.NO_MESSAGE_IN_QUEUE, 0, mn, mx)
+        if offset < mn:
+            return GetMessageResult(S.OFFSET_TOO_SMALL, mn, mn, mx)
+        if offset == mx:
+            return GetMessageResult(S.OFFSET_OVERFLOW_ONE, offset, mn, mx)
+        if offset > mx:
+            return GetMessageResult(S.OFFSET_OVERFLOW_BADLY, mn if mn == 0 else mx, mn, mx)
+        file_end = offset - offset % self._upf + self._upf
+        scan_end = min(mx, file_end, offset + max(16000, max_msg_nums * _UNIT) // _UNIT)
+        cfg = self.config
+        status = S.NO_MATCHED_MESSAGE
+        buffers = []
+        total = 0
+        next_file = None
+        i = offset
+        while i < scan_end:
+            unit = q.units[i]
+            if unit is None:
+                i += 1
+                continue
+            phys, size, code = unit
+            if next_file is not None and phys < next_file:
+                i += 1
+                continue
+            in_disk = self.wrote - phys > self._memory_limit
+            n = len(buffers)
+            if n:
+                if n >= max_msg_nums:
+                    break
+                max_bytes = cfg.max_transfer_bytes_on_message_in_disk if in_disk else cfg.max_transfer_bytes_on_message_in_memory
+                max_count = cfg.max_transfer_count_on_message_in_disk if in_disk else cfg.max_transfer_count_on_message_in_memory
+                if total + size > max_bytes or n >= max_count:
+                    break
+            if message_filter is not None and not message_filter(code):
+                i += 1
+                continue
+            rec = self.records.get(phys)
+            if rec is None or len(rec) != size:
+                if total == 0:
+                    status = S.MESSAGE_WAS_REMOVING
+                next_file = phys - phys % self._fs + self._fs
+                i += 1
+                continue
+            buffers.append(rec)
+            total += size
+            status = S.FOUND
+            next_file = None
+            i += 1
+        return GetMessageResult(status, i, mn, mx, len(buffers), buffers, total)
+
+    # ------------------------------------------------------------------ queries
+
+    def get_max_offset_in_queue(self, topic, queue_id) -> int:
+        q = self.queues.get((topic, queue_id))
+        return q.max_offset if q else 0
+
+    def get_min_offset_in_queue(self, topic, queue_id) -> int:
+        q = self.queues.get((topic, queue_id))
+        return q.min_offset if q else 0
+
+    def _ts(self, phys: int) -> int:
+        rec = self.records.get(phys)
+        if rec is None:
+            return -1
+        sys_flag = struct.unpack_from(">i", rec, 36)[0]
+        return struct.unpack_from(">q", rec, store_timestamp_pos(sys_flag))[0]
+
+    def get_message_store_timestamp(self, topic, queue_id, offset) -> int:
+        q = self.queues.get((topic, queue_id))
+        if q is None or not q.min_offset <= offset < q.max_offset or q.units[offset] is None:
+            return -1
+        return self._ts(q.units[offset][0])
+
+    def get_earliest_message_time(self, topic, queue_id) -> int:
+        q = self.queues.get((topic, queue_id))
+        if q is None or q.min_offset >= q.max_offset:
+            return -1
+        return self.get_message_store_timestamp(topic, queue_id, q.min_offset)
+
+    def get_offset_in_queue_by_time(self, topic, queue_id, timestamp) -> int:
+        """Same rules as MessageStore (RocketMQ's binary search inside one queue file)."""
+        q = self.queues.get((topic, queue_id))
+        if q is None or q.max_offset == 0:
+            return 0
+        first, last = q.first_file, (q.max_offset - 1) // self._upf * self._upf
+        chosen = last
+        for start in range(first, last + 1, self._upf):
+            end = min(start + self._upf, q.max_offset)
+            u = q.units[end - 1]
+            if u is not None and self._ts(u[0]) >= timestamp:
+                chosen = start
+                break
+        end = min(chosen + self._upf, q.max_offset)
+        low = max(q.min_offset - chosen, 0)
+        high = end - chosen - 1
+        cl_min = self.commit_log_min_offset
+        target = left = right = -1
+        left_ts = right_ts = -1
+        while high >= low:
+            mid = (low + high) // 2
+            u = q.units[chosen + mid]
+            if u is None or u[0] < cl_min:
+                low = mid + 1
+                left = mid
+                continue
+            ts = self._ts(u[0])
+            if ts < 0:
+                return 0
+            if ts == timestamp:
+                target = mid
+                break
+            if ts > timestamp:
+                high = mid - 1
+                right, right_ts = mid, ts
+            else:
+                low = mid + 1
+                left, left_ts = mid, ts
+        if target != -1:
+            pos = target
+        elif left_ts == -1:
+            pos = right
+        elif right_ts == -1:
+            pos = left
+        else:
+            pos = right if abs(timestamp - left_ts) > abs(timestamp - right_ts) else left
+        return q.min_offset if pos < 0 else chosen + pos
+
+    def look_message_by_offset(self, commit_log_offset: int) -> bytes | None:
+        return self.records.get(commit_log_offset)
+
+    def check_in_disk_by_consume_offset(self, topic, queue_id, offset) -> bool:
+        q = self.queues.get((topic, queue_id))
+        if q is None or not q.min_offset <= offset < q.max_offset or q.units[offset] is None:
+            return False
+        return self.wrote - q.units[offset][0] > self._memory_limit
+
+    def topics(self) -> list[str]:
+        return sorted({t for (t, _q) in self.queues})
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(qid for (t, qid) in self.queues if t == topic)
+
+    # ------------------------------------------------------------------ maintenance
+
+    def delete_topics(self, topics) -> int:
+        names = set(topics)
+        victims = [k for k in self.queues if k[0] in names]
+        for k in victims:
+            del self.queues[k]
+        return len(victims)
+
+    def _correct_min(self, q: _Queue, cl_min: int) -> None:
+        i = max(q.min_offset, q.first_file)
+        while i < q.max_offset and (q.units[i] is None or q.units[i][0] < cl_min):
+            i += 1
+        q.min_offset = i
+
+    def clean_expired_files(self, now_ms: int, force: bool = False) -> CleanResult:
+        reserved_ms = self.config.file_reserved_time_hours * 3_600_000
+        deleted = 0
+        while self.min_segment < self.last_segment:
+            seg = self.min_segment
+            if not force and self.segment_mtime.get(seg, 0) + reserved_ms > now_ms:
+                break
+            lo, hi = seg * self._fs, (seg + 1) * self._fs
+            for phys in [p for p in self.records if lo <= p < hi]:
+                del self.records[phys]
+            self.segment_mtime.pop(seg, None)
+            self.min_segment += 1
+            deleted += 1
+        cl_min = self.commit_log_min_offset
+        cq_files = 0
+        for q in self.queues.values():
+            last_file = (q.max_offset - 1) // self._upf * self._upf if q.max_offset else q.first_file
+            while q.first_file < last_file:
+                u = q.units[q.first_file + self._upf - 1]
+                if (u[0] if u else 0) >= cl_min:
+                    break
+                q.first_file += self._upf
+                cq_files += 1
+            q.min_offset = max(q.min_offset, q.first_file)
+            self._correct_min(q, cl_min)
+        return CleanResult(deleted, cq_files)
+
+    # ------------------------------------------------------------------ test hooks
+
+    def truncate_commit_log(self, offset: int) -> None:
+        """What a recovery that cut the commit log at `offset` leaves behind."""
+        for phys in [p for p in self.records if p >= offset]:
+            del self.records[phys]
+        self.wrote = offset
+        self.last_segment = offset // self._fs
+        self.flushed = min(self.flushed, offset)
+        for q in self.queues.values():
+            while q.max_offset > q.min_offset and q.units[-1] is not None and q.units[-1][0] >= offset:
+                q.units.pop()
+            q.min_offset = min(q.min_offset, q.max_offset)
+
+    def rebuild_consume_queues(self) -> None:
+        """What the file store does when consumequeue/ is deleted: dispatch every record again."""
+        self.queues = {}
+        for phys in sorted(self.records):
+            m = decode_record(self.records[phys], decompress=False)
+            if m.sys_flag & 0xC not in (0, 8):
+                continue
+            self._dispatch(m.topic, m.queue_id, m.queue_offset, phys, m.store_size,
+                           self._code_from_tags(m.topic, m.queue_id, m.tags, m.store_timestamp),
+                           m.store_timestamp)
+        cl_min = self.commit_log_min_offset
+        for q in self.queues.values():
+            self._correct_min(q, cl_min)
+
