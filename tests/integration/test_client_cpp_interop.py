@@ -1,0 +1,190 @@
+"""Our client with the Apache C++ client (PyPI rocketmq==0.4.4) on real daemons.
+
+* C++ producer -> our push consumer
+* our producer -> C++ push consumer (bodies, tags, keys, properties identical)
+* a mixed group (one C++ and one Python push consumer) that splits the queues
+  disjointly and consumes everything exactly once.
+
+The C++ side runs in a subprocess (tests/interop/cpp_agent.py) with HOME in a
+temp dir (librocketmq writes logs under ~/logs).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from remoting.client import RemotingClient
+from tests.support.daemons import Cluster
+
+from client import Message, Producer, PushConsumer
+
+pytestmark = [pytest.mark.interop, pytest.mark.slow]
+
+try:
+    import rocketmq.client  # noqa: F401
+except Exception:  # pragma: no cover
+    pytest.skip("the rocketmq==0.4.4 wheel (Apache C++ client) is not installed", allow_module_level=True)
+
+AGENT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "interop", "cpp_agent.py")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster(tempfile.mkdtemp(prefix="client-cpp-"))
+    try:
+        c.start()
+    except Exception as e:  # pragma: no cover
+        c.stop()
+        pytest.skip(f"daemons do not start: {e}")
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def home():
+    return tempfile.mkdtemp(prefix="cpphome-")
+
+
+def start_agent(home: str, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, HOME=home, PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, AGENT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+async def finish_agent(p: subprocess.Popen, timeout_s: float = 90) -> list[dict]:
+    try:
+        out, err = await asyncio.to_thread(p.communicate, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        raise AssertionError(f"cpp agent timed out; stderr: {err[-2000:]}")
+    assert p.returncode == 0, f"cpp agent exited {p.returncode}: {err[-2000:]}"
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+async def create_topic(cluster, topic: str, queues: int) -> None:
+    rc = RemotingClient()
+    rc.set_namesrv_addr(cluster.namesrv_addr)
+    try:
+        ext = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues),
+               "writeQueueNums": str(queues), "perm": "6", "topicFilterType": "SINGLE_TAG"}
+        r = await rc.invoke(cluster.broker_addr, RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC,
+                                                                 ext_fields=ext), 5)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        for _ in range(200):
+            r = await rc.invoke_namesrv(RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                        ext_fields={"topic": topic}), 3)
+            if r.code == ResponseCode.SUCCESS and f'"writeQueueNums":{queues}' in r.body.decode():
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError("route never updated")
+    finally:
+        await rc.close()
+
+
+async def wait_for(pred, timeout_s, what):
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while not pred():
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def test_cpp_producer_to_our_push_consumer(cluster, home):
+    async with asyncio.timeout(120):
+        topic = "CppToPy"
+        await create_topic(cluster, topic, 4)
+        got = {}
+
+        async def listener(msg):
+            got[msg.body.decode()] = msg
+
+        c = PushConsumer("PyFromCpp", cluster.namesrv_addr, listener=listener, consume_from_where="FIRST_OFFSET")
+        c.subscribe(topic)
+        async with c:
+            for mode, n in (("sync", 5), ("oneway", 5), ("batch", 8)):
+                ev = await finish_agent(start_agent(home, "produce", "--ns", cluster.namesrv_addr, "--topic", topic,
+                                                    "--mode", mode, "--count", str(n), "--prefix", f"cpp-{mode}"))
+                assert ev[-1]["event"] == "done"
+            await wait_for(lambda: len(got) == 18, 30, "18 messages from C++")
+        for body, m in got.items():
+            idx = body.rsplit("-", 1)[1]
+            assert m.tags == "TagA" and m.keys == (f"key-{idx}",)
+            assert m.user_properties == {"idx": idx, "origin": "cpp"}
+            assert m.topic == topic
+
+
+async def test_our_producer_to_cpp_push_consumer(cluster, home):
+    async with asyncio.timeout(120):
+        topic = "PyToCpp"
+        await create_topic(cluster, topic, 4)
+        agent = start_agent(home, "push", "--ns", cluster.namesrv_addr, "--group", "CppFromPy", "--topic", topic,
+                            "--expect", "20", "--seconds", "60", "--linger", "2")
+        await asyncio.sleep(3)   # let the C++ consumer start and rebalance
+        sent = {}
+        async with Producer("PyToCppProducer", cluster.namesrv_addr) as p:
+            for i in range(15):
+                r = await p.send(Message(topic, f"py-{i}".encode(), tags="TagP", keys=(f"k{i}", "common"),
+                                         properties={"idx": str(i), "origin": "py"}))
+                sent[f"py-{i}"] = r
+            for r in await p.send_batch([Message(topic, f"py-b{i}".encode(), tags="TagP", keys=f"kb{i}",
+                                                 properties={"idx": f"b{i}", "origin": "py"}) for i in range(5)]):
+                pass
+        ev = await finish_agent(agent)
+        msgs = {e["body"]: e for e in ev if e["event"] == "msg"}
+        assert len(msgs) == 20, sorted(msgs)
+        for i in range(15):
+            e = msgs[f"py-{i}"]
+            assert e["tags"] == "TagP" and e["keys"] == f"k{i} common"
+            assert e["props"]["idx"] == str(i) and e["props"]["origin"] == "py"
+            assert e["props"]["UNIQ_KEY"] == sent[f"py-{i}"].msg_id
+        assert msgs["py-b3"]["keys"] == "kb3" and msgs["py-b3"]["props"]["idx"] == "b3"
+
+
+async def test_mixed_group_splits_disjointly_exactly_once(cluster, home):
+    async with asyncio.timeout(150):
+        topic = "MixedTopic"
+        group = "MixedGroup"
+        await create_topic(cluster, topic, 8)
+        stop_file = os.path.join(home, "stop-mixed")
+        agent = start_agent(home, "push", "--ns", cluster.namesrv_addr, "--group", group, "--topic", topic,
+                            "--seconds", "100", "--stop-file", stop_file, "--instance", "cppmixed")
+        py_got = []
+
+        async def listener(msg):
+            py_got.append((msg.body.decode(), msg.queue.queue_id))
+
+        c = PushConsumer(group, cluster.namesrv_addr, listener=listener, consume_from_where="FIRST_OFFSET")
+        c.subscribe(topic)
+        async with c:
+            # both members visible to our rebalance, and we own half the queues
+            await wait_for(lambda: len([q for q in c.pqs if q.topic == topic]) == 4, 40,
+                           "our half of the 8 queues")
+            await asyncio.sleep(12)   # the C++ client rebalances every 10 s (and on notify)
+            ours = {q.queue_id for q in c.pqs if q.topic == topic}
+            async with Producer("MixedProducer", cluster.namesrv_addr) as p:
+                for i in range(200):
+                    await p.send(Message(topic, f"x-{i}".encode()))
+            await asyncio.sleep(8)
+            with open(stop_file, "w"):
+                pass
+            ev = await finish_agent(agent)
+        cpp_got = [(e["body"], e["queue_id"]) for e in ev if e["event"] == "msg" and e["topic"] == topic]
+        py_bodies = [b for b, _ in py_got]
+        cpp_bodies = [b for b, _ in cpp_got]
+        assert len(py_bodies) + len(cpp_bodies) == 200, (len(py_bodies), len(cpp_bodies))
+        assert set(py_bodies) | set(cpp_bodies) == {f"x-{i}" for i in range(200)}
+        assert not set(py_bodies) & set(cpp_bodies)
+        py_queues = {q for _, q in py_got}
+        cpp_queues = {q for _, q in cpp_got}
+        assert py_queues <= ours and not py_queues & cpp_queues
+        assert py_bodies and cpp_bodies
