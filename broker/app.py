@@ -102,7 +102,7 @@ class Broker:
         self.flush_service.start()
         self.hold_service = HoldService(self, 5000 if cfg.longPollingEnable else cfg.shortPollingTimeMills)
         self.hold_service.start()
-        self.store.set_dispatch_listener(self.hold_service.on_dispatch)
+        self.store.on_dispatch = self.hold_service.on_dispatch
         self.started_ms = self.now_ms()
         await self.server.start_serving()
         if cfg.namesrvAddr:

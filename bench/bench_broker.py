@@ -1,0 +1,200 @@
+"""Broker throughput/latency with a lean raw client (no per-message decoding).
+
+Starts mqnamesrv + mqbroker as real processes (store in a temp dir), then runs
+the load from this process:
+
+    python bench/bench_broker.py [--seconds 5] [--flush ASYNC_FLUSH|SYNC_FLUSH]
+
+Reports: sync sends/s and p50/p99 latency (one in flight), sends/s with 64 in
+flight, batched sends (64 x 128 B per request) msgs/s, pull consumption
+msgs/s, and broker CPU microseconds per message (utime+stime of the broker
+process from /proc, divided by messages handled in that phase).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from protocol.codes import PullSysFlag, RequestCode as R  # noqa: E402
+from protocol.command import RemotingCommand, encode  # noqa: E402
+from protocol.headers.typed import SendMessageRequestHeader, encode_send_header  # noqa: E402
+from protocol.message import encode_batch_body, encode_properties  # noqa: E402
+from tests.support.daemons import Cluster  # noqa: E402
+
+BODY = b"x" * 128
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Raw(asyncio.Protocol):
+    """Counts responses by opaque; parses only the 8-byte prefix and the header."""
+
+    def __init__(self):
+        from protocol.command import FrameDecoder
+        self.dec = FrameDecoder(64 << 20)
+        self.waiters = {}
+        self.transport = None
+
+    def connection_made(self, t):
+        self.transport = t
+
+    def data_received(self, data):
+        self.dec.feed(data)
+        for cmd in self.dec.commands():
+            fut = self.waiters.pop(cmd.opaque, None)
+            if fut is not None:
+                fut.set_result(cmd)
+
+    def call(self, frame_prefix_fn, opaque):
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters[opaque] = fut
+        self.transport.write(frame_prefix_fn(opaque))
+        return fut
+
+
+def send_frame_factory(topic, body, batch=False, queue_id=0):
+    props = encode_properties({"TAGS": "TagA", "UNIQ_KEY": "0" * 32, "WAIT": "true"})
+    h = SendMessageRequestHeader("bench", topic, "TBW102", 8, queue_id, 0, int(time.time() * 1000), 0,
+                                 "" if batch else props, 0, False, batch, None)
+    code = R.SEND_BATCH_MESSAGE if batch else R.SEND_MESSAGE_V2
+    ext = encode_send_header(h)
+
+    def make(opaque):
+        return encode(RemotingCommand(code, opaque=opaque, ext_fields=ext, body=body))
+    return make
+
+
+async def connect(addr):
+    host, port = addr.split(":")
+    _, proto = await asyncio.get_running_loop().create_connection(Raw, host, int(port))
+    return proto
+
+
+async def phase_sync(addr, topic, seconds):
+    p = await connect(addr)
+    make = send_frame_factory(topic, BODY)
+    lat = []
+    n = 0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        n += 1
+        t0 = time.perf_counter()
+        r = await p.call(make, n)
+        lat.append(time.perf_counter() - t0)
+        assert r.code == 0, r.remark
+    p.transport.close()
+    lat.sort()
+    return n, {"p50_us": lat[len(lat) // 2] * 1e6, "p99_us": lat[int(len(lat) * 0.99)] * 1e6}
+
+
+async def phase_inflight(addr, topic, seconds, inflight=64, batch=False):
+    p = await connect(addr)
+    if batch:
+        body = encode_batch_body([(0, BODY, encode_properties({"UNIQ_KEY": "%032X" % i, "TAGS": "TagA"}))
+                                  for i in range(64)])
+        make = send_frame_factory(topic, body, batch=True)
+        per = 64
+    else:
+        make = send_frame_factory(topic, BODY)
+        per = 1
+    n = 0
+    end = time.perf_counter() + seconds
+    seq = 0
+
+    async def worker():
+        nonlocal n, seq
+        while time.perf_counter() < end:
+            seq += 1
+            r = await p.call(make, seq)
+            assert r.code == 0, r.remark
+            n += per
+    await asyncio.gather(*(worker() for _ in range(inflight)))
+    p.transport.close()
+    return n, {}
+
+
+async def phase_pull(addr, topic, queues, seconds, max_nums=32, inflight=8):
+    p = await connect(addr)
+    offsets = {q: 0 for q in range(queues)}
+    n = 0
+    seq = 0
+    end = time.perf_counter() + seconds
+    done_queues = set()
+
+    async def worker(q):
+        nonlocal n, seq
+        while time.perf_counter() < end:
+            seq += 1
+            ext = {"consumerGroup": "bench_pull", "topic": topic, "queueId": str(q),
+                   "queueOffset": str(offsets[q]), "maxMsgNums": str(max_nums),
+                   "sysFlag": str(PullSysFlag.SUBSCRIPTION), "commitOffset": "0",
+                   "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"}
+            r = await p.call(lambda o: encode(RemotingCommand(R.PULL_MESSAGE, opaque=o, ext_fields=ext)), seq)
+            nxt = int(r.ext_fields["nextBeginOffset"])
+            if r.code != 0:
+                done_queues.add(q)
+                return
+            n += nxt - offsets[q]
+            offsets[q] = nxt
+    await asyncio.gather(*(worker(q) for q in range(queues)))
+    p.transport.close()
+    return n, {"drained": len(done_queues) == queues}
+
+
+async def main_async(args, cluster):
+    pid = cluster.broker.proc.pid
+    addr = cluster.broker_addr
+    results = []
+
+    async def run(name, coro_fn):
+        c0, t0 = cpu_seconds(pid), time.perf_counter()
+        n, extra = await coro_fn()
+        dt, dc = time.perf_counter() - t0, cpu_seconds(pid) - c0
+        row = {"phase": name, "msgs": n, "msgs_per_s": n / dt, "broker_cpu_us_per_msg": dc / max(n, 1) * 1e6}
+        row.update(extra)
+        results.append(row)
+        print(" ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+
+    # Warm-up creates the topics (auto-creation, 8 queues).
+    await phase_sync(addr, "BenchSync", 0.2)
+    await run("sync_send", lambda: phase_sync(addr, "BenchSync", args.seconds))
+    await run("send_64_in_flight", lambda: phase_inflight(addr, "BenchAsync", args.seconds))
+    await run("batch_send_64x128B", lambda: phase_inflight(addr, "BenchBatch", args.seconds, inflight=8, batch=True))
+    await run("pull", lambda: phase_pull(addr, "BenchBatch", 1, args.seconds, max_nums=args.pull_batch))
+    return results
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--flush", default="ASYNC_FLUSH")
+    ap.add_argument("--pull-batch", type=int, default=32)
+    args = ap.parse_args()
+    root = tempfile.mkdtemp(prefix="pocketmq-bench-")
+    extra = [f"--flushDiskType={args.flush}", "--defaultTopicQueueNums=1",
+             f"--maxTransferCountOnMessageInMemory={max(32, args.pull_batch)}",
+             f"--maxTransferBytesOnMessageInMemory={max(262144, args.pull_batch * 300)}"]
+    cluster = Cluster(root, broker_args=extra).start()
+    try:
+        try:
+            import uvloop
+            uvloop.install()
+        except ImportError:
+            pass
+        asyncio.run(main_async(args, cluster))
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    main()
