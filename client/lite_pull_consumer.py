@@ -38,7 +38,7 @@ from client.instance import PullResult, acquire_instance, mono_ms, now_ms, pull_
 from client.message import MessageExt
 from client.offset_store import RemoteOffsetStore
 from client.producer import check_group, check_topic
-from client.push_consumer import CONSUME_FROM, compute_pull_from_where, tag_filter
+from client.push_consumer import CONSUME_FROM, RouteRetry, compute_pull_from_where, tag_filter
 from client.rebalance import AllocateAveragely, AllocateStrategy, plan_clustering
 
 log = logging.getLogger("pocketmq.client.lite")
@@ -97,6 +97,7 @@ class LitePullConsumer:
         self._rebalance_lock: asyncio.Lock | None = None
         self._commit_task: asyncio.Task | None = None
         self._rr = 0
+        self._route_retry = RouteRetry()
         self.instance = None
         self.offset_store: RemoteOffsetStore | None = None
         self.state = "CREATED"
@@ -186,6 +187,7 @@ class LitePullConsumer:
             self.state = "CLOSED"
             return
         self.state = "CLOSING"
+        self._route_retry.cancel()
         if self._commit_task is not None:
             self._commit_task.cancel()
             await asyncio.gather(self._commit_task, return_exceptions=True)
@@ -239,9 +241,11 @@ class LitePullConsumer:
         async with self._rebalance_lock:
             inst = self.instance
             wanted: set = set()
+            missing = False
             for topic in list(self.subscriptions):
-                mq_all = await inst.subscribe_queues(topic)
+                mq_all = await inst.subscribe_queues(topic, refresh=topic not in inst.routes)
                 if not mq_all:
+                    missing = True
                     continue
                 cids = await inst.consumer_id_list(self.group, topic)
                 if inst.client_id not in cids:
@@ -263,6 +267,7 @@ class LitePullConsumer:
             for mq in sorted(wanted - set(self.assigned)):
                 self.assigned[mq] = _QueueState(mq)
                 self._start_task(self.assigned[mq])
+            self._route_retry.schedule(missing, inst.rebalance_now)
 
     # -- pulling ----------------------------------------------------------------------------
     def _start_task(self, st: _QueueState) -> None:

@@ -207,10 +207,10 @@ async def test_lite_pull_seeks_and_resumes_at_committed_offsets(cluster):
         async with Producer("ItProducer", cluster.namesrv_addr, instance_name=uniq("p")) as p:
             t_mid = None
             for i in range(30):
-                if i == 15:
-                    await asyncio.sleep(0.05)
+                if i == 15:     # a timestamp much closer to message 15 than to 14
+                    await asyncio.sleep(0.2)
                     t_mid = int(time.time() * 1000)
-                    await asyncio.sleep(0.05)
+                    await asyncio.sleep(0.01)
                 await p.send(Message(topic, f"m{i}".encode()), queue=mq)
         c = LitePullConsumer(group, cluster.namesrv_addr, consume_from_where="FIRST_OFFSET",
                              auto_commit=False, max_poll_records=10)
