@@ -125,7 +125,10 @@ async def bench_e2e(addr, topic, rate, seconds, st):
     c.subscribe(topic)
     n = int(rate * seconds)
     async with c:
-        await asyncio.sleep(1.5)
+        end = time.perf_counter() + 30
+        while len([q for q in c.pqs if q.topic == topic]) < 4 and time.perf_counter() < end:
+            await asyncio.sleep(0.05)      # the auto-created topic's route shows up after a moment
+        await asyncio.sleep(0.5)
         async with Producer("BenchE2EP", addr, instance_name="bench-e2ep", serialize_type=st) as p:
             interval = 1.0 / rate
             t0 = time.perf_counter()
