@@ -221,3 +221,52 @@ async def test_survives_broker_restart():
                                 await asyncio.sleep(0.1)
                     await wait_for(lambda: len({b for _, b, _ in got}) == 20, timeout_s=20,
                                    what="after restart")
+
+
+async def test_broadcasting_every_member_gets_everything_and_resumes_from_local_offsets(tmp_path):
+    async with asyncio.timeout(30):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 2)
+            await produce(cluster.namesrv_addr, "T", 20)
+            a, b = [], []
+            ca = consumer(cluster, "BG", a, "ba", message_model="BROADCASTING", consume_from_where="FIRST_OFFSET",
+                          broadcast_offset_dir=str(tmp_path))
+            cb = consumer(cluster, "BG", b, "bb", message_model="BROADCASTING", consume_from_where="FIRST_OFFSET",
+                          broadcast_offset_dir=str(tmp_path))
+            for c in (ca, cb):
+                c.subscribe("T")
+                await c.start()
+            await wait_for(lambda: len(a) == 20 and len(b) == 20, what="both members get all 20")
+            for c in (ca, cb):
+                await c.close()
+            assert not any(k[1] == "T" for k in cluster.brokers[0].offsets)   # nothing stored at the broker
+            await produce(cluster.namesrv_addr, "T", 5, start=20)
+            a.clear()
+            ca2 = consumer(cluster, "BG", a, "ba", message_model="BROADCASTING", consume_from_where="FIRST_OFFSET",
+                           broadcast_offset_dir=str(tmp_path))
+            ca2.subscribe("T")
+            async with ca2:
+                await wait_for(lambda: len(a) == 5, what="only the 5 new ones")
+                await asyncio.sleep(0.2)
+            assert sorted(int(x[1][1:]) for x in a) == list(range(20, 25))
+
+
+async def test_client_instance_is_shared_per_client_id():
+    async with asyncio.timeout(20):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 2)
+            got = []
+            async with Producer("PG", cluster.namesrv_addr, instance_name="shared") as p:
+                c1 = consumer(cluster, "SG", got, "shared")
+                c1.subscribe("T")
+                async with c1:
+                    assert c1.instance is p.instance
+                    assert c1.client_id.endswith("@shared")
+                    # a second member of the same group in this process gets its own clientId
+                    c2 = PushConsumer("SG", cluster.namesrv_addr, listener=lambda m: None)
+                    c2.subscribe("T")
+                    c3 = PushConsumer("SG", cluster.namesrv_addr, listener=lambda m: None)
+                    c3.subscribe("T")
+                    async with c2, c3:
+                        assert c2.instance is not c3.instance
+                        assert c2.client_id != c3.client_id
