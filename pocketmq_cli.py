@@ -28,23 +28,25 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _demo(namesrv_addr: str, broker_addr: str, count: int = 5) -> list:
     """Produce and consume through the wire protocol, as any RocketMQ client would."""
-    from client.producer import Producer
     from client.lite_pull_consumer import LitePullConsumer
+    from client.message import Message
+    from client.producer import Producer
     topic = "DemoTopic"
     received = []
-    async with Producer("demo_producer", namesrv_addr=namesrv_addr) as producer:
+    async with Producer("demo_producer", namesrv_addr) as producer:
         for i in range(count):
-            r = await producer.send(topic, f"hello pocketmq #{i}".encode(), tags="demo", keys=f"k{i}")
-            print(f"sent     msgId={r.msg_id} queue={r.message_queue.queue_id} offset={r.queue_offset}")
-    async with LitePullConsumer("demo_consumer", namesrv_addr=namesrv_addr,
-                                consume_from_where="CONSUME_FROM_FIRST_OFFSET") as consumer:
-        await consumer.subscribe(topic, "demo")
+            r = await producer.send(Message(topic, f"hello pocketmq #{i}", tags="demo", keys=f"k{i}"))
+            print(f"sent     msgId={r.msg_id} queue={r.queue.queue_id} offset={r.queue_offset}")
+    consumer = LitePullConsumer("demo_consumer", namesrv_addr, consume_from_where="FIRST_OFFSET")
+    consumer.subscribe(topic, "demo")
+    async with consumer:
         deadline = time.monotonic() + 20
         while len(received) < count and time.monotonic() < deadline:
-            for m in await consumer.poll(timeout=1.0):
+            for m in await consumer.poll(timeout_s=1.0):
                 received.append(m)
                 print(f"received msgId={m.msg_id} queue={m.queue_id} offset={m.queue_offset} "
-                      f"tags={m.tags} keys={m.keys} body={m.body.decode()!r}")
+                      f"tags={m.tags} keys={' '.join(m.keys) if not isinstance(m.keys, str) else m.keys} "
+                      f"body={m.body.decode()!r}")
         await consumer.commit()
     return received
 
