@@ -243,13 +243,16 @@ class LitePullConsumer:
             wanted: set = set()
             missing = False
             for topic in list(self.subscriptions):
-                mq_all = await inst.subscribe_queues(topic, refresh=topic not in inst.routes)
-                if not mq_all:
+                try:
+                    mq_all = await inst.subscribe_queues(topic, refresh=topic not in inst.routes)
+                    cids = await inst.consumer_id_list(self.group, topic) if mq_all else []
+                except MQClientError as e:
+                    log.warning("%s: rebalance of %s failed (retrying soon): %s", self.group, topic, e)
+                    mq_all, cids = [], []
+                if not mq_all or inst.client_id not in cids:
                     missing = True
-                    continue
-                cids = await inst.consumer_id_list(self.group, topic)
-                if inst.client_id not in cids:
-                    await inst.heartbeat_all()
+                    if mq_all:
+                        await inst.heartbeat_all()
                     wanted.update(m for m in self.assigned if m.topic == topic)
                     continue
                 plan = plan_clustering(topic, self.group, inst.client_id, mq_all, cids, self.assigned,

@@ -378,36 +378,47 @@ class PushConsumer:
             inst = self.instance
             missing = False
             for topic in list(self.subscriptions):
-                mq_all = await inst.subscribe_queues(topic, refresh=topic not in inst.routes)
-                if not mq_all:
+                try:
+                    missing |= await self._rebalance_topic(topic)
+                except MQClientError as e:
+                    log.warning("%s: rebalance of %s failed (retrying soon): %s", self.group, topic, e)
                     missing = True
-                    continue
-                if self.message_model == "CLUSTERING":
-                    cids = await inst.consumer_id_list(self.group, topic)
-                    if inst.client_id not in cids:
-                        # The broker has not seen our heartbeat yet: keep what we have.
-                        log.info("%s: %s not yet in the consumer list %s", self.group, inst.client_id, cids)
-                        await inst.heartbeat_all()
-                        continue
-                    plan = plan_clustering(topic, self.group, inst.client_id, mq_all, cids, self.pqs,
-                                           self.allocate_strategy)
-                    alone = len(cids) == 1
-                else:
-                    plan = plan_broadcasting(topic, mq_all, self.pqs)
-                    alone = True
-                if plan.changed:
-                    log.info("%s: rebalance %s: -%s +%s", self.group, topic,
-                             [m.queue_id for m in plan.to_remove], [m.queue_id for m in plan.to_add])
-                await asyncio.gather(*(self._remove_queue(mq) for mq in plan.to_remove))
-                if plan.to_add and not alone and self.handover_delay_ms > 0:
-                    # Let the previous owners commit what they consumed before we read the offsets.
-                    await asyncio.sleep(self.handover_delay_ms / 1000)
-                    if self.state != "RUNNING":
-                        return
-                await asyncio.gather(*(self._add_queue(mq) for mq in plan.to_add))
+                if self.state != "RUNNING":
+                    return
             for mq in [m for m in self.pqs if m.topic not in self.subscriptions]:
                 await self._remove_queue(mq)
             self._route_retry.schedule(missing, inst.rebalance_now)
+
+    async def _rebalance_topic(self, topic: str) -> bool:
+        """One topic's round; True when it should be retried soon (no route / not listed yet)."""
+        inst = self.instance
+        mq_all = await inst.subscribe_queues(topic, refresh=topic not in inst.routes)
+        if not mq_all:
+            return True
+        if self.message_model == "CLUSTERING":
+            cids = await inst.consumer_id_list(self.group, topic)
+            if inst.client_id not in cids:
+                # The broker has not seen our heartbeat yet: keep what we have.
+                log.info("%s: %s not yet in the consumer list %s", self.group, inst.client_id, cids)
+                await inst.heartbeat_all()
+                return True
+            plan = plan_clustering(topic, self.group, inst.client_id, mq_all, cids, self.pqs,
+                                   self.allocate_strategy)
+            alone = len(cids) == 1
+        else:
+            plan = plan_broadcasting(topic, mq_all, self.pqs)
+            alone = True
+        if plan.changed:
+            log.info("%s: rebalance %s: -%s +%s", self.group, topic,
+                     [m.queue_id for m in plan.to_remove], [m.queue_id for m in plan.to_add])
+        await asyncio.gather(*(self._remove_queue(mq) for mq in plan.to_remove))
+        if plan.to_add and not alone and self.handover_delay_ms > 0:
+            # Let the previous owners commit what they consumed before we read the offsets.
+            await asyncio.sleep(self.handover_delay_ms / 1000)
+            if self.state != "RUNNING":
+                return False
+        await asyncio.gather(*(self._add_queue(mq) for mq in plan.to_add))
+        return False
 
     async def _add_queue(self, mq: MessageQueue) -> None:
         try:
