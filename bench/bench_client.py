@@ -25,8 +25,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from client import Message, Producer, PushConsumer  # noqa: E402
-from protocol.codes import SerializeType  # noqa: E402
+from client import Message, Producer, PushConsumer
+from protocol.codes import SerializeType
 
 
 def pct(values, p):
@@ -105,7 +105,7 @@ async def bench_push_consume(addr, topic, n, st):
     async with c:
         try:
             await asyncio.wait_for(done.wait(), 120)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         dt = time.perf_counter() - (first or time.perf_counter())
     return {"msgs_per_s": count / dt if dt > 0 else 0.0, "consumed": count}

@@ -2,22 +2,59 @@
 
     from client import Producer, PushConsumer, LitePullConsumer, Message
 """
-from protocol.bodies import MessageQueue
-
-from client.errors import (BrokerError, ClientStateError, InvalidArgumentError, MessageTooLargeError,
-                           MQClientError, NoRouteError, RemotingFailure, RequestTimeoutError)
+from client.errors import (
+                           BrokerError,
+                           ClientStateError,
+                           InvalidArgumentError,
+                           MessageTooLargeError,
+                           MQClientError,
+                           NoRouteError,
+                           RemotingFailure,
+                           RequestTimeoutError,
+)
 from client.lite_pull_consumer import LitePullConsumer
 from client.message import Message, MessageExt, SendResult, SendStatus
 from client.process_queue import FlowLimits
 from client.producer import Producer
-from client.push_consumer import CONSUME_SUCCESS, RECONSUME_LATER, ConsumeStatus, PushConsumer
-from client.rebalance import (AllocateAveragely, AllocateAveragelyByCircle, AllocateByConfig,
-                              AllocateByMachineRoom, AllocateConsistentHash)
+from client.push_consumer import (
+                           CONSUME_SUCCESS,
+                           RECONSUME_LATER,
+                           ConsumeStatus,
+                           PushConsumer,
+)
+from client.rebalance import (
+                           AllocateAveragely,
+                           AllocateAveragelyByCircle,
+                           AllocateByConfig,
+                           AllocateByMachineRoom,
+                           AllocateConsistentHash,
+)
+from protocol.bodies import MessageQueue
 
 __all__ = [
-    "Producer", "PushConsumer", "LitePullConsumer", "Message", "MessageExt", "SendResult", "SendStatus",
-    "MessageQueue", "ConsumeStatus", "CONSUME_SUCCESS", "RECONSUME_LATER", "FlowLimits",
-    "AllocateAveragely", "AllocateAveragelyByCircle", "AllocateByConfig", "AllocateByMachineRoom",
-    "AllocateConsistentHash", "MQClientError", "BrokerError", "ClientStateError", "InvalidArgumentError",
-    "MessageTooLargeError", "NoRouteError", "RemotingFailure", "RequestTimeoutError",
+                           "CONSUME_SUCCESS",
+                           "RECONSUME_LATER",
+                           "AllocateAveragely",
+                           "AllocateAveragelyByCircle",
+                           "AllocateByConfig",
+                           "AllocateByMachineRoom",
+                           "AllocateConsistentHash",
+                           "BrokerError",
+                           "ClientStateError",
+                           "ConsumeStatus",
+                           "FlowLimits",
+                           "InvalidArgumentError",
+                           "LitePullConsumer",
+                           "MQClientError",
+                           "Message",
+                           "MessageExt",
+                           "MessageQueue",
+                           "MessageTooLargeError",
+                           "NoRouteError",
+                           "Producer",
+                           "PushConsumer",
+                           "RemotingFailure",
+                           "RequestTimeoutError",
+                           "SendResult",
+                           "SendStatus",
 ]

@@ -20,20 +20,50 @@ import os
 import time
 import weakref
 
+from client.errors import (
+    BrokerError,
+    ClientStateError,
+    MQClientError,
+    NoRouteError,
+    QueryNotFoundError,
+    RemotingFailure,
+    error_for,
+    wrap_remoting,
+)
+from client.message import _local_ipv4_bytes
+from client.route import (
+    BrokerAddrTable,
+    TopicPublishInfo,
+    publish_info,
+    subscribe_queues,
+)
 from protocol import message as msgcodec
-from protocol.bodies import (ConsumerData, HeartbeatData, MessageQueue, TopicRouteData, dumps,
-                             encode_lock_body, decode_mq_set, loads)
-from protocol.codes import LanguageCode, PullSysFlag, RequestCode, ResponseCode, SerializeType
+from protocol.bodies import (
+    ConsumerData,
+    HeartbeatData,
+    MessageQueue,
+    TopicRouteData,
+    decode_mq_set,
+    dumps,
+    encode_lock_body,
+    loads,
+)
+from protocol.codes import (
+    LanguageCode,
+    PullSysFlag,
+    RequestCode,
+    ResponseCode,
+    SerializeType,
+)
 from protocol.command import RemotingCommand
-from protocol.headers.typed import (PullMessageRequestHeader, SendMessageRequestHeader,
-                                    encode_pull_header, encode_send_header)
+from protocol.headers.typed import (
+    PullMessageRequestHeader,
+    SendMessageRequestHeader,
+    encode_pull_header,
+    encode_send_header,
+)
 from remoting.client import RemotingClient
 from remoting.connection import RemotingError
-
-from client.errors import (BrokerError, ClientStateError, MQClientError, NoRouteError, QueryNotFoundError,
-                           RemotingFailure, error_for, wrap_remoting)
-from client.message import _local_ipv4_bytes
-from client.route import BrokerAddrTable, TopicPublishInfo, publish_info, subscribe_queues
 
 log = logging.getLogger("pocketmq.client")
 
@@ -58,8 +88,14 @@ def local_ip() -> str:
 
 class PullResult:
     """Outcome of one PULL_MESSAGE (a value: statuses are not errors)."""
-    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "records",
-                 "suggest_which_broker_id")
+    __slots__ = (
+        "max_offset",
+        "min_offset",
+        "next_begin_offset",
+        "records",
+        "status",
+        "suggest_which_broker_id",
+    )
 
     FOUND = "FOUND"
     NO_NEW_MSG = "NO_NEW_MSG"
@@ -90,7 +126,7 @@ _SEND_OK_CODES = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
                   ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE)
 
 # (loop -> {client_id: ClientInstance}); a loop that goes away takes its instances along.
-_REGISTRY: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict]" = weakref.WeakKeyDictionary()
+_REGISTRY: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict] = weakref.WeakKeyDictionary()
 
 
 def default_instance_name() -> str:
@@ -98,7 +134,7 @@ def default_instance_name() -> str:
 
 
 async def acquire_instance(namesrv_addr: str, instance_name: str | None = None, *,
-                           serialize_type: int | None = None) -> "ClientInstance":
+                           serialize_type: int | None = None) -> ClientInstance:
     """The shared instance for `ip@instanceName` on this loop, started; release() when done."""
     loop = asyncio.get_running_loop()
     table = _REGISTRY.setdefault(loop, {})
@@ -273,7 +309,7 @@ class ClientInstance:
         while True:
             try:
                 await asyncio.wait_for(self._rebalance_wakeup.wait(), self.rebalance_interval_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self._rebalance_wakeup.clear()
             for group, consumer in list(self.consumers.items()):
@@ -619,5 +655,13 @@ def pull_sys_flag(commit_offset: bool, suspend: bool, subscription: bool) -> int
     return flag
 
 
-__all__ = ["ClientInstance", "acquire_instance", "PullResult", "pull_sys_flag", "ConsumerData",
-           "DEFAULT_TOPIC", "now_ms", "mono_ms"]
+__all__ = [
+    "DEFAULT_TOPIC",
+    "ClientInstance",
+    "ConsumerData",
+    "PullResult",
+    "acquire_instance",
+    "mono_ms",
+    "now_ms",
+    "pull_sys_flag",
+]

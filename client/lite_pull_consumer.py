@@ -31,21 +31,35 @@ import os
 from collections import deque
 from collections.abc import Iterable
 
-from protocol.bodies import ConsumerData, MessageQueue, SubscriptionData, build_subscription
-
-from client.errors import ClientStateError, InvalidArgumentError, MQClientError, SubscriptionError
-from client.instance import PullResult, acquire_instance, mono_ms, now_ms, pull_sys_flag
+from client.errors import (
+    ClientStateError,
+    InvalidArgumentError,
+    MQClientError,
+    SubscriptionError,
+)
+from client.instance import PullResult, acquire_instance, now_ms, pull_sys_flag
 from client.message import MessageExt
 from client.offset_store import RemoteOffsetStore
 from client.producer import check_group, check_topic
-from client.push_consumer import CONSUME_FROM, RouteRetry, compute_pull_from_where, tag_filter
+from client.push_consumer import (
+    CONSUME_FROM,
+    RouteRetry,
+    compute_pull_from_where,
+    tag_filter,
+)
 from client.rebalance import AllocateAveragely, AllocateStrategy, plan_clustering
+from protocol.bodies import (
+    ConsumerData,
+    MessageQueue,
+    SubscriptionData,
+    build_subscription,
+)
 
 log = logging.getLogger("pocketmq.client.lite")
 
 
 class _QueueState:
-    __slots__ = ("mq", "pull_offset", "consume_offset", "buffer", "paused", "task", "seq")
+    __slots__ = ("buffer", "consume_offset", "mq", "paused", "pull_offset", "seq", "task")
 
     def __init__(self, mq: MessageQueue):
         self.mq = mq
@@ -147,7 +161,7 @@ class LitePullConsumer:
                             CONSUME_FROM[self.consume_from_where], list(self.subscriptions.values()))
 
     # -- lifecycle ------------------------------------------------------------------------
-    async def start(self) -> "LitePullConsumer":
+    async def start(self) -> LitePullConsumer:
         if self.state != "CREATED":
             raise ClientStateError(f"consumer is {self.state}")
         inst = await acquire_instance(self.namesrv_addr, self.instance_name, serialize_type=self.serialize_type)
@@ -205,13 +219,13 @@ class LitePullConsumer:
         if not self._manual:
             try:
                 await asyncio.wait_for(inst.unregister_client(consumer_group=self.group), 5)
-            except (asyncio.TimeoutError, MQClientError):
+            except (TimeoutError, MQClientError):
                 pass
         await inst.release()
         self.state = "CLOSED"
         self._arrived.set()
 
-    async def __aenter__(self) -> "LitePullConsumer":
+    async def __aenter__(self) -> LitePullConsumer:
         return await self.start()
 
     async def __aexit__(self, *exc) -> None:
@@ -371,7 +385,7 @@ class LitePullConsumer:
                 return []
             try:
                 await asyncio.wait_for(self._arrived.wait(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return []
 
     def __aiter__(self):

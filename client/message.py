@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
 
-from protocol.bodies import MessageQueue
 from protocol import message as msgcodec
+from protocol.bodies import MessageQueue
 from protocol.message import decode_properties, encode_properties  # noqa: F401 (re-exported)
 
-__all__ = ["Message", "MessageExt", "SendResult", "SendStatus", "MessageQueue", "PropertyKey"]
+__all__ = ["Message", "MessageExt", "MessageQueue", "PropertyKey", "SendResult", "SendStatus"]
 
 
 class PropertyKey:
@@ -148,7 +148,7 @@ class MessageExt:
     __hash__ = None
 
     @classmethod
-    def from_record(cls, rec, broker_name: str = "") -> "MessageExt":
+    def from_record(cls, rec, broker_name: str = "") -> MessageExt:
         """From a decoded stored record (protocol.message.MessageExt). Messages
         redelivered through `%RETRY%<group>` get their original topic back
         (RETRY_TOPIC), like the Java client's resetRetryAndNamespace."""

@@ -16,9 +16,8 @@ import json
 import logging
 import os
 
-from protocol.bodies import MessageQueue
-
 from client.errors import MQClientError
+from protocol.bodies import MessageQueue
 
 log = logging.getLogger("pocketmq.client.offset")
 

@@ -63,8 +63,18 @@ class ProcessQueue:
     `msg` objects need `queue_offset` and `body` attributes.
     """
 
-    __slots__ = ("msgs", "msg_count", "msg_size_bytes", "queue_offset_max", "pull_offset", "dropped",
-                 "last_pull_ms", "last_consume_ms", "in_flight", "consumed_total")
+    __slots__ = (
+        "consumed_total",
+        "dropped",
+        "in_flight",
+        "last_consume_ms",
+        "last_pull_ms",
+        "msg_count",
+        "msg_size_bytes",
+        "msgs",
+        "pull_offset",
+        "queue_offset_max",
+    )
 
     def __init__(self, now_ms: int = 0):
         self.msgs: SortedDict = SortedDict()
@@ -90,8 +100,7 @@ class ProcessQueue:
             tree[off] = m
             added += 1
             self.msg_size_bytes += _body_len(m)
-            if off > self.queue_offset_max:
-                self.queue_offset_max = off
+            self.queue_offset_max = max(self.queue_offset_max, off)
         self.msg_count += added
         self.last_pull_ms = now_ms
         return added

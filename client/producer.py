@@ -19,16 +19,25 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 
+from client.errors import (
+    ClientStateError,
+    InvalidArgumentError,
+    MessageTooLargeError,
+    MQClientError,
+    NoRouteError,
+)
+from client.fault import LatencyFaultTolerance
+from client.instance import (
+    DEFAULT_TOPIC,
+    DEFAULT_TOPIC_QUEUE_NUMS,
+    acquire_instance,
+    mono_ms,
+)
+from client.message import Message, SendResult, SendStatus, UniqIdGenerator
 from protocol import message as msgcodec
 from protocol.bodies import MessageQueue
 from protocol.codes import ResponseCode
 from protocol.headers.typed import SendMessageRequestHeader
-
-from client.errors import (ClientStateError, InvalidArgumentError, MessageTooLargeError, MQClientError,
-                           NoRouteError)
-from client.fault import LatencyFaultTolerance
-from client.instance import DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS, acquire_instance, mono_ms
-from client.message import Message, SendResult, SendStatus, UniqIdGenerator
 
 log = logging.getLogger("pocketmq.client.producer")
 
@@ -123,7 +132,7 @@ class Producer:
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------------
-    async def start(self) -> "Producer":
+    async def start(self) -> Producer:
         if self.instance is not None:
             return self
         if self._closed:
@@ -148,11 +157,11 @@ class Producer:
         inst.unregister_producer(self.group)
         try:
             await asyncio.wait_for(inst.unregister_client(producer_group=self.group), 5)
-        except (asyncio.TimeoutError, MQClientError):
+        except (TimeoutError, MQClientError):
             pass
         await inst.release()
 
-    async def __aenter__(self) -> "Producer":
+    async def __aenter__(self) -> Producer:
         return await self.start()
 
     async def __aexit__(self, *exc) -> None:

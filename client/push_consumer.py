@@ -37,15 +37,29 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 
-from protocol.bodies import ConsumerData, MessageQueue, SubscriptionData, build_subscription
-
-from client.errors import (ClientStateError, InvalidArgumentError, MQClientError, SubscriptionError)
-from client.instance import acquire_instance, mono_ms, now_ms, pull_sys_flag, PullResult
+from client.errors import (
+    ClientStateError,
+    InvalidArgumentError,
+    MQClientError,
+    SubscriptionError,
+)
+from client.instance import PullResult, acquire_instance, mono_ms, now_ms, pull_sys_flag
 from client.message import MessageExt
 from client.offset_store import LocalOffsetStore, RemoteOffsetStore
 from client.process_queue import FLOW_CONTROL_DELAY_MS, FlowLimits, ProcessQueue
 from client.producer import check_group, check_topic
-from client.rebalance import AllocateAveragely, AllocateStrategy, plan_broadcasting, plan_clustering
+from client.rebalance import (
+    AllocateAveragely,
+    AllocateStrategy,
+    plan_broadcasting,
+    plan_clustering,
+)
+from protocol.bodies import (
+    ConsumerData,
+    MessageQueue,
+    SubscriptionData,
+    build_subscription,
+)
 
 log = logging.getLogger("pocketmq.client.consumer")
 
@@ -224,7 +238,7 @@ class PushConsumer:
                 "stats": dict(self.stats)}
 
     # -- lifecycle ------------------------------------------------------------------------
-    async def start(self) -> "PushConsumer":
+    async def start(self) -> PushConsumer:
         if self.state != "CREATED":
             raise ClientStateError(f"consumer is {self.state}")
         fn = self.listener or self.batch_listener
@@ -284,7 +298,7 @@ class PushConsumer:
             except MQClientError as e:
                 log.info("%s: no route yet for %s: %s", self.group, topic, e)
 
-    async def __aenter__(self) -> "PushConsumer":
+    async def __aenter__(self) -> PushConsumer:
         return await self.start()
 
     async def __aexit__(self, *exc) -> None:
@@ -339,7 +353,7 @@ class PushConsumer:
         inst.unregister_consumer(self.group)
         try:
             await asyncio.wait_for(inst.unregister_client(consumer_group=self.group), 5)
-        except (asyncio.TimeoutError, MQClientError):
+        except (TimeoutError, MQClientError):
             pass
         await inst.release()
         if self._executor is not None:

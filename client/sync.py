@@ -23,7 +23,7 @@ from client.lite_pull_consumer import LitePullConsumer as _AsyncLite
 from client.producer import Producer as _AsyncProducer
 from client.push_consumer import PushConsumer as _AsyncPush
 
-__all__ = ["Producer", "PushConsumer", "LitePullConsumer", "run"]
+__all__ = ["LitePullConsumer", "Producer", "PushConsumer", "run"]
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None

@@ -22,14 +22,20 @@ import itertools
 import time
 
 from protocol import message as msgcodec
-from protocol.bodies import (BrokerData, QueueData, TopicRouteData, build_subscription, dumps,
-                             parse_heartbeat)
+from protocol.bodies import (
+    BrokerData,
+    QueueData,
+    TopicRouteData,
+    build_subscription,
+    dumps,
+    parse_heartbeat,
+)
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers.typed import decode_pull_header, decode_send_header
 from remoting.server import RemotingServer
 
-_now = lambda: time.time_ns() // 1_000_000  # noqa: E731
+_now = lambda: time.time_ns() // 1_000_000
 
 
 class FakeNameServer:
@@ -192,7 +198,7 @@ class FakeBroker:
             else:
                 return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist")
         nums = self.topics[h.topic]
-        qid = h.queue_id if h.queue_id >= 0 else 0
+        qid = max(h.queue_id, 0)
         if qid >= nums:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"request queueId[{qid}] is illegal")
         props = h.properties or ""
@@ -345,7 +351,7 @@ class FakeCluster:
         for b in self.brokers:
             b.topics[topic] = queues
 
-    async def start(self) -> "FakeCluster":
+    async def start(self) -> FakeCluster:
         await self.namesrv.server.start()
         for b in self.brokers:
             await b.start()
@@ -356,7 +362,7 @@ class FakeCluster:
             await b.stop()
         await self.namesrv.server.close()
 
-    async def __aenter__(self) -> "FakeCluster":
+    async def __aenter__(self) -> FakeCluster:
         return await self.start()
 
     async def __aexit__(self, *exc) -> None:

@@ -12,13 +12,12 @@ import time
 
 import pytest
 
+from client import CONSUME_SUCCESS, LitePullConsumer, Message, Producer, PushConsumer
 from protocol.bodies import MessageQueue
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from remoting.client import RemotingClient
 from tests.support.daemons import Cluster
-
-from client import CONSUME_SUCCESS, LitePullConsumer, Message, Producer, PushConsumer
 
 pytestmark = pytest.mark.slow
 
@@ -192,7 +191,7 @@ async def test_closed_and_restarted_consumer_gets_no_duplicates(cluster):
             c.subscribe(topic)
             await c.start()
             target = min(300, 100 * (round_ + 1))
-            await wait_for(lambda: len(seen) >= target, 20, f"{target} messages")
+            await wait_for(lambda target=target: len(seen) >= target, 20, f"{target} messages")
             assert await c.drain(15)
         assert len(seen) == 300
         assert max(seen.values()) == 1, [k for k, v in seen.items() if v > 1][:5]

@@ -19,12 +19,11 @@ import tempfile
 
 import pytest
 
+from client import Message, Producer, PushConsumer
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from remoting.client import RemotingClient
 from tests.support.daemons import Cluster
-
-from client import Message, Producer, PushConsumer
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 

@@ -9,11 +9,18 @@ import itertools
 
 import pytest
 
-from protocol.bodies import MessageQueue
-from client.rebalance import (AllocateAveragely, AllocateAveragelyByCircle, AllocateByConfig,
-                              AllocateByMachineRoom, AllocateConsistentHash, AllocateError,
-                              plan_clustering, strategy_by_name)
+from client.rebalance import (
+    AllocateAveragely,
+    AllocateAveragelyByCircle,
+    AllocateByConfig,
+    AllocateByMachineRoom,
+    AllocateConsistentHash,
+    AllocateError,
+    plan_clustering,
+    strategy_by_name,
+)
 from client.rebalance.allocate import java_mq_string, md5_hash32
+from protocol.bodies import MessageQueue
 
 
 def mqs(n, topic="T", broker="broker-a"):

@@ -4,14 +4,13 @@ import zlib
 
 import pytest
 
-from protocol import message as msgcodec
-from protocol.bodies import MessageQueue
-from protocol.codes import RequestCode, ResponseCode
 from client import errors
 from client.message import Message, SendStatus
 from client.producer import Producer, hash_selector
 from client.testing import FakeCluster
-
+from protocol import message as msgcodec
+from protocol.bodies import MessageQueue
+from protocol.codes import RequestCode, ResponseCode
 
 
 def stored(broker, topic):

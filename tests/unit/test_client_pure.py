@@ -1,13 +1,22 @@
 """Errors table, route views, fault avoidance, message types (no sockets, integer clocks)."""
+import dataclasses
+
 import pytest
 
-from protocol.bodies import BrokerData, MessageQueue, QueueData, TopicRouteData
-from protocol.codes import ResponseCode
 from client import errors
 from client.fault import LatencyFaultTolerance, not_available_duration_ms
-from client.message import (Message, MessageExt, SendResult, SendStatus, UniqIdGenerator,
-                            decode_properties, encode_properties)
+from client.message import (
+    Message,
+    MessageExt,
+    SendResult,
+    SendStatus,
+    UniqIdGenerator,
+    decode_properties,
+    encode_properties,
+)
 from client.route import BrokerAddrTable, publish_info, subscribe_queues
+from protocol.bodies import BrokerData, MessageQueue, QueueData, TopicRouteData
+from protocol.codes import ResponseCode
 
 
 def test_error_table_maps_codes_to_classes():
@@ -87,8 +96,8 @@ def test_message_normalisation_and_wire_properties():
     assert m.body == "héllo".encode() and m.keys == ("k1", "k2")
     with pytest.raises(TypeError):
         m.properties["b"] = "2"
-    with pytest.raises(Exception):
-        m.topic = "x"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.topic = "x"  # type: ignore[misc]
     props = m.wire_properties("ID")
     assert props == {"a": "1", "TAGS": "TagA", "KEYS": "k1 k2", "DELAY": "3", "WAIT": "true", "UNIQ_KEY": "ID"}
     text = encode_properties(props)

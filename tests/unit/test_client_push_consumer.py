@@ -2,8 +2,6 @@
 import asyncio
 import collections
 
-import pytest
-
 from client.message import Message
 from client.process_queue import FlowLimits
 from client.producer import Producer
