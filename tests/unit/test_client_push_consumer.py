@@ -1,6 +1,9 @@
 """PushConsumer against the in-process fake cluster (bounded by timeouts, polling not sleeping)."""
 import asyncio
 import collections
+import time
+
+import pytest
 
 from client.message import Message
 from client.process_queue import FlowLimits
@@ -268,3 +271,26 @@ async def test_client_instance_is_shared_per_client_id():
                     async with c2, c3:
                         assert c2.instance is not c3.instance
                         assert c2.client_id != c3.client_id
+
+
+@pytest.mark.parametrize("where", ["LAST_OFFSET", "FIRST_OFFSET", "TIMESTAMP"])
+async def test_consume_from_where_for_a_new_group(where):
+    async with asyncio.timeout(30):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 1)
+            await produce(cluster.namesrv_addr, "T", 10)
+            await asyncio.sleep(0.05)
+            ts = time.time_ns() // 1_000_000
+            await asyncio.sleep(0.05)
+            await produce(cluster.namesrv_addr, "T", 5, start=10)
+            got = []
+            c = consumer(cluster, f"W{where}", got, f"w{where}", consume_from_where=where,
+                         consume_timestamp_ms=ts)
+            c.subscribe("T")
+            async with c:
+                await wait_for(lambda: len(c.pqs) >= 1, what="queue assigned")
+                await produce(cluster.namesrv_addr, "T", 1, start=15)
+                await wait_for(lambda: any(b == "m15" for _, b, _ in got), what="the new message")
+                await asyncio.sleep(0.1)
+            first = sorted(int(b[1:]) for _, b, _ in got)[0]
+            assert first == {"LAST_OFFSET": 15, "FIRST_OFFSET": 0, "TIMESTAMP": 10}[where]
