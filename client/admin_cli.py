@@ -748,11 +748,21 @@ def _out(line: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = bool(os.environ.get("MQADMIN_DEBUG"))
+    pocket_log = logging.getLogger("pocketmq")
+    saved = pocket_log.propagate
     if debug:
         logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
     else:
-        logging.getLogger("pocketmq").addHandler(logging.NullHandler())
-        logging.getLogger("pocketmq").propagate = False
+        # Remoting warnings would add noise to the one-line error contract; restore
+        # the logger afterwards so an in-process caller (tests, embedders) is unaffected.
+        pocket_log.propagate = False
+    try:
+        return _main(argv)
+    finally:
+        pocket_log.propagate = saved
+
+
+def _main(argv: list[str]) -> int:
     try:
         if not argv or argv[0] in ("-h", "--help"):
             print(command_list())
@@ -786,7 +796,7 @@ def main(argv: list[str] | None = None) -> int:
             pass
         return EXIT_OK
     except Exception as e:  # noqa: BLE001 - last resort: one line, never a traceback
-        if debug:
+        if os.environ.get("MQADMIN_DEBUG"):
             import traceback
             traceback.print_exc()
         print(f"{PROG}: internal error: {type(e).__name__}: {_one_line(str(e))}", file=sys.stderr)

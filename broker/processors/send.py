@@ -10,6 +10,7 @@ which Java clients read unconditionally.
 from __future__ import annotations
 
 import random
+import zlib
 
 from broker.core.topics import NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, validate_topic
 from protocol.codes import PermName, ResponseCode
@@ -75,6 +76,16 @@ def process_send(broker, conn, cmd):
     batch_props = broker.cluster_property
     born_host = _host_of(conn)
     if h.batch:
+        sys_flag = h.sys_flag
+        if sys_flag & msgcodec.MessageSysFlag.COMPRESSED_FLAG:
+            # The C++ 1.2.x client zlib-compresses a whole batch body over 4 KiB (Java never
+            # compresses batches, and a Java broker stores such a batch as one message).
+            # Elements are stored uncompressed, so the flag is cleared.
+            try:
+                body = zlib.decompressobj().decompress(body, cfg.maxFrameSize)
+            except zlib.error as e:
+                return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad compressed batch body: {e}")
+            sys_flag &= ~(msgcodec.MessageSysFlag.COMPRESSED_FLAG | 0x700)
         try:
             elements = msgcodec.decode_batch_body(body)
         except ValueError as e:
@@ -92,7 +103,7 @@ def process_send(broker, conn, cmd):
                 return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL, "the message properties exceed 32767 bytes")
             records.append((flag, ebody, p))
         from broker.store.api import MessageBatchToStore
-        result = broker.store.put_messages(MessageBatchToStore(topic, queue_id, h.sys_flag, h.born_timestamp,
+        result = broker.store.put_messages(MessageBatchToStore(topic, queue_id, sys_flag, h.born_timestamp,
                                                                born_host, now, records, h.reconsume_times))
         wait = True
     else:

@@ -77,7 +77,28 @@ V1_TO_V2 = {v: k for k, v in _V2.items()}
 
 
 def decode_send_header(code: int, ext: dict) -> SendMessageRequestHeader:
-    if code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+    v2 = code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+    try:
+        # Fast path (the hot send path): every required field present and decimal.
+        if v2:
+            g = ext.get
+            h = SendMessageRequestHeader(ext["a"], ext["b"], ext["c"], int(ext["d"]), int(ext["e"]),
+                                         int(ext["f"]), int(ext["g"]), int(ext["h"]), g("i"),
+                                         int(g("j") or 0), parse_bool(g("k")), parse_bool(g("m")),
+                                         int(g("l")) if g("l") else None)
+        else:
+            g = ext.get
+            h = SendMessageRequestHeader(ext["producerGroup"], ext["topic"], ext["defaultTopic"],
+                                         int(ext["defaultTopicQueueNums"]), int(ext["queueId"]),
+                                         int(ext["sysFlag"]), int(ext["bornTimestamp"]), int(ext["flag"]),
+                                         g("properties"), int(g("reconsumeTimes") or 0),
+                                         parse_bool(g("unitMode")), parse_bool(g("batch")),
+                                         int(g("maxReconsumeTimes")) if g("maxReconsumeTimes") else None)
+        return h
+    except (KeyError, ValueError):
+        pass
+    # Slow path: name the missing or malformed field.
+    if v2:
         ext = {_V2.get(k, k): v for k, v in ext.items()}
     return SendMessageRequestHeader(
         producer_group=req_str(ext, "producerGroup"),

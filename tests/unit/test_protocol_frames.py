@@ -120,3 +120,29 @@ def test_random_garbage_yields_only_protocol_errors():
             list(d.commands())
         except ProtocolError:
             pass
+
+
+@pytest.mark.parametrize("ext,remark", [
+    ({}, None), ({"a": "b", "中": "文\n\"q\""}, "some \x01 remark"), ({"n": 5, "t": True, "none": None}, ""),
+])
+def test_fast_json_encoder_matches_reference(ext, remark):
+    from protocol.headers.codec import _encode_json_reference, encode_json
+    fast = encode_json(17, LanguageCode.JAVA, 401, 99, 1, remark, ext)
+    ref = _encode_json_reference(17, LanguageCode.JAVA, 401, 99, 1, remark, ext)
+    assert json.loads(fast) == json.loads(ref)
+    assert fast == ref
+
+
+def test_send_header_fast_and_slow_paths_agree():
+    from protocol.errors import HeaderError
+    from protocol.headers.typed import SendMessageRequestHeader, decode_send_header, encode_send_header
+    h = SendMessageRequestHeader("pg", "T", "TBW102", 4, 1, 0, 1700000000000, 0, "a\x01b", 2, False, True, 16)
+    for code, v2 in ((310, True), (320, True), (10, False)):
+        assert decode_send_header(code, encode_send_header(h, v2=v2)) == h
+    bad = encode_send_header(h, v2=True)
+    bad["e"] = "x1"
+    with pytest.raises(HeaderError, match="queueId"):
+        decode_send_header(310, bad)
+    del bad["b"]
+    with pytest.raises(HeaderError, match="topic"):
+        decode_send_header(310, bad)
