@@ -25,7 +25,10 @@ def emit(**kw):
 def _message(topic, i, args):
     from rocketmq.client import Message
     m = Message(topic)
-    m.set_body(f"{args.prefix}-{i}".encode())
+    body = f"{args.prefix}-{i}"
+    if args.size > len(body):
+        body += "." * (args.size - len(body))
+    m.set_body(body.encode())
     m.set_tags(args.tags)
     m.set_keys(f"key-{i}")
     m.set_property("idx", str(i))
@@ -166,6 +169,7 @@ def main():
     p.add_argument("--instance", default="")
     p.add_argument("--stop-file", default="")
     p.add_argument("--timeout-ms", type=int, default=5000)
+    p.add_argument("--size", type=int, default=0, help="pad bodies to this many bytes")
     args = p.parse_args()
     {"produce": produce, "push": push_main, "pull": pull_main}[args.cmd](args)
 

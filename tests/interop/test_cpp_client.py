@@ -155,3 +155,15 @@ def test_sigkill_keeps_acknowledged_messages_under_sync_flush(cluster, agent):
     ev = agent.run("produce", "--ns", cluster.namesrv_addr, "--topic", topic, "--mode", "sync", "--count", "3",
                    "--prefix", "after-kill")
     assert len(sent(ev)) == 3
+
+
+def test_large_batch_compressed_by_cpp_is_split_into_messages(cluster, agent):
+    """C++ 1.2.x zlib-compresses a whole batch body over 4 KiB; each element must come out intact."""
+    topic = "CppBigBatch"
+    ev = agent.run("produce", "--ns", cluster.namesrv_addr, "--topic", topic, "--mode", "batch", "--count", "32",
+                   "--batch-size", "16", "--size", "700", "--prefix", "big")
+    assert sum(len(e["idx"]) for e in sent(ev)) == 32 and all(e["status"] == 0 for e in sent(ev))
+    got = msgs(agent.run("push", "--ns", cluster.namesrv_addr, "--group", "cg_big", "--topic", topic,
+                         "--expect", "32", "--seconds", "40", "--linger", "2"))
+    assert sorted(m["body"] for m in got) == sorted(f"big-{i}".ljust(700, ".") for i in range(32))
+    assert all(m["keys"] == f"key-{m['body'].split('-')[1].rstrip('.')}" for m in got)
