@@ -8,8 +8,9 @@
 | 24     | 8    | magic "PKMQCKP1"            | marks the pocketmq fields below; absent in Java's file    |
 | 32     | 8    | flushed_physical_offset     | commit log durable up to here (a record boundary)         |
 | 40     | 8    | logics_physical_offset      | every consume-queue unit of records below this is durable |
-| 48     | 4    | crc32 of bytes 0..47        | a torn or foreign file is ignored                         |
-| 52     | ...  | zero                        |                                                           |
+| 48     | 8    | consume_queue_count         | queues that had files then; finding fewer at open means some were deleted: rebuild all |
+| 56     | 4    | crc32 of bytes 0..55        | a torn or foreign file is ignored                         |
+| 60     | ...  | zero                        |                                                           |
 
 Written with write_file_atomic (tmp, fsync, rename, fsync dir), so it is old or new, never torn.
 The first 24 bytes keep RocketMQ's meaning, so Java tooling reading them still works.
@@ -26,7 +27,7 @@ __all__ = ["Checkpoint", "read_checkpoint", "write_checkpoint", "CHECKPOINT_FILE
 
 CHECKPOINT_FILE_SIZE = 4096
 _MAGIC = b"PKMQCKP1"
-_LAYOUT = struct.Struct(">qqq8sqq")
+_LAYOUT = struct.Struct(">qqq8sqqq")
 _CRC = struct.Struct(">I")
 
 
@@ -36,11 +37,12 @@ class Checkpoint(NamedTuple):
     index_msg_timestamp: int = 0
     flushed_physical_offset: int = 0
     logics_physical_offset: int = 0
+    consume_queue_count: int = 0
 
     def encode(self) -> bytes:
         head = _LAYOUT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp,
                             self.index_msg_timestamp, _MAGIC, self.flushed_physical_offset,
-                            self.logics_physical_offset)
+                            self.logics_physical_offset, self.consume_queue_count)
         head += _CRC.pack(zlib.crc32(head))
         return head + bytes(CHECKPOINT_FILE_SIZE - len(head))
 
@@ -53,8 +55,8 @@ class Checkpoint(NamedTuple):
         (crc,) = _CRC.unpack_from(data, _LAYOUT.size)
         if fields[3] != _MAGIC or crc != zlib.crc32(data[:_LAYOUT.size]):
             return None
-        ck = cls(fields[0], fields[1], fields[2], fields[4], fields[5])
-        if ck.flushed_physical_offset < 0 or ck.logics_physical_offset < 0:
+        ck = cls(fields[0], fields[1], fields[2], fields[4], fields[5], fields[6])
+        if min(ck.flushed_physical_offset, ck.logics_physical_offset, ck.consume_queue_count) < 0:
             return None
         return ck
 

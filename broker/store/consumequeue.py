@@ -239,15 +239,25 @@ class ConsumeQueue:
 
     def correct_min_offset(self, cl_min: int) -> None:
         """min_offset = first unit pointing at or after commit-log offset cl_min (max when none)."""
+        # real units are in commit-log order; a filler stands for the next real unit after it
         lo, hi = self.min_offset, self.max_offset
         while lo < hi:
             mid = (lo + hi) // 2
-            u = self.unit(mid)
-            if u is not None and u[1] != CQ_FILLER_SIZE and u[0] >= cl_min:
+            j = self._next_real(mid, hi)
+            if j == hi or self.unit(j)[0] >= cl_min:
                 hi = mid
             else:
-                lo = mid + 1
-        self.min_offset = lo
+                lo = j + 1
+        self.min_offset = self._next_real(lo, self.max_offset)
+
+    def _next_real(self, offset: int, limit: int) -> int:
+        """First offset in [offset, limit) holding a real (non-filler) unit, else limit."""
+        while offset < limit:
+            u = self.unit(offset)
+            if u is not None and u[1] != CQ_FILLER_SIZE:
+                return offset
+            offset += 1
+        return limit
 
     def clean(self, cl_min: int) -> int:
         """Delete the files (never the last) whose units all point below cl_min; fix min_offset."""

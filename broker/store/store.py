@@ -114,16 +114,17 @@ class MessageStore:
         root = cfg.store_path_root_dir
         os.makedirs(root, exist_ok=True)
         os.makedirs(cfg.commit_log_dir, exist_ok=True)
+        cq_dir_missing = not os.path.isdir(self._cq_root)
         os.makedirs(self._cq_root, exist_ok=True)
         self._take_lock()
         try:
-            return self._recover()
+            return self._recover(cq_dir_missing)
         except BaseException:
             self._release_files()
             self._release_lock()
             raise
 
-    def _recover(self) -> RecoveryReport:
+    def _recover(self, cq_dir_missing: bool) -> RecoveryReport:
         cfg = self.config
         abnormal = os.path.exists(cfg.abort_path)
         ck = read_checkpoint(cfg.checkpoint_path)
@@ -147,7 +148,7 @@ class MessageStore:
         cl.flushed_offset = min(scan_from, end)
 
         truncated = 0
-        any_cq = False
+        cq_count = 0
         self._cq_table = {}
         if os.path.isdir(self._cq_root):
             for topic in sorted(os.listdir(self._cq_root)):
@@ -162,15 +163,17 @@ class MessageStore:
                     cq = ConsumeQueue(topic, int(qname), self._cq_root, self._cq_size, self._ops)
                     cq.load()
                     if cq.queue.files:
-                        any_cq = True
+                        cq_count += 1
                     truncated += cq.truncate_from_phys(end)
                     cq.correct_min_offset(cl_min)
                     self._cq_table.setdefault(topic, {})[cq.queue_id] = cq
         if truncated:
             log.warning("recovery dropped %d consume-queue units pointing past %d", truncated, end)
 
-        if not any_cq or ck is None:
-            reput_from = cl_min          # rebuild every consume queue from the commit log
+        if ck is None or cq_dir_missing or cq_count < ck.consume_queue_count:
+            # consume queues were deleted (or nothing says how far they went): rebuild them
+            # all from the commit log, idempotently
+            reput_from = cl_min
         else:
             reput_from = min(max(ck.logics_physical_offset, cl_min), end)
         self._reput_from = reput_from
@@ -178,6 +181,10 @@ class MessageStore:
         self._open = True
         dispatched = self._reput()
         cl.flush()                       # what recovery accepted is now durable
+        # a checkpoint from before a cut may point past the new end, into offsets that new
+        # records will reuse: replace it now
+        if self.flush_consume_queues() < 0:
+            raise OSError(f"cannot write the checkpoint: {self._failed}")
         self._create_abort_file()
         report = RecoveryReport(
             abnormal=abnormal, records_scanned=outcome.records_scanned,
@@ -510,11 +517,14 @@ class MessageStore:
             logics_ts = self._dispatched_ts
             physic_ts = self._flushed_store_ts
             try:
+                count = 0
                 for table in list(self._cq_table.values()):
                     for cq in list(table.values()):
                         cq.flush()
+                        if cq.queue.files:
+                            count += 1
                 write_checkpoint(self.config.checkpoint_path, Checkpoint(
-                    physic_ts, logics_ts, 0, self._commitlog.flushed_offset, dispatched))
+                    physic_ts, logics_ts, 0, self._commitlog.flushed_offset, dispatched, count))
             except OSError as e:
                 self._fail(f"consume queue / checkpoint flush failed: {e}")
                 return -1
