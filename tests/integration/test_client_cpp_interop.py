@@ -30,6 +30,8 @@ pytestmark = [pytest.mark.interop, pytest.mark.slow]
 try:
     import rocketmq.client  # noqa: F401
 except Exception:  # pragma: no cover
+    if os.environ.get("CI"):
+        raise  # CI installs the wheel: its absence is a failure, not a skip
     pytest.skip("the rocketmq==0.4.4 wheel (Apache C++ client) is not installed", allow_module_level=True)
 
 AGENT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "interop", "cpp_agent.py")
@@ -38,11 +40,7 @@ AGENT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "interop", "cpp
 @pytest.fixture(scope="module")
 def cluster():
     c = Cluster(tempfile.mkdtemp(prefix="client-cpp-"))
-    try:
-        c.start()
-    except Exception as e:  # pragma: no cover
-        c.stop()
-        pytest.skip(f"daemons do not start: {e}")
+    c.start()
     yield c
     c.stop()
 

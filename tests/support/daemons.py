@@ -122,7 +122,11 @@ class Cluster:
 
     def start(self) -> "Cluster":
         self.namesrv.start()
-        self.broker.start()
+        try:
+            self.broker.start()
+        except Exception:
+            self.namesrv.kill()
+            raise
         return self
 
     def restart_broker(self, kill: bool = False) -> None:
