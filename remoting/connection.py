@@ -69,6 +69,9 @@ class Connection(asyncio.Protocol):
         self._can_write.set()
         self.attrs: dict = {}  # per-connection state owned by the role (client id, language...)
         self.last_read_ms = 0
+        # While one read is being processed, outgoing frames are collected here and
+        # written with one writelines (one syscall) when the read is done.
+        self._out: list | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------------
     def connection_made(self, transport):
@@ -88,6 +91,7 @@ class Connection(asyncio.Protocol):
         self.last_read_ms = 1  # marks activity; idle checks compare with a tick counter
         dec = self.decoder
         dec.feed(data)
+        self._out = out = []
         try:
             while True:
                 cmd = dec.next_command()
@@ -104,6 +108,10 @@ class Connection(asyncio.Protocol):
         except ProtocolError as e:
             log.warning("%s: protocol error from %s, closing connection: %s", self.name, self.remote_addr, e)
             self.close()
+        finally:
+            self._out = None
+            if out and not self.closed and self.transport is not None and not self.transport.is_closing():
+                self.transport.writelines(out)
 
     def connection_lost(self, exc):
         self.closed = True
@@ -170,7 +178,11 @@ class Connection(asyncio.Protocol):
     def send(self, cmd: RemotingCommand) -> None:
         if self.closed or self.transport is None or self.transport.is_closing():
             return
-        self.transport.writelines(encode_parts(cmd))
+        out = self._out
+        if out is not None:
+            out.extend(encode_parts(cmd))
+        else:
+            self.transport.writelines(encode_parts(cmd))
 
     async def drain(self) -> None:
         if not self._can_write.is_set():
