@@ -54,7 +54,7 @@ __all__ = [
     "record_size", "decode_record", "decode_records", "offset_msg_id",
     "decode_offset_msg_id", "decode_batch_body", "encode_batch_body",
     "compress_body", "decompress_body", "parse_host", "format_host",
-    "store_timestamp_pos", "property_value",
+    "store_timestamp_pos", "property_value", "tags_code_of_properties",
 ]
 
 # --------------------------------------------------------------------------- constants
@@ -216,6 +216,32 @@ def property_value(props: str, name: str) -> str | None:
     return props[start:end]
 
 
+_TAGS_KEY_B = b"TAGS\x01"
+_TAGS_SEP_KEY_B = b"\x02TAGS\x01"
+_tags_code_cache: dict[bytes, int] = {}
+
+
+def tags_code_of_properties(props: bytes) -> int:
+    """tags_code(decode_properties(props.decode()).get("TAGS")) straight from the encoded
+    properties bytes (the stored form), without decoding them."""
+    i = props.rfind(_TAGS_SEP_KEY_B)
+    if i >= 0:
+        start = i + 6
+    elif props.startswith(_TAGS_KEY_B):
+        start = 5
+    else:
+        return 0
+    end = props.find(b"\x02", start)
+    value = props[start:end] if end >= 0 else props[start:]
+    code = _tags_code_cache.get(value)
+    if code is None:
+        code = tags_code(value.decode("utf-8", "replace")) if value else 0
+        if len(_tags_code_cache) >= 4096:
+            _tags_code_cache.clear()
+        _tags_code_cache[value] = code
+    return code
+
+
 # --------------------------------------------------------------------------- hosts
 
 
@@ -270,8 +296,11 @@ _POS_BORN_HOST = 48
 _HEAD_MIN = 40  # enough to read TOTALSIZE .. SYSFLAG
 
 
+_HEADS_BY_BITS = [_HEADS[(False, False)], _HEADS[(True, False)], _HEADS[(False, True)], _HEADS[(True, True)]]
+
+
 def head_struct(sys_flag: int) -> struct.Struct:
-    return _HEADS[(bool(sys_flag & 0x10), bool(sys_flag & 0x20))]
+    return _HEADS_BY_BITS[(sys_flag >> 4) & 3]
 
 
 def store_timestamp_pos(sys_flag: int) -> int:

@@ -32,7 +32,7 @@ import zlib
 from typing import NamedTuple
 
 from protocol.message import (BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, SCHEDULE_TOPIC,
-                              TOPIC_LENGTH_BYTES_MAX, head_struct, property_value, tags_code)
+                              TOPIC_LENGTH_BYTES_MAX, head_struct, tags_code_of_properties)
 from broker.store.mapped_file import FileOps, MappedFile, MappedFileQueue
 
 __all__ = ["CommitLog", "DispatchRequest", "check_record", "RECORD", "BLANK", "END", "CORRUPT",
@@ -46,6 +46,8 @@ _II = struct.Struct(">ii")
 _I = struct.Struct(">i")
 _TOPIC_RE = re.compile(rb"^[%|a-zA-Z0-9_-]+$")
 _ZERO_CHUNK = bytes(1 << 20)
+_TOPICS: dict[bytes, str] = {}      # topic bytes already checked -> str
+_HEADS = [head_struct(f) for f in (0x00, 0x10, 0x20, 0x30)]
 
 
 class DispatchRequest(NamedTuple):
@@ -70,32 +72,32 @@ def schedule_tags_code(queue_id: int, store_timestamp: int, delay_levels_ms: tup
 
 
 def check_record(view, pos: int, file_size: int, phys: int, delay_levels_ms: tuple[int, ...],
-                 full: bool = True) -> tuple[str, int, "DispatchRequest | str | None"]:
+                 full: bool = True, dispatch: bool = True) -> tuple[str, int, "DispatchRequest | str | None"]:
     """Classify the bytes at `pos` of a segment mapping.
 
-    Returns (RECORD, size, DispatchRequest) | (BLANK, remaining, None) | (END, 0, None)
-    | (CORRUPT, 0, reason). `full` adds BODYCRC, topic charset and UTF-8 checks.
+    Returns (RECORD, size, DispatchRequest or None) | (BLANK, remaining, None) | (END, 0, None)
+    | (CORRUPT, 0, reason). `full` adds the BODYCRC, topic charset, last-byte and UTF-8
+    checks; `dispatch` builds the DispatchRequest (tags code included).
     """
     remaining = file_size - pos
     if remaining < BLANK_MARKER_SIZE:
         return CORRUPT, 0, f"only {remaining} bytes left in the segment"
     total, magic = _II.unpack_from(view, pos)
-    if magic == BLANK_MAGIC_CODE:
-        if total != remaining:
-            return CORRUPT, 0, f"blank marker says {total} bytes, {remaining} remain"
-        return BLANK, remaining, None
     if magic != MESSAGE_MAGIC_CODE:
+        if magic == BLANK_MAGIC_CODE:
+            if total != remaining:
+                return CORRUPT, 0, f"blank marker says {total} bytes, {remaining} remain"
+            return BLANK, remaining, None
         if total == 0 and magic == 0:
             return END, 0, None
         return CORRUPT, 0, f"bad magic code {magic & 0xFFFFFFFF:#010x}"
     if total < 40 or total > remaining - BLANK_MARKER_SIZE:
         return CORRUPT, 0, f"record size {total} out of bounds ({remaining} bytes left)"
-    (sys_flag,) = _I.unpack_from(view, pos + 36)
-    head = head_struct(sys_flag)
+    head = _HEADS[(view[pos + 39] >> 4) & 3]
     hs = head.size
     if total < hs + 4:
         return CORRUPT, 0, f"record size {total} below the fixed overhead"
-    (_t, _m, body_crc, queue_id, _flag, queue_offset, physical_offset, _sf, born_ts, _ba,
+    (_t, _m, body_crc, queue_id, _flag, queue_offset, physical_offset, sys_flag, born_ts, _ba,
      born_port, store_ts, _sa, store_port, reconsume, prepared, bl) = head.unpack_from(view, pos)
     if physical_offset != phys:
         return CORRUPT, 0, f"PHYSICALOFFSET {physical_offset} != position {phys}"
@@ -105,32 +107,43 @@ def check_record(view, pos: int, file_size: int, phys: int, delay_levels_ms: tup
     tl = view[p]
     if tl == 0 or tl > TOPIC_LENGTH_BYTES_MAX or hs + bl + 3 + tl > total:
         return CORRUPT, 0, f"topic length {tl} invalid"
-    (pl,) = struct.unpack_from(">h", view, p + 1 + tl)
-    if pl < 0 or hs + bl + 3 + tl + pl != total:
+    pp = p + 3 + tl
+    pl = (view[pp - 2] << 8) | view[pp - 1]
+    if pl > 0x7FFF or pp + pl != pos + total:
         return CORRUPT, 0, f"properties length {pl} does not match record size {total}"
     if (queue_id < 0 or queue_offset < 0 or born_ts < 0 or store_ts < 0 or reconsume < 0
             or prepared < 0 or not 0 <= born_port <= 0xFFFF or not 0 <= store_port <= 0xFFFF):
         return CORRUPT, 0, "implausible header field"
     topic_b = bytes(view[p + 1:p + 1 + tl])
-    props_b = bytes(view[p + 3 + tl:p + 3 + tl + pl])
-    if full:
-        if zlib.crc32(view[pos + hs:pos + hs + bl]) & 0x7FFFFFFF != body_crc:
-            return CORRUPT, 0, "BODYCRC mismatch"
-        if not _TOPIC_RE.match(topic_b):
+    topic = _TOPICS.get(topic_b)
+    if topic is None:
+        if _TOPIC_RE.match(topic_b):
+            topic = topic_b.decode("ascii")
+            if len(_TOPICS) >= 10_000:
+                _TOPICS.clear()
+            _TOPICS[topic_b] = topic
+        elif full:
             return CORRUPT, 0, "topic has characters outside [%|a-zA-Z0-9_-]"
-        if pl and props_b[-1] == 0:
-            # the store never writes properties ending in NUL (it appends a \x02), so a
-            # zero last byte is a torn write that lost the record's tail
-            return CORRUPT, 0, "record ends in a zero byte (torn write)"
-    try:
-        topic = topic_b.decode()
-        props = props_b.decode()
-    except UnicodeDecodeError:
-        return CORRUPT, 0, "topic or properties not UTF-8"
+        else:
+            topic = topic_b.decode("utf-8", "replace")      # the dispatcher refuses it
+    if full:
+        if zlib.crc32(view[pos + hs:p]) & 0x7FFFFFFF != body_crc:
+            return CORRUPT, 0, "BODYCRC mismatch"
+        if pl:
+            if view[pp + pl - 1] == 0:
+                # the store never writes properties ending in NUL (it appends a \x02), so a
+                # zero last byte is a torn write that lost the record's tail
+                return CORRUPT, 0, "record ends in a zero byte (torn write)"
+            try:
+                str(view[pp:pp + pl], "utf-8")
+            except UnicodeDecodeError:
+                return CORRUPT, 0, "properties not UTF-8"
+    if not dispatch:
+        return RECORD, total, None
     if topic == SCHEDULE_TOPIC:
         code = schedule_tags_code(queue_id, store_ts, delay_levels_ms)
     else:
-        code = tags_code(property_value(props, "TAGS"))
+        code = tags_code_of_properties(bytes(view[pp:pp + pl]))
     return RECORD, total, DispatchRequest(topic, queue_id, phys, total, code, store_ts,
                                           queue_offset, sys_flag)
 
@@ -289,7 +302,8 @@ class CommitLog:
         scanned = 0
         reason = ""
         while True:
-            kind, size, info = check_record(mf.view, pos, mf.size, mf.start + pos, delay_levels_ms)
+            kind, size, info = check_record(mf.view, pos, mf.size, mf.start + pos, delay_levels_ms,
+                                            dispatch=on_record is not None)
             if kind == RECORD:
                 if on_record is not None:
                     on_record(info)

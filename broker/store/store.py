@@ -21,10 +21,9 @@ import shutil
 import struct
 import threading
 
-from protocol.message import (MAX_INT, PROPERTIES_LENGTH_BYTES_MAX, SCHEDULE_TOPIC, TAGS,
+from protocol.message import (MAX_INT, PROPERTIES_LENGTH_BYTES_MAX, SCHEDULE_TOPIC,
                               TOPIC_LENGTH_BYTES_MAX, encode_record_into, head_struct,
-                              offset_msg_id_prefix, property_value, store_timestamp_pos,
-                              tags_code)
+                              offset_msg_id_prefix, store_timestamp_pos, tags_code_of_properties)
 from broker.store.api import (CQ_FILLER_SIZE, DispatchListener, GetMessageResult,
                               GetMessageStatus, MessageBatchToStore, MessageFilter,
                               MessageToStore, PutMessageResult, PutMessageStatus,
@@ -98,6 +97,7 @@ class MessageStore:
         self._last_store_ts = 0
         self._dispatched_ts = 0
         self._flushed_store_ts = 0
+        self._checkpoint_dispatched = 0
         self._failed: str | None = None
         self._open = False
         self._file_lock = threading.Lock()
@@ -183,8 +183,7 @@ class MessageStore:
         cl.flush()                       # what recovery accepted is now durable
         # a checkpoint from before a cut may point past the new end, into offsets that new
         # records will reuse: replace it now
-        if self.flush_consume_queues() < 0:
-            raise OSError(f"cannot write the checkpoint: {self._failed}")
+        self.flush_consume_queues()
         self._create_abort_file()
         report = RecoveryReport(
             abnormal=abnormal, records_scanned=outcome.records_scanned,
@@ -205,6 +204,8 @@ class MessageStore:
             if self._failed is None:
                 self.flush()
                 self.flush_consume_queues()
+        except StoreError:
+            pass                         # failed: the abort file stays
         finally:
             with self._file_lock:
                 self._open = False
@@ -287,10 +288,10 @@ class MessageStore:
             cq = table[queue_id] = ConsumeQueue(topic, queue_id, self._cq_root, self._cq_size, self._ops)
         return cq
 
-    def _tags_code(self, topic: str, queue_id: int, props: str, store_ts: int) -> int:
+    def _tags_code(self, topic: str, queue_id: int, props_b: bytes, store_ts: int) -> int:
         if topic == SCHEDULE_TOPIC:
             return schedule_tags_code(queue_id, store_ts, self._delay_levels)
-        return tags_code(property_value(props, TAGS))
+        return tags_code_of_properties(props_b)
 
     def put_message(self, msg: MessageToStore) -> PutMessageResult:
         if self._failed is not None or not self._open:
@@ -343,7 +344,7 @@ class MessageStore:
         if self._reput_from == phys:
             self._reput_from = phys + size
             if cq is not None:
-                code = self._tags_code(topic, queue_id, props, now)
+                code = self._tags_code(topic, queue_id, props_b, now)
                 try:
                     cq.put(queue_offset, phys, size, code)
                 except OSError as e:
@@ -429,8 +430,8 @@ class MessageStore:
             qo = qo0
             listener = self.on_dispatch
             try:
-                for _f, _b, props, _pb, size in encoded:
-                    code = self._tags_code(topic, queue_id, props, now)
+                for _f, _b, _props, props_b, size in encoded:
+                    code = self._tags_code(topic, queue_id, props_b, now)
                     cq.put(qo, phys, size, code)
                     qo += 1
                     phys += size
@@ -494,41 +495,56 @@ class MessageStore:
 
     def flush(self) -> int:
         """Make the commit log durable up to its current end; returns the flushed offset.
-        Safe from a flush thread. After a failure the offset stops moving."""
+        Safe from a flush thread (SYNC_FLUSH group commit waits for flushed_offset >=
+        PutMessageResult.end_offset). Also flushes the consume queues and writes the
+        checkpoint once dispatch has moved checkpoint_interval_bytes past the last one, so
+        crash recovery stays bounded even if nobody calls flush_consume_queues().
+        Raises StoreError when the store has failed (now or earlier): never retried."""
         with self._file_lock:
-            if not self._open or self._failed is not None:
+            if self._failed is not None:
+                raise StoreError(self._failed)
+            if not self._open:
                 return self._commitlog.flushed_offset
             ts = self._last_store_ts
             try:
                 flushed = self._commitlog.flush()
             except OSError as e:
                 self._fail(f"commit log fdatasync failed: {e}")
-                return self._commitlog.flushed_offset
+                raise StoreError(self._failed) from e
             self._flushed_store_ts = ts
+            if self._reput_from - self._checkpoint_dispatched >= self.config.checkpoint_interval_bytes:
+                self._flush_consume_queues_locked()
             return flushed
 
     def flush_consume_queues(self) -> int:
-        """fdatasync the consume queues and write the checkpoint. Returns the commit-log offset
-        below which every consume-queue unit is durable. Safe from a flush thread."""
+        """fdatasync the consume queues and write the checkpoint (RocketMQ flushes them every
+        second). Returns the commit-log offset below which every consume-queue unit is
+        durable. Safe from a flush thread. Raises StoreError when the store has failed."""
         with self._file_lock:
-            if not self._open or self._failed is not None:
-                return -1
-            dispatched = self._reput_from
-            logics_ts = self._dispatched_ts
-            physic_ts = self._flushed_store_ts
-            try:
-                count = 0
-                for table in list(self._cq_table.values()):
-                    for cq in list(table.values()):
-                        cq.flush()
-                        if cq.queue.files:
-                            count += 1
-                write_checkpoint(self.config.checkpoint_path, Checkpoint(
-                    physic_ts, logics_ts, 0, self._commitlog.flushed_offset, dispatched, count))
-            except OSError as e:
-                self._fail(f"consume queue / checkpoint flush failed: {e}")
-                return -1
-            return dispatched
+            if self._failed is not None:
+                raise StoreError(self._failed)
+            if not self._open:
+                return self._checkpoint_dispatched
+            return self._flush_consume_queues_locked()
+
+    def _flush_consume_queues_locked(self) -> int:
+        dispatched = self._reput_from
+        logics_ts = self._dispatched_ts
+        physic_ts = self._flushed_store_ts
+        try:
+            count = 0
+            for table in list(self._cq_table.values()):
+                for cq in list(table.values()):
+                    cq.flush()
+                    if cq.queue.files:
+                        count += 1
+            write_checkpoint(self.config.checkpoint_path, Checkpoint(
+                physic_ts, logics_ts, 0, self._commitlog.flushed_offset, dispatched, count))
+        except OSError as e:
+            self._fail(f"consume queue / checkpoint flush failed: {e}")
+            raise StoreError(self._failed) from e
+        self._checkpoint_dispatched = dispatched
+        return dispatched
 
     # ================================================================== get
 

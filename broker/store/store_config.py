@@ -61,6 +61,7 @@ class StoreConfig:
     cluster_name: str = "DefaultCluster"                 # used by the broker, not the store
     preallocate_files: bool = True                       # posix_fallocate new segments (ENOSPC early)
     recover_segments_without_checkpoint: int = 3         # last N segments scanned when no checkpoint
+    checkpoint_interval_bytes: int = 64 * 1024 * 1024    # flush() also checkpoints after this much dispatch
 
     def __post_init__(self) -> None:
         if self.mapped_file_size_consume_queue <= 0 or self.mapped_file_size_consume_queue % CQ_UNIT_SIZE:

@@ -157,8 +157,10 @@ def test_properties_java_rules():
     s = "\x01v\x02k\x01\x02novalue\x02a\x01b\x01c\x02\x02x\x01y\x02x\x01z"
     assert decode_properties(s) == {"a": "b\x01c", "x": "z"}
     assert decode_properties("") == {}
-    for s in (A3_PROPS, A3_PROPS + "\x02", "TAGS\x01", "XTAGS\x01a\x02TAGS\x01b", "a\x01TAGS\x01q"):
+    for s in (A3_PROPS, A3_PROPS + "\x02", "TAGS\x01", "XTAGS\x01a\x02TAGS\x01b", "a\x01TAGS\x01q",
+              "TAGS\x01中文\x02K\x01v", "TAGS\x01a\x02TAGS\x01TagNeg_xyz_12345", "", "\x02TAGS\x01\x02"):
         assert m.property_value(s, "TAGS") == decode_properties(s).get("TAGS"), s
+        assert m.tags_code_of_properties(s.encode()) == tags_code(decode_properties(s).get("TAGS")), s
     with pytest.raises(ValueError):
         encode_properties({"a\x01": "b"})
     with pytest.raises(ValueError):

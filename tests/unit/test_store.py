@@ -400,13 +400,18 @@ def test_sticky_write_error(tmp_path):
     assert s.flush() == ok.end_offset
     s.put_message(msg(body=b"two", now=2))
     ops.fail_sync = True
-    assert s.flush() == ok.end_offset               # did not move
+    with pytest.raises(StoreError, match="fdatasync"):
+        s.flush()
+    assert s.flushed_offset == ok.end_offset        # did not move
     assert s.failed and "fdatasync" in s.failed
     assert s.put_message(msg(body=b"three", now=3)).status is PS.SERVICE_NOT_AVAILABLE
     ops.fail_sync = False
     syncs = ops.syncs
-    assert s.flush() == ok.end_offset               # never retried
-    assert ops.syncs == syncs
+    with pytest.raises(StoreError):                 # never retried
+        s.flush()
+    with pytest.raises(StoreError):
+        s.flush_consume_queues()
+    assert ops.syncs == syncs and s.flushed_offset == ok.end_offset
     assert s.put_message(msg(body=b"four", now=4)).status is PS.SERVICE_NOT_AVAILABLE
     assert s.get_message("TopicA", 0, 0, 32).message_count == 2     # reads still work
     s.close()
@@ -422,8 +427,27 @@ def test_sticky_error_from_consume_queue_flush(tmp_path):
     s = opened(config(tmp_path), file_ops=ops)
     s.put_message(msg(now=1))
     ops.fail_sync = True
-    assert s.flush_consume_queues() == -1
+    with pytest.raises(StoreError):
+        s.flush_consume_queues()
     assert s.put_message(msg(now=2)).status is PS.SERVICE_NOT_AVAILABLE
+    s.close()
+
+
+def test_flush_checkpoints_after_enough_dispatch(tmp_path):
+    cfg = config(tmp_path, checkpoint_interval_bytes=2000)
+    s = opened(cfg)
+    s.put_message(msg(body=b"x" * 100, now=1))
+    s.flush()
+    assert read_checkpoint(cfg.checkpoint_path).logics_physical_offset == 0     # not yet
+    while s.commit_log_max_offset < 2000:
+        s.put_message(msg(body=b"x" * 100, now=2))
+    s.flush()
+    ck = read_checkpoint(cfg.checkpoint_path)
+    assert ck.logics_physical_offset == s.commit_log_max_offset == ck.flushed_physical_offset
+    s.abandon()
+    s = MessageStore(cfg)
+    rep = s.open()
+    assert rep.abnormal and rep.reput_from_offset == ck.logics_physical_offset
     s.close()
 
 

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from broker.store.api import GetMessageStatus as GS, MessageToStore
+from broker.store.api import MessageToStore
 from broker.store.store import MessageStore
 from broker.store.store_config import StoreConfig
 from protocol.message import decode_record, decode_records
@@ -164,7 +164,7 @@ def test_any_bit_flip_cuts_there_or_costs_nothing(crashed_store, tmp_path):
     """RocketMQ's format only checksums the body: a flip in FLAG, a timestamp, a host address
     or a topic character that stays valid survives. Every single-bit flip anywhere in a record
     either cuts the log exactly before that record or loses nothing at all."""
-    root, results = crashed_store
+    _, results = crashed_store
     victim_index = len(results) - 3
     victim = results[victim_index]
     outcomes = {"cut": 0, "kept": 0}
