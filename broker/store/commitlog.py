@@ -263,19 +263,16 @@ class CommitLog:
         target = self.wrote_offset
         if target <= self.flushed_offset:
             return self.flushed_offset
-        need_dir = False
         ops = self.queue.ops
-        for mf in list(self.queue.files):
-            if mf.end <= self.flushed_offset or mf.start >= target:
-                continue
-            if mf.fd < 0:
+        files = list(self.queue.files)       # after reading target: holds every byte below it
+        for mf in files:
+            if mf.end <= self.flushed_offset or mf.start >= target or mf.fd < 0:
                 continue
             ops.fdatasync(mf.fd)
-            if not mf.dir_synced:
-                need_dir = True
-        if need_dir:
+        new_files = [mf for mf in files if not mf.dir_synced]
+        if new_files:
             self.queue.sync_dir()
-            for mf in list(self.queue.files):
+            for mf in new_files:
                 mf.dir_synced = True
         self.flushed_offset = target
         return target

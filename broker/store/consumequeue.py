@@ -282,17 +282,16 @@ class ConsumeQueue:
             for d in (self.directory, os.path.dirname(self.directory), root):
                 ops.fsync_dir(d)
             self.needs_dir_sync = False
-        new_file = False
-        for mf in list(self.queue.files):
+        files = list(self.queue.files)
+        for mf in files:
             wrote = mf.wrote
             if wrote > mf.flushed and mf.fd >= 0:
                 ops.fdatasync(mf.fd)
                 mf.flushed = wrote
-            if not mf.dir_synced:
-                new_file = True
-        if new_file:
+        new_files = [mf for mf in files if not mf.dir_synced]
+        if new_files:
             self.queue.sync_dir()
-            for mf in list(self.queue.files):
+            for mf in new_files:
                 mf.dir_synced = True
 
     def close(self) -> None:

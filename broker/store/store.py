@@ -352,7 +352,7 @@ class MessageStore:
                 else:
                     self._dispatched_ts = now
                     if self.on_dispatch is not None:
-                        self.on_dispatch(topic, queue_id, queue_offset + 1, code, now)
+                        self._notify(topic, queue_id, queue_offset + 1, code, now)
         else:
             self._reput()
         return PutMessageResult(PutMessageStatus.PUT_OK, phys, size, queue_offset,
@@ -436,7 +436,7 @@ class MessageStore:
                     qo += 1
                     phys += size
                     if listener is not None:
-                        listener(topic, queue_id, qo, code, now)
+                        self._notify(topic, queue_id, qo, code, now)
             except OSError as e:
                 self._fail(f"consume queue write failed: {e}")
             else:
@@ -480,8 +480,15 @@ class MessageStore:
             return 0
         self._dispatched_ts = req.store_timestamp
         if self.on_dispatch is not None:
-            self.on_dispatch(req.topic, req.queue_id, cq.max_offset, req.tags_code, req.store_timestamp)
+            self._notify(req.topic, req.queue_id, cq.max_offset, req.tags_code, req.store_timestamp)
         return 1
+
+    def _notify(self, topic: str, queue_id: int, next_max_offset: int, code: int, store_ts: int) -> None:
+        try:
+            self.on_dispatch(topic, queue_id, next_max_offset, code, store_ts)
+        except Exception:
+            # the message is stored and indexed: a broken listener must not turn that into an error
+            log.exception("on_dispatch listener failed")
 
     @property
     def reput_from_offset(self) -> int:
@@ -633,7 +640,6 @@ class MessageStore:
             status = _FOUND
             skip_below = -1
             scanned += 1
-        buf.release()
         if cur_mf is not None:
             slices.append(cur_mf.view[cur_start:cur_end])
         return GetMessageResult(status, offset + scanned, min_offset, max_offset, count, slices, total)

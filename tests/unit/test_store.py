@@ -270,6 +270,17 @@ def test_dispatch_listener(tmp_path):
     s.close()
 
 
+def test_broken_dispatch_listener_does_not_fail_puts(tmp_path):
+    def boom(*_a):
+        raise RuntimeError("listener bug")
+
+    s = opened(config(tmp_path), on_dispatch=boom)
+    assert s.put_message(msg(now=1)).ok
+    assert s.put_messages(MessageBatchToStore("TopicA", 0, 0, 1, HOST, 2, [(0, b"a", "")])).ok
+    assert s.get_max_offset_in_queue("TopicA", 0) == 2
+    s.close()
+
+
 def test_store_timestamps_and_offset_by_time(tmp_path):
     s = opened(config(tmp_path))
     assert s.get_earliest_message_time("TopicA", 0) == -1
