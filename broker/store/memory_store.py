@@ -114,6 +114,10 @@ class MemoryStore:
     def reput(self) -> int:
         return 0
 
+    @property
+    def reput_from_offset(self) -> int:
+        return self.wrote
+
     def _reserve(self, size: int, now_ms: int) -> int:
         """Where a record of `size` bytes goes: the active segment if size + 8 fits in
         what is left of it, else the start of the next one (after a blank marker)."""
