@@ -294,7 +294,8 @@ class Broker:
         period = max(1.0, self.config.registerNameServerPeriod / 1000)
         while True:
             try:
-                await asyncio.wait_for(self._register_now.wait(), period)
+                async with asyncio.timeout(period):
+                    await self._register_now.wait()
                 # Debounce a burst of topic changes into one registration.
                 await asyncio.sleep(0.05)
             except asyncio.TimeoutError:

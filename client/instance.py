@@ -308,7 +308,8 @@ class ClientInstance:
     async def _rebalance_loop(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._rebalance_wakeup.wait(), self.rebalance_interval_s)
+                async with asyncio.timeout(self.rebalance_interval_s):
+                    await self._rebalance_wakeup.wait()
             except TimeoutError:
                 pass
             self._rebalance_wakeup.clear()

@@ -310,7 +310,7 @@ class LitePullConsumer:
         sub = self.subscriptions[mq.topic]
         accept = self._filters.get(mq.topic)
         timeout_s = self.pull_timeout_ms / 1000
-        while True:
+        while self.state == "RUNNING":
             if st.paused or len(st.buffer) >= self.pull_threshold_for_queue:
                 await asyncio.sleep(0.05)
                 continue
@@ -384,7 +384,8 @@ class LitePullConsumer:
             if remaining <= 0 or self.state != "RUNNING":
                 return []
             try:
-                await asyncio.wait_for(self._arrived.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._arrived.wait()
             except TimeoutError:
                 return []
 

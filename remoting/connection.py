@@ -47,6 +47,15 @@ class TooManyRequests(RemotingError):
     pass
 
 
+class _Expired(Exception):
+    pass
+
+
+def _expire(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_exception(_Expired())
+
+
 class Connection(asyncio.Protocol):
     """`handler(conn, cmd)` processes incoming requests; it returns a response,
     None (no response now, e.g. a held pull), or an awaitable of either."""
@@ -194,14 +203,19 @@ class Connection(asyncio.Protocol):
         if len(self.pending) >= self.requests_in_flight_max:
             raise TooManyRequests(f"{len(self.pending)} requests in flight to {self.remote_addr}")
         cmd.opaque = next_opaque()
-        fut = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
         self.pending[cmd.opaque] = fut
         self.send(cmd)
+        # Not asyncio.wait_for: on 3.11 it can swallow a cancellation that races with the
+        # response, and a cancelled pull loop would then start another long poll.
+        timer = loop.call_later(timeout_s, _expire, fut)
         try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
+            return await fut
+        except _Expired:
             raise RequestTimeout(f"code {cmd.code} to {self.remote_addr}: no response in {timeout_s}s") from None
         finally:
+            timer.cancel()
             self.pending.pop(cmd.opaque, None)
 
     def oneway(self, cmd: RemotingCommand) -> None:

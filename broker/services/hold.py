@@ -73,7 +73,8 @@ class HoldService:
             wait_ms = self.rescan_interval_ms if nd is None else max(0, min(self.rescan_interval_ms, nd - now_ms))
             self._event.clear()
             try:
-                await asyncio.wait_for(self._event.wait(), wait_ms / 1000)
+                async with asyncio.timeout(wait_ms / 1000):
+                    await self._event.wait()
             except asyncio.TimeoutError:
                 pass
             try:
