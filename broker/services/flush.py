@@ -70,16 +70,23 @@ class FlushService:
             if not fut.done():
                 fut.set_result(True)
 
+    CQ_FLUSH_INTERVAL_S = 1.0   # consume queues are rebuilt from the commit log; flush them lazily
+
     def _run(self) -> None:
+        import time
+        next_cq_flush = time.monotonic() + self.CQ_FLUSH_INTERVAL_S
         while not self._stop:
-            if self.sync:
-                self._wake.wait(self.interval_s)
-            else:
-                self._wake.wait(self.interval_s)
+            self._wake.wait(self.interval_s)
             self._wake.clear()
             if self._stop:
                 break
             self._flush_once()
+            if time.monotonic() >= next_cq_flush and not self.failed:
+                next_cq_flush = time.monotonic() + self.CQ_FLUSH_INTERVAL_S
+                try:
+                    self.store.flush_consume_queues()
+                except Exception:
+                    log.exception("consume queue flush failed")
 
     def _flush_once(self) -> None:
         try:

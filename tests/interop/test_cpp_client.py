@@ -140,21 +140,35 @@ def test_pull_consumer_reads_all(cluster, agent, produced):
     assert sorted(m["body"] for m in msgs(ev)) == sorted(expected_bodies("CppAuto"))
 
 
-def test_sigkill_keeps_acknowledged_messages_under_sync_flush(cluster, agent):
+def test_sigkill_keeps_acknowledged_messages_under_sync_flush(cluster, agent, tmp_path):
+    """Acknowledged SYNC_FLUSH sends survive kill -9; a consumer running across the kill carries on."""
     topic = "CppKill"
-    ev = agent.run("produce", "--ns", cluster.namesrv_addr, "--topic", topic, "--mode", "sync", "--count", "30",
-                   "--prefix", "kill")
-    acked = {f"kill-{e['idx']}" for e in sent(ev) if e["status"] == 0}
-    assert len(acked) == 30
-    cluster.restart_broker(kill=True)
-    time.sleep(1)
-    got = msgs(agent.run("push", "--ns", cluster.namesrv_addr, "--group", "cg_kill", "--topic", topic,
-                         "--expect", "30", "--seconds", "60", "--linger", "2"))
-    assert acked <= {m["body"] for m in got}
-    # Producers carry on after the restart too.
-    ev = agent.run("produce", "--ns", cluster.namesrv_addr, "--topic", topic, "--mode", "sync", "--count", "3",
-                   "--prefix", "after-kill")
-    assert len(sent(ev)) == 3
+    create_topic(cluster.broker_addr, topic, 4)
+    out = str(tmp_path / "consumer.jsonl")
+    stop = str(tmp_path / "stop")
+    consumer = agent.start("push", "--ns", cluster.namesrv_addr, "--group", "cg_kill", "--topic", topic,
+                           "--seconds", "120", "--stop-file", stop, out_path=out)
+    try:
+        ev = agent.run("produce", "--ns", cluster.namesrv_addr, "--topic", topic, "--mode", "sync",
+                       "--count", "30", "--prefix", "kill")
+        acked = {f"kill-{e['idx']}" for e in sent(ev) if e["status"] == 0}
+        assert len(acked) == 30
+        cluster.restart_broker(kill=True)
+        # Producers carry on after the restart too.
+        ev = agent.run("produce", "--ns", cluster.namesrv_addr, "--topic", topic, "--mode", "sync",
+                       "--count", "10", "--prefix", "after-kill")
+        acked |= {f"after-kill-{e['idx']}" for e in sent(ev) if e["status"] == 0}
+        assert len(acked) == 40
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if acked <= {m["body"] for m in msgs(_read_events(out))}:
+                break
+            time.sleep(0.5)
+    finally:
+        open(stop, "w").close()
+        consumer.communicate(timeout=30)
+    got = {m["body"] for m in msgs(_read_events(out))}
+    assert acked <= got, f"lost after kill -9: {sorted(acked - got)}"
 
 
 def test_large_batch_compressed_by_cpp_is_split_into_messages(cluster, agent):
