@@ -98,7 +98,9 @@ class Broker:
         self._open_store()
         self._load_metadata()
         self.flush_service = FlushService(self.store, sync=self.sync_flush,
-                                          interval_ms=1 if self.sync_flush else cfg.flushIntervalCommitLog)
+                                          # SYNC: woken by each waiting send (group commit); the
+                                          # interval is only a fallback.
+                                          interval_ms=50 if self.sync_flush else cfg.flushIntervalCommitLog)
         self.flush_service.start()
         self.hold_service = HoldService(self, 5000 if cfg.longPollingEnable else cfg.shortPollingTimeMills)
         self.hold_service.start()
