@@ -591,8 +591,11 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
 _BATCH_HEAD = struct.Struct(">iiiii")
 
 
-def decode_batch_body(body) -> list[tuple[int, bytes, str]]:
-    """SEND_BATCH_MESSAGE body -> [(flag, body, properties_str)]. Raises ValueError when malformed."""
+def decode_batch_body(body, *, raw_properties: bool = False) -> list[tuple[int, bytes, str]]:
+    """SEND_BATCH_MESSAGE body -> [(flag, body, properties_str)]. Raises ValueError when malformed.
+
+    raw_properties=True returns the properties as the (UTF-8 checked) bytes they came in,
+    for the broker's store path, which would only encode them again."""
     out: list[tuple[int, bytes, str]] = []
     n = len(body)
     if n == 0:
@@ -611,12 +614,13 @@ def decode_batch_body(body) -> list[tuple[int, bytes, str]]:
         pos += 2
         if pl < 0 or pos + pl > n:
             raise ValueError(f"batch element {len(out)}: properties length {pl} out of bounds")
+        pb = bytes(body[pos:pos + pl])
         try:
-            props = bytes(body[pos:pos + pl]).decode()
+            props = pb.decode()
         except UnicodeDecodeError:
             raise ValueError(f"batch element {len(out)}: properties not UTF-8") from None
         pos += pl
-        out.append((flag, data, props))
+        out.append((flag, data, pb if raw_properties else props))
     return out
 
 

@@ -87,19 +87,23 @@ def process_send(broker, conn, cmd):
                 return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad compressed batch body: {e}")
             sys_flag &= ~(msgcodec.MessageSysFlag.COMPRESSED_FLAG | 0x700)
         try:
-            elements = msgcodec.decode_batch_body(body)
+            elements = msgcodec.decode_batch_body(body, raw_properties=True)
         except ValueError as e:
             return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}")
         if not elements:
             return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
-        extra = (props + "\x02" if props and not props.endswith("\x02") else props) + batch_props
+        # Element properties + batch-level properties (header + CLUSTER), kept as bytes:
+        # this loop runs once per message of every batch.
+        extra = ((props + "\x02" if props and not props.endswith("\x02") else props) + batch_props).encode()
+        sep_extra = b"\x02" + extra
+        max_body = cfg.maxMessageSize
         records = []
         for flag, ebody, eprops in elements:
-            if len(ebody) > cfg.maxMessageSize:
+            if len(ebody) > max_body:
                 return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL,
-                              f"a batch element body of {len(ebody)}B exceeds the limit {cfg.maxMessageSize}B")
-            p = eprops + "\x02" + extra if eprops and not eprops.endswith("\x02") else eprops + extra
-            if len(p.encode()) > PROPERTIES_MAX_BYTES:
+                              f"a batch element body of {len(ebody)}B exceeds the limit {max_body}B")
+            p = eprops + sep_extra if eprops and eprops[-1] != 2 else eprops + extra
+            if len(p) > PROPERTIES_MAX_BYTES:
                 return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL, "the message properties exceed 32767 bytes")
             records.append((flag, ebody, p))
         from broker.store.api import MessageBatchToStore

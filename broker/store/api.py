@@ -136,7 +136,9 @@ class RecoveryReport(NamedTuple):
         return max(0, self.truncated_to - self.truncated_from) if self.truncated_from >= 0 else 0
 
 
-# on_dispatch(topic, queue_id, next_max_offset, tags_code, store_timestamp)
+# on_dispatch(topic, queue_id, next_max_offset, tags_code, store_timestamp): called after
+# consume-queue units are written; a batch is announced once per distinct tags code with
+# the batch's end offset (enough to wake every held pull a per-message call would wake).
 DispatchListener = Callable[[str, int, int, int, int], None]
 # message_filter(tags_code) -> keep?
 MessageFilter = Callable[[int], bool]

@@ -218,6 +218,9 @@ class MemoryStore:
         sizes = []
         batch = batch._replace(messages=[(f, b, p + "\x02" if p.endswith("\x00") else p)
                                          for f, b, p in batch.messages])
+        if any(type(p) is bytes for _f, _b, p in batch.messages):   # the file store takes bytes too
+            batch = batch._replace(messages=[(f, b, p.decode() if type(p) is bytes else p)
+                                             for f, b, p in batch.messages])
         for _flag, body, props in batch.messages:
             if len(props.encode()) > PROPERTIES_LENGTH_BYTES_MAX:
                 return _result(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)

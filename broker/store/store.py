@@ -20,8 +20,9 @@ import re
 import shutil
 import struct
 import threading
+import zlib
 
-from protocol.message import (MAX_INT, PROPERTIES_LENGTH_BYTES_MAX, SCHEDULE_TOPIC,
+from protocol.message import (MAX_INT, MESSAGE_MAGIC_CODE, PROPERTIES_LENGTH_BYTES_MAX, SCHEDULE_TOPIC,
                               TOPIC_LENGTH_BYTES_MAX, encode_record_into, head_struct,
                               offset_msg_id_prefix, store_timestamp_pos, tags_code_of_properties)
 from broker.store.api import (CQ_FILLER_SIZE, DispatchListener, GetMessageResult,
@@ -32,6 +33,9 @@ from broker.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoin
 from broker.store.commitlog import BLANK_MARKER_SIZE, CommitLog, DispatchRequest, schedule_tags_code
 from broker.store.consumequeue import CQ_UNIT, CQ_UNIT_SIZE, EXISTS, ConsumeQueue
 from broker.store.mapped_file import FileOps
+
+_crc32 = zlib.crc32
+_H_PACK = struct.Struct(">h").pack
 from broker.store.store_config import StoreConfig
 
 __all__ = ["MessageStore", "CleanResult"]
@@ -384,7 +388,7 @@ class MessageStore:
         encoded = []
         total = 0
         for flag, body, props in messages:
-            props_b = props.encode()
+            props_b = props if type(props) is bytes else props.encode()
             if props_b and props_b[-1] == 0:
                 props_b += b"\x02"
             if len(props_b) > PROPERTIES_LENGTH_BYTES_MAX:
@@ -408,12 +412,29 @@ class MessageStore:
         pos = mf.wrote
         phys0 = mf.start + pos
         mm = mf.mm
-        store_host = self._store_host
+        # The per-record encoding of encode_record_into, inlined with everything that is
+        # constant for the batch hoisted out of the loop (this is the batch send hot path).
+        head = head_struct(sys_flag)
+        pack_head = head.pack_into
+        hs = head.size
+        born_addr, born_port = born_host
+        store_addr, store_port = self._store_host
+        born_ts = batch.born_timestamp
+        reconsume = batch.reconsume_times
+        topic_part = bytes((len(topic_b),)) + topic_b
+        pack_h = _H_PACK
+        start = mf.start
         qo = qo0
         for flag, body, _props, props_b, size in encoded:
-            encode_record_into(mm, pos, topic_b, queue_id, flag, body, props_b, sys_flag,
-                               batch.born_timestamp, born_host, store_host, batch.reconsume_times,
-                               0, qo, mf.start + pos, now)
+            bl = len(body)
+            pack_head(mm, pos, size, MESSAGE_MAGIC_CODE, _crc32(body) & 0x7FFFFFFF, queue_id, flag, qo,
+                      start + pos, sys_flag, born_ts, born_addr, born_port, now, store_addr, store_port,
+                      reconsume, 0, bl)
+            p = pos + hs
+            mm[p:p + bl] = body
+            p += bl
+            tail = topic_part + pack_h(len(props_b)) + props_b
+            mm[p:p + len(tail)] = tail
             pos += size
             qo += 1
         cl.commit(mf, total)
@@ -430,13 +451,17 @@ class MessageStore:
             qo = qo0
             listener = self.on_dispatch
             try:
+                units = []
                 for _f, _b, _props, props_b, size in encoded:
-                    code = self._tags_code(topic, queue_id, props_b, now)
-                    cq.put(qo, phys, size, code)
-                    qo += 1
+                    units.append((phys, size, self._tags_code(topic, queue_id, props_b, now)))
                     phys += size
-                    if listener is not None:
-                        self._notify(topic, queue_id, qo, code, now)
+                cq.put_many(qo, units)
+                if listener is not None:
+                    # One wake-up per distinct tag code with the batch's end offset: a held
+                    # pull wakes if any message of the batch matches it, as per-message would.
+                    end = qo + len(units)
+                    for code in {u[2] for u in units}:
+                        self._notify(topic, queue_id, end, code, now)
             except OSError as e:
                 self._fail(f"consume queue write failed: {e}")
             else:

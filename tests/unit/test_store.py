@@ -266,7 +266,13 @@ def test_dispatch_listener(tmp_path):
     s.put_message(msg(props="TAGS\x01TagA", now=7))
     s.put_messages(MessageBatchToStore("TopicA", 0, 0, 1, HOST, 8, [(0, b"a", ""), (0, b"b", "")]))
     s.put_message(msg(sys_flag=0x4, now=9))
-    assert calls == [("TopicA", 0, 1, 2598919, 7), ("TopicA", 0, 2, 0, 8), ("TopicA", 0, 3, 0, 8)]
+    # A batch is announced once per distinct tag code, with the batch's end offset.
+    assert calls == [("TopicA", 0, 1, 2598919, 7), ("TopicA", 0, 3, 0, 8)]
+    calls.clear()
+    s.put_messages(MessageBatchToStore("TopicA", 0, 0, 1, HOST, 9, [(0, b"a", "TAGS\x01TagA"),
+                                                                   (0, b"b", "TAGS\x01TagB"),
+                                                                   (0, b"c", "TAGS\x01TagA")]))
+    assert sorted(calls) == [("TopicA", 0, 6, 2598919, 9), ("TopicA", 0, 6, 2598920, 9)]
     s.close()
 
 
