@@ -3,7 +3,8 @@
 Starts mqnamesrv + mqbroker as real processes (store in a temp dir), then runs
 the load from this process:
 
-    python bench/bench_broker.py [--seconds 5] [--flush ASYNC_FLUSH|SYNC_FLUSH]
+    python bench/bench_broker.py [--seconds 5] [--flush ASYNC_FLUSH|SYNC_FLUSH] [--codec json|msgpack]
+                                 [--pull-batch 32]
 
 Reports: sync sends/s and p50/p99 latency (one in flight), sends/s with 64 in
 flight, batched sends (64 x 128 B per request) msgs/s, pull consumption
@@ -21,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from protocol.codes import PullSysFlag, RequestCode as R  # noqa: E402
+from protocol.codes import PullSysFlag, RequestCode as R, SerializeType  # noqa: E402
 from protocol.command import RemotingCommand, encode  # noqa: E402
 from protocol.headers.typed import SendMessageRequestHeader, encode_send_header  # noqa: E402
 from protocol.message import encode_batch_body, encode_properties  # noqa: E402
@@ -62,6 +63,9 @@ class Raw(asyncio.Protocol):
         return fut
 
 
+SERIALIZE = SerializeType.JSON
+
+
 def send_frame_factory(topic, body, batch=False, queue_id=0):
     props = encode_properties({"TAGS": "TagA", "UNIQ_KEY": "0" * 32, "WAIT": "true"})
     h = SendMessageRequestHeader("bench", topic, "TBW102", 8, queue_id, 0, int(time.time() * 1000), 0,
@@ -70,7 +74,7 @@ def send_frame_factory(topic, body, batch=False, queue_id=0):
     ext = encode_send_header(h)
 
     def make(opaque):
-        return encode(RemotingCommand(code, opaque=opaque, ext_fields=ext, body=body))
+        return encode(RemotingCommand(code, opaque=opaque, ext_fields=ext, body=body, serialize_type=SERIALIZE))
     return make
 
 
@@ -139,7 +143,8 @@ async def phase_pull(addr, topic, queues, seconds, max_nums=32, inflight=8):
                    "queueOffset": str(offsets[q]), "maxMsgNums": str(max_nums),
                    "sysFlag": str(PullSysFlag.SUBSCRIPTION), "commitOffset": "0",
                    "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"}
-            r = await p.call(lambda o: encode(RemotingCommand(R.PULL_MESSAGE, opaque=o, ext_fields=ext)), seq)
+            r = await p.call(lambda o: encode(RemotingCommand(R.PULL_MESSAGE, opaque=o, ext_fields=ext,
+                                                              serialize_type=SERIALIZE)), seq)
             nxt = int(r.ext_fields["nextBeginOffset"])
             if r.code != 0:
                 done_queues.add(q)
@@ -149,6 +154,48 @@ async def phase_pull(addr, topic, queues, seconds, max_nums=32, inflight=8):
     await asyncio.gather(*(worker(q) for q in range(queues)))
     p.transport.close()
     return n, {"drained": len(done_queues) == queues}
+
+
+def loopback_echo_rtt_us(seconds: float = 1.0) -> float:
+    """Calibration: a bare asyncio round trip between two processes on this machine right
+    now (100-byte ping-pong). Shared hosts drift; read the other figures against it."""
+    import socket
+    import subprocess
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    child = subprocess.Popen([sys.executable, "-c", f"""
+import asyncio
+try:
+    import uvloop; uvloop.install()
+except ImportError:
+    pass
+async def main():
+    r, w = await asyncio.open_connection("127.0.0.1", {port})
+    while True:
+        data = await r.read(100)
+        if not data:
+            return
+        w.write(data)
+asyncio.run(main())
+"""])
+    conn, _ = srv.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    n = 0
+    end = time.perf_counter() + seconds
+    t0 = time.perf_counter()
+    while time.perf_counter() < end:
+        conn.sendall(b"x" * 100)
+        got = 0
+        while got < 100:
+            got += len(conn.recv(100 - got))
+        n += 1
+    rtt = (time.perf_counter() - t0) / n * 1e6
+    conn.close()
+    srv.close()
+    child.wait(5)
+    return rtt
 
 
 async def main_async(args, cluster):
@@ -165,6 +212,7 @@ async def main_async(args, cluster):
         results.append(row)
         print(" ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
 
+    print(f"calibration loopback_echo_rtt_us={loopback_echo_rtt_us():.1f}", flush=True)
     # Warm-up creates the topics (auto-creation, 8 queues).
     await phase_sync(addr, "BenchSync", 0.2)
     await run("sync_send", lambda: phase_sync(addr, "BenchSync", args.seconds))
@@ -179,7 +227,11 @@ def main():
     ap.add_argument("--seconds", type=float, default=5)
     ap.add_argument("--flush", default="ASYNC_FLUSH")
     ap.add_argument("--pull-batch", type=int, default=32)
+    ap.add_argument("--codec", choices=["json", "msgpack"], default="json",
+                    help="request header codec (replies use the same; msgpack is pocketmq's own)")
     args = ap.parse_args()
+    global SERIALIZE
+    SERIALIZE = SerializeType.MSGPACK if args.codec == "msgpack" else SerializeType.JSON
     root = tempfile.mkdtemp(prefix="pocketmq-bench-")
     extra = [f"--flushDiskType={args.flush}", "--defaultTopicQueueNums=1",
              f"--maxTransferCountOnMessageInMemory={max(32, args.pull_batch)}",
