@@ -609,6 +609,10 @@ class MessageStore:
         if len(buf) > limit:
             buf = buf[:limit - limit % CQ_UNIT_SIZE]
         cfg = self.config
+        if message_filter is None:
+            fast = self._get_contiguous(buf, offset, max_msg_nums, min_offset, max_offset)
+            if fast is not None:
+                return fast
         cl = self._commitlog
         files = cl.queue.files
         nfiles = len(files)
@@ -668,6 +672,45 @@ class MessageStore:
         if cur_mf is not None:
             slices.append(cur_mf.view[cur_start:cur_end])
         return GetMessageResult(status, offset + scanned, min_offset, max_offset, count, slices, total)
+
+    def _get_contiguous(self, buf, offset: int, max_msg_nums: int, min_offset: int,
+                        max_offset: int) -> GetMessageResult | None:
+        """The common pull: no tag filter, and the next units point at records that lie
+        back to back in one segment still in memory, within the transfer limits. Then the
+        answer is one slice found from the first and last unit, with no per-unit loop.
+        None when any of that does not hold (the general loop decides)."""
+        cfg = self.config
+        n = min(max_msg_nums, cfg.max_transfer_count_on_message_in_memory, len(buf) // CQ_UNIT_SIZE)
+        if n <= 0:
+            return None
+        p0, _s0, _t0 = CQ_UNIT.unpack_from(buf, 0)
+        pl, sl, _tl = CQ_UNIT.unpack_from(buf, (n - 1) * CQ_UNIT_SIZE)
+        span = pl + sl - p0
+        if span <= 0 or span > cfg.max_transfer_bytes_on_message_in_memory or sl == CQ_FILLER_SIZE:
+            return None
+        # Contiguous iff the sizes add up to the span (offsets only grow within a queue).
+        sizes = memoryview(buf).cast("B")[:n * CQ_UNIT_SIZE]
+        total = 0
+        for _p, size, _t in CQ_UNIT.iter_unpack(sizes):
+            if size == CQ_FILLER_SIZE:
+                return None
+            total += size
+        if total != span:
+            return None
+        cl = self._commitlog
+        if cl.wrote_offset - p0 > self._memory_limit:
+            return None
+        files = cl.queue.files
+        if not files:
+            return None
+        idx = (p0 - files[0].start) // self._file_size
+        if p0 < files[0].start or idx >= len(files):
+            return None
+        mf = files[idx]
+        pos = p0 - mf.start
+        if pos + span > mf.wrote:
+            return None
+        return GetMessageResult(_FOUND, offset + n, min_offset, max_offset, n, [mf.view[pos:pos + span]], span)
 
     # ================================================================== queries
 

@@ -104,7 +104,7 @@ def test_broker_defaults_are_rocketmq_49():
     assert config.messageDelayLevel == "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     assert config.delay_levels_ms()[:4] == (1000, 5000, 10000, 30000)
     assert config.delay_levels_ms()[-1] == 7_200_000 and len(config.delay_levels_ms()) == 18
-    assert (config.maxTransferBytesOnMessageInMemory, config.maxTransferCountOnMessageInMemory) == (262144, 32)
+    assert (config.maxTransferBytesOnMessageInMemory, config.maxTransferCountOnMessageInMemory) == (262144, 1024)
     assert config.clusterTopicEnable and config.brokerTopicEnable and not config.traceTopicEnable
     assert config.regionId == "DefaultRegion" and config.traceOn
     assert config.notifyConsumerIdsChangedEnable and not config.aclEnable

@@ -552,3 +552,33 @@ def test_closed_store(tmp_path):
     assert s.put_message(msg()).status is PS.SERVICE_NOT_AVAILABLE
     with pytest.raises(StoreError):
         s.get_message("TopicA", 0, 0, 1)
+
+
+def test_contiguous_fast_path_agrees_with_the_general_loop(tmp_path):
+    """get_message's one-slice fast path must answer exactly what the per-unit loop answers."""
+    import random
+    rng = random.Random(7)
+    s = opened(config(tmp_path, max_transfer_count_on_message_in_memory=1024,
+                      max_transfer_bytes_on_message_in_memory=3000))
+    for i in range(300):
+        if rng.random() < 0.3:   # interleave another queue: records of queue 0 stop being adjacent
+            s.put_message(msg(qid=1, body=b"o" * rng.randrange(1, 200)))
+        if rng.random() < 0.2:
+            s.put_messages(MessageBatchToStore("TopicA", 0, 0, 1, HOST, 1000,
+                                               [(0, b"b%d" % j, tags("B")) for j in range(rng.randrange(1, 6))]))
+        else:
+            s.put_message(msg(body=b"m" * rng.randrange(1, 300), props=tags("A")))
+    general = MessageStore._get_contiguous
+    mx = s.get_max_offset_in_queue("TopicA", 0)
+    for offset in range(0, mx + 2):
+        for n in (1, 3, 32, 500):
+            fast = s.get_message("TopicA", 0, offset, n)
+            MessageStore._get_contiguous = lambda *a, **k: None
+            try:
+                slow = s.get_message("TopicA", 0, offset, n)
+            finally:
+                MessageStore._get_contiguous = general
+            assert (fast.status, fast.next_begin_offset, fast.message_count, fast.buffer_total_size) == \
+                   (slow.status, slow.next_begin_offset, slow.message_count, slow.buffer_total_size), (offset, n)
+            assert joined(fast) == joined(slow)
+    s.close()
