@@ -455,7 +455,7 @@ def test_store_config_kwargs():
         "file_reserved_time_hours": 12,
         "message_delay_level": "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
         "max_transfer_bytes_on_message_in_memory": 262144,
-        "max_transfer_count_on_message_in_memory": 32,
+        "max_transfer_count_on_message_in_memory": 1024,
         "max_transfer_bytes_on_message_in_disk": 65536,
         "max_transfer_count_on_message_in_disk": 8,
         "access_message_in_memory_max_ratio": 40,
