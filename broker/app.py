@@ -73,6 +73,7 @@ class Broker:
         self.msg_get_total = 0
         self.started_ms = 0
         self.recovery_report = None
+        self._send_ext_base: dict | None = None
 
     # -- clock -----------------------------------------------------------------------
     def now_ms(self) -> int:
@@ -219,7 +220,11 @@ class Broker:
         return ResponseCode.SYSTEM_ERROR, f"put message failed: {name}"
 
     def send_ext_base(self) -> dict:
-        return {"MSG_REGION": self.config.regionId, "TRACE_ON": "true" if self.config.traceOn else "false"}
+        base = self._send_ext_base
+        if base is None:
+            base = self._send_ext_base = {"MSG_REGION": self.config.regionId,
+                                          "TRACE_ON": "true" if self.config.traceOn else "false"}
+        return dict(base)
 
     def stats_put(self, result) -> None:
         self.msg_put_total += result.msg_count or 1

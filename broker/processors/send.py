@@ -21,7 +21,10 @@ PROPERTIES_MAX_BYTES = 32767
 
 
 def _host_of(conn) -> tuple[bytes, int]:
-    return msgcodec.parse_host(conn.remote_addr or "127.0.0.1:0")
+    host = conn.attrs.get("born_host")
+    if host is None:
+        host = conn.attrs["born_host"] = msgcodec.parse_host(conn.remote_addr or "127.0.0.1:0")
+    return host
 
 
 def _error(broker, cmd, code, remark):
@@ -34,14 +37,15 @@ def process_send(broker, conn, cmd):
     if not PermName.writeable(cfg.brokerPermission):
         return _error(broker, cmd, ResponseCode.NO_PERMISSION,
                       f"the broker[{cfg.brokerIP1}] sending message is forbidden")
-    bad = validate_topic(h.topic)
-    if bad:
-        return _error(broker, cmd, ResponseCode.SYSTEM_ERROR, bad)
     if h.topic in NOT_ALLOWED_SEND_TOPICS:
         return _error(broker, cmd, ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden.")
     now = broker.now_ms()
     tc = broker.topics.get(h.topic)
     if tc is None:
+        # Known topics were validated when created; only a new name needs checking.
+        bad = validate_topic(h.topic)
+        if bad:
+            return _error(broker, cmd, ResponseCode.SYSTEM_ERROR, bad)
         tc = broker.topics.create_from_default(h.topic, h.default_topic, h.default_topic_queue_nums, now)
         if tc is None:
             return _error(broker, cmd, ResponseCode.TOPIC_NOT_EXIST,
