@@ -14,6 +14,7 @@ import os
 import time
 
 from broker.core.clients import ConsumerManager, ProducerManager
+from broker.core.delay import SCHEDULE_TOPIC_NAME, ScheduleCursors
 from broker.core.held_pulls import HeldPullTable
 from broker.core.locks import RebalanceLockManager
 from broker.core.offsets import ConsumerOffsetManager
@@ -23,6 +24,7 @@ from broker.processors import build_processor_table
 from broker.processors.client_manage import notify_command
 from broker.services.flush import FlushService
 from broker.services.hold import HoldService
+from broker.services.schedule import ScheduleService
 from protocol import bodies
 from protocol import message as msgcodec
 from protocol.codes import RequestCode, ResponseCode
@@ -56,6 +58,9 @@ class Broker:
         self.producers = ProducerManager()
         self.locks = RebalanceLockManager()
         self.held_pulls = HeldPullTable(config.maxHeldPulls)
+        self.delay_levels = config.delay_levels_ms()
+        self.schedule_cursors = ScheduleCursors()
+        self.schedule_service: ScheduleService | None = None
         self.sync_flush = config.flushDiskType == "SYNC_FLUSH"
         self.cluster_property = f"CLUSTER\x01{config.brokerClusterName}"
         # Our own pull bound: RocketMQ clients ask for 32; pocketmq's bulk readers may ask more.
@@ -105,7 +110,15 @@ class Broker:
         self.flush_service.start()
         self.hold_service = HoldService(self, 5000 if cfg.longPollingEnable else cfg.shortPollingTimeMills)
         self.hold_service.start()
-        self.store.on_dispatch = self.hold_service.on_dispatch
+        self.schedule_service = ScheduleService(self, self.schedule_cursors, self.delay_levels)
+        hold_dispatch, schedule_wake = self.hold_service.on_dispatch, self.schedule_service.wake
+
+        def on_dispatch(topic, queue_id, max_offset, tags_code, store_ts):
+            if topic == SCHEDULE_TOPIC_NAME:
+                schedule_wake()
+            hold_dispatch(topic, queue_id, max_offset, tags_code, store_ts)
+        self.store.on_dispatch = on_dispatch
+        self.schedule_service.start()
         self.started_ms = self.now_ms()
         await self.server.start_serving()
         if cfg.namesrvAddr:
@@ -135,7 +148,7 @@ class Broker:
 
     def _load_metadata(self) -> None:
         for name, mgr in (("topics.json", self.topics), ("consumerOffset.json", self.offsets),
-                          ("subscriptionGroup.json", self.groups)):
+                          ("subscriptionGroup.json", self.groups), ("delayOffset.json", self.schedule_cursors)):
             path = self._config_path(name)
             for candidate in (path, path + ".bak"):
                 try:
@@ -157,6 +170,9 @@ class Broker:
         if force or self.groups.dirty:
             self.groups.dirty = False
             _write_atomic(self._config_path("subscriptionGroup.json"), self.groups.encode())
+        if force or self.schedule_cursors.dirty:
+            self.schedule_cursors.dirty = False
+            _write_atomic(self._config_path("delayOffset.json"), self.schedule_cursors.encode())
 
     def persist_topics(self) -> None:
         os.makedirs(os.path.join(self.root, "config"), exist_ok=True)
@@ -165,6 +181,8 @@ class Broker:
     async def close(self) -> None:
         if self.server is not None:
             await self.server.stop_accepting()
+        if self.schedule_service is not None:
+            await self.schedule_service.close()
         if self.hold_service is not None:
             await self.hold_service.close()
         for t in self._tasks:

@@ -7,12 +7,13 @@ from protocol.codes import RequestCode as R
 
 
 def build_processor_table(broker) -> dict:
-    from broker.processors import admin, client_manage as cm, pull, send
+    from broker.processors import admin, client_manage as cm, pull, send, send_back
     table = {
         R.SEND_MESSAGE: send.process_send,
         R.SEND_MESSAGE_V2: send.process_send,
         R.SEND_BATCH_MESSAGE: send.process_send,
         R.PULL_MESSAGE: pull.process_pull,
+        R.CONSUMER_SEND_MSG_BACK: send_back.process_send_back,
         R.HEART_BEAT: cm.process_heartbeat,
         R.UNREGISTER_CLIENT: cm.process_unregister_client,
         R.GET_CONSUMER_LIST_BY_GROUP: cm.process_get_consumer_list,
