@@ -424,44 +424,38 @@ class MessageStore:
         topic_part = bytes((len(topic_b),)) + topic_b
         pack_h = _H_PACK
         start = mf.start
+        prefix = self._msg_id_prefix
+        tags_code_of = self._tags_code
         qo = qo0
+        ids = []
+        units = []
         for flag, body, _props, props_b, size in encoded:
             bl = len(body)
+            phys = start + pos
             pack_head(mm, pos, size, MESSAGE_MAGIC_CODE, _crc32(body) & 0x7FFFFFFF, queue_id, flag, qo,
-                      start + pos, sys_flag, born_ts, born_addr, born_port, now, store_addr, store_port,
+                      phys, sys_flag, born_ts, born_addr, born_port, now, store_addr, store_port,
                       reconsume, 0, bl)
             p = pos + hs
             mm[p:p + bl] = body
             p += bl
             tail = topic_part + pack_h(len(props_b)) + props_b
             mm[p:p + len(tail)] = tail
+            ids.append(prefix + format(phys, "016X"))
+            units.append((phys, size, tags_code_of(topic, queue_id, props_b, now)))
             pos += size
             qo += 1
         cl.commit(mf, total)
         self._last_store_ts = now
-        ids = []
-        prefix = self._msg_id_prefix
-        phys = phys0
-        for e in encoded:
-            ids.append(prefix + format(phys, "016X"))
-            phys += e[4]
         if self._reput_from == phys0:
             self._reput_from = phys0 + total
-            phys = phys0
-            qo = qo0
             listener = self.on_dispatch
             try:
-                units = []
-                for _f, _b, _props, props_b, size in encoded:
-                    units.append((phys, size, self._tags_code(topic, queue_id, props_b, now)))
-                    phys += size
-                cq.put_many(qo, units)
+                cq.put_many(qo0, units)
                 if listener is not None:
                     # One wake-up per distinct tag code with the batch's end offset: a held
                     # pull wakes if any message of the batch matches it, as per-message would.
-                    end = qo + len(units)
                     for code in {u[2] for u in units}:
-                        self._notify(topic, queue_id, end, code, now)
+                        self._notify(topic, queue_id, qo, code, now)
             except OSError as e:
                 self._fail(f"consume queue write failed: {e}")
             else:
