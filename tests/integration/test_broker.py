@@ -290,3 +290,33 @@ async def test_offset_and_time_queries_and_view_by_id(env):
     assert v.code == C.SUCCESS and decode_records(v.body)[0].body == b"q2"
     v = await c.invoke(broker.addr, RemotingCommand(R.VIEW_MESSAGE_BY_ID, ext_fields={"offset": "999999999"}))
     assert v.code == C.SYSTEM_ERROR
+
+
+async def test_oversize_frame_closes_only_that_connection(env):
+    ns, broker, c = env
+    host, port = broker.addr.split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write((64 * 1024 * 1024).to_bytes(4, "big") + b"\x00\x00\x00\x02{}")
+    await writer.drain()
+    assert await asyncio.wait_for(reader.read(), 2) == b""
+    r = await c.invoke(broker.addr, RemotingCommand(R.GET_MAX_OFFSET, ext_fields={"topic": "T1", "queueId": "0"}))
+    assert r.code == C.SUCCESS
+
+
+async def test_topic_admin_round_trip(env):
+    ns, broker, c = env
+    create = RemotingCommand(R.UPDATE_AND_CREATE_TOPIC, ext_fields={
+        "topic": "Adm", "defaultTopic": "TBW102", "readQueueNums": "3", "writeQueueNums": "3", "perm": "6",
+        "topicFilterType": "SINGLE_TAG"})
+    assert (await c.invoke(broker.addr, create)).code == C.SUCCESS
+    r = await c.invoke(broker.addr, RemotingCommand(R.GET_ALL_TOPIC_CONFIG))
+    table = json.loads(r.body)["topicConfigTable"]
+    assert table["Adm"]["readQueueNums"] == 3 and "TBW102" in table
+    system = RemotingCommand(R.UPDATE_AND_CREATE_TOPIC, ext_fields=dict(create.ext_fields, topic="SCHEDULE_TOPIC_XXXX"))
+    assert (await c.invoke(broker.addr, system)).code == C.SYSTEM_ERROR
+    assert (await c.invoke(broker.addr, send_cmd("Adm", b"x"))).code == C.SUCCESS
+    r = await c.invoke(broker.addr, RemotingCommand(R.DELETE_TOPIC_IN_BROKER, ext_fields={"topic": "Adm"}))
+    assert r.code == C.SUCCESS
+    r = await c.invoke(broker.addr, RemotingCommand(R.GET_ALL_TOPIC_CONFIG))
+    assert "Adm" not in json.loads(r.body)["topicConfigTable"]
+    assert (await c.invoke(broker.addr, pull_cmd("Adm", 0, 0))).code == C.TOPIC_NOT_EXIST
