@@ -1,7 +1,6 @@
 """The Apache C++ client (rocketmq==0.4.4) against real mqnamesrv/mqbroker processes."""
 import asyncio
 import json
-import os
 import time
 
 import pytest

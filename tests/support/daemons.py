@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 READY_NS = re.compile(r"The Name Server boot success\..*address \S+:(\d+)")
 READY_BROKER = re.compile(r"The broker\[[^,]+, ([\d.]+):(\d+)\] boot success")
