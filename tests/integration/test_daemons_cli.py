@@ -1,6 +1,5 @@
 """The console scripts as a user runs them: pocketmq dev --demo, config errors, clean shutdown."""
 import asyncio
-import os
 import shutil
 import subprocess
 import sys
