@@ -2,7 +2,6 @@
 import pathlib
 import shutil
 import subprocess
-import sys
 
 import pytest
 
