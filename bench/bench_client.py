@@ -152,7 +152,9 @@ async def bench_e2e(addr, topic, rate, seconds, st):
 
 
 async def run_all(addr, args):
-    st = SerializeType.MSGPACK if args.msgpack else SerializeType.JSON
+    # auto (default): the client negotiates (msgpack with pocketmq brokers, JSON otherwise)
+    st = {"auto": None, "json": SerializeType.JSON, "msgpack": SerializeType.MSGPACK}[
+        "msgpack" if args.msgpack else args.codec]
     out = {}
     suffix = str(os.getpid())
     out["sync_send"] = await bench_sync_send(addr, f"BenchSync{suffix}", args.n_sync, st)
@@ -174,7 +176,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--namesrv", help="use a running cluster")
     ap.add_argument("--fake", action="store_true", help="in-process FakeCluster")
-    ap.add_argument("--msgpack", action="store_true", help="msgpack headers (pocketmq broker only)")
+    ap.add_argument("--codec", choices=["auto", "json", "msgpack"], default="auto",
+                    help="request header codec; auto = negotiated per broker (the client's default)")
+    ap.add_argument("--msgpack", action="store_true", help="same as --codec msgpack")
     ap.add_argument("--n-sync", type=int, default=20000)
     ap.add_argument("--n-async", type=int, default=50000)
     ap.add_argument("--n-batch", type=int, default=200000)

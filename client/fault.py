@@ -44,8 +44,13 @@ class LatencyFaultTolerance:
         if not self.enabled:
             return
         lat = ISOLATION_LATENCY_MS if isolation else latency_ms
-        duration = not_available_duration_ms(lat)
-        self.items[broker_name] = FaultItem(broker_name, lat, now_ms + duration)
+        duration = 0 if lat < LATENCY_MAX_MS[2] else not_available_duration_ms(lat)
+        item = self.items.get(broker_name)
+        if item is None:
+            self.items[broker_name] = FaultItem(broker_name, lat, now_ms + duration)
+        else:
+            item.latency_ms = lat
+            item.start_ms = now_ms + duration
 
     def available(self, broker_name: str, now_ms: int) -> bool:
         item = self.items.get(broker_name)

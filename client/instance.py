@@ -20,6 +20,7 @@ import os
 import time
 import weakref
 
+from client.connection import ClientRemoting
 from client.errors import (
     BrokerError,
     ClientStateError,
@@ -62,7 +63,6 @@ from protocol.headers.typed import (
     encode_pull_header,
     encode_send_header,
 )
-from remoting.client import RemotingClient
 from remoting.connection import RemotingError
 
 log = logging.getLogger("pocketmq.client")
@@ -163,7 +163,7 @@ class ClientInstance:
         # Header codec towards brokers: None = negotiate per connection (msgpack with pocketmq
         # brokers, JSON with anything else); nameserver requests always use JSON.
         self.serialize_type = serialize_type
-        self.remoting = RemotingClient(handler=self._on_request, language=LanguageCode.PYTHON,
+        self.remoting = ClientRemoting(handler=self._on_request, language=LanguageCode.PYTHON,
                                        serialize_type=SerializeType.JSON)
         self.remoting.set_namesrv_addr(namesrv_addr)
         self.route_refresh_interval_s = route_refresh_interval_s
@@ -477,6 +477,8 @@ class ClientInstance:
         if not conn.attrs.get("heartbeat_sent") and (self.consumers or self.producers):
             conn.attrs["heartbeat_sent"] = True
             await self._heartbeat(addr)
+        if conn.attrs.get("heartbeat_sent") and not conn.closed:
+            conn.attrs["ready"] = True     # invoke() may skip this preparation from now on
         return conn
 
     async def _negotiate(self, conn) -> int:
@@ -498,7 +500,9 @@ class ClientInstance:
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
         """Request/response to a broker."""
         try:
-            conn = await self._broker_connection(addr)
+            conn = self.remoting.connections.get(addr)
+            if conn is None or conn.closed or "ready" not in conn.attrs:
+                conn = await self._broker_connection(addr)
             cmd.language = LanguageCode.PYTHON
             cmd.serialize_type = conn.attrs["serialize_type"]
             return await conn.request(cmd, timeout_s)
@@ -514,10 +518,13 @@ class ClientInstance:
         except RemotingError as e:
             raise wrap_remoting(e, addr) from None
 
-    async def send_message(self, addr: str, broker_name: str, header: SendMessageRequestHeader, body: bytes,
-                           *, batch: bool, timeout_s: float, oneway: bool = False):
+    async def send_message(self, addr: str, broker_name: str, header: SendMessageRequestHeader | dict,
+                           body: bytes, *, batch: bool, timeout_s: float, oneway: bool = False):
+        """SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE; `header` is a SendMessageRequestHeader or its
+        already encoded V2 extFields (client.producer.send_ext_fields)."""
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
-        cmd = RemotingCommand(code, ext_fields=encode_send_header(header, v2=True), body=body)
+        ext = header if type(header) is dict else encode_send_header(header, v2=True)
+        cmd = RemotingCommand(code, ext_fields=ext, body=body)
         if oneway:
             await self.invoke_oneway(addr, cmd)
             return None

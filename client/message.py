@@ -57,16 +57,22 @@ SYSTEM_PROPERTY_KEYS = frozenset({
 })
 
 DELAY_LEVEL_MAX = 18
+_WIRE_KEYS = frozenset({"TAGS", "KEYS", "DELAY", "WAIT", "UNIQ_KEY"})
+
+
+_NO_PROPS: Mapping[str, str] = MappingProxyType({})
 
 
 def _frozen_props(props) -> Mapping[str, str]:
-    if isinstance(props, MappingProxyType):
+    if type(props) is MappingProxyType:
         return props
-    return MappingProxyType({str(k): str(v) for k, v in (props or {}).items()})
+    if not props:
+        return _NO_PROPS
+    return MappingProxyType({str(k): str(v) for k, v in props.items()})
 
 
 def _keys_tuple(keys) -> tuple[str, ...]:
-    if keys is None:
+    if not keys:
         return ()
     if isinstance(keys, str):
         return tuple(k for k in keys.split(" ") if k)
@@ -91,14 +97,44 @@ class Message:
     wait_store_msg_ok: bool = True
 
     def __post_init__(self):
-        if isinstance(self.body, str):
-            object.__setattr__(self, "body", self.body.encode())
-        elif not isinstance(self.body, bytes):
-            object.__setattr__(self, "body", bytes(self.body))
-        object.__setattr__(self, "keys", _keys_tuple(self.keys))
-        object.__setattr__(self, "properties", _frozen_props(self.properties))
+        body = self.body
+        if type(body) is not bytes:
+            if isinstance(body, str):
+                object.__setattr__(self, "body", body.encode())
+            elif not isinstance(body, bytes):
+                object.__setattr__(self, "body", bytes(body))
+        if self.keys != ():
+            object.__setattr__(self, "keys", _keys_tuple(self.keys))
+        props = self.properties
+        if type(props) is not MappingProxyType:
+            object.__setattr__(self, "properties", _frozen_props(props))
 
     __hash__ = None  # properties is a mapping
+
+    def wire_properties_text(self, uniq_key: str | None = None) -> str:
+        """encode_properties(self.wire_properties(uniq_key)), built without the dict
+        (the send hot path). Raises ValueError for the same bad user properties."""
+        props = self.properties
+        if props and not _WIRE_KEYS.isdisjoint(props):
+            return msgcodec.encode_properties(self.wire_properties(uniq_key))
+        head = msgcodec.encode_properties(props) if props else ""
+        parts = [head] if head else []
+        if self.tags:
+            parts.append(f"TAGS\x01{self.tags}")
+        if self.keys:
+            parts.append("KEYS\x01" + " ".join(self.keys))
+        if self.delay_level > 0:
+            parts.append(f"DELAY\x01{self.delay_level}")
+        parts.append("WAIT\x01true" if self.wait_store_msg_ok else "WAIT\x01false")
+        if uniq_key is not None:
+            parts.append(f"UNIQ_KEY\x01{uniq_key}")
+        if len(parts) == 1:
+            return parts[0]
+        text = "\x02".join(parts)
+        if "\x02" in (self.tags or "") or any("\x02" in k for k in self.keys):
+            # the dict route raises for these; keep the same error
+            return msgcodec.encode_properties(self.wire_properties(uniq_key))
+        return text
 
     def wire_properties(self, uniq_key: str | None = None) -> dict[str, str]:
         """System + user properties as sent (order like Java: user ones first is irrelevant)."""
@@ -247,6 +283,8 @@ class UniqIdGenerator:
         self._now_ms = now_ms or (lambda: time.time_ns() // 1_000_000)
         self._month_start_ms = 0
         self._next_month_ms = 0
+        self._last_ms = -1
+        self._head = ""
 
     def _roll_month(self, now_ms: int) -> None:
         t = time.gmtime(now_ms / 1000)
@@ -258,10 +296,13 @@ class UniqIdGenerator:
 
     def next_id(self) -> str:
         now = self._now_ms()
-        if now >= self._next_month_ms:
-            self._roll_month(now)
-        since = (now - self._month_start_ms) & 0xFFFFFFFF
-        return f"{self._prefix}{since:08X}{next(self._counter) & 0xFFFF:04X}"
+        if now != self._last_ms:
+            if now >= self._next_month_ms:
+                self._roll_month(now)
+            since = (now - self._month_start_ms) & 0xFFFFFFFF
+            self._last_ms = now
+            self._head = f"{self._prefix}{since:08X}"
+        return f"{self._head}{next(self._counter) & 0xFFFF:04X}"
 
 
 def as_message_list(msgs: Iterable) -> list[Message]:

@@ -85,6 +85,19 @@ def hash_selector(queues: Sequence[MessageQueue], key) -> MessageQueue:
     return queues[r]
 
 
+_DEFAULT_TOPIC_QUEUE_NUMS_S = str(DEFAULT_TOPIC_QUEUE_NUMS)
+
+
+def send_ext_fields(group: str, topic: str, queue_id: int, sys_flag: int, flag: int, properties: str,
+                    batch: bool, born_timestamp_ms: int) -> dict:
+    """The SEND_MESSAGE_V2 extFields of a producer send, built directly: equal (same keys,
+    values and order) to encode_send_header(SendMessageRequestHeader(group, topic, TBW102,
+    4, queue_id, sys_flag, born, flag, properties, 0, False, batch, None), v2=True)."""
+    return {"a": group, "b": topic, "c": DEFAULT_TOPIC, "d": _DEFAULT_TOPIC_QUEUE_NUMS_S,
+            "e": str(queue_id), "f": str(sys_flag), "g": str(born_timestamp_ms), "h": str(flag),
+            "j": "0", "k": "false", "m": "true" if batch else "false", "i": properties}
+
+
 def split_batch(msgs: Sequence[Message], props: list[dict], size_limit: int) -> list[list[int]]:
     """Indices of `msgs` grouped into sub-batches whose batch-body size stays within
     `size_limit` (element size = 22 + body + properties + topic + 20 of log overhead,
@@ -129,6 +142,7 @@ class Producer:
         self.serialize_type = serialize_type
         self.fault = LatencyFaultTolerance(enabled=latency_fault_enable)
         self.instance = None
+        self._topics_checked: set[str] = set()    # topics that passed check_topic
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -174,18 +188,24 @@ class Producer:
 
     # -- checks ---------------------------------------------------------------------------
     def _check_message(self, msg: Message) -> None:
-        if not isinstance(msg, Message):
+        if type(msg) is not Message and not isinstance(msg, Message):
             raise InvalidArgumentError(f"expected Message, got {type(msg).__name__}")
-        check_topic(msg.topic)
+        topic = msg.topic
+        if type(topic) is not str or topic not in self._topics_checked:
+            check_topic(topic)
+            if len(self._topics_checked) >= 1024:
+                self._topics_checked.clear()
+            self._topics_checked.add(topic)
         if not msg.body:
             raise InvalidArgumentError("the message body length is zero")
         if len(msg.body) > self.max_message_size_bytes:
             raise MessageTooLargeError(f"the message body size over max value, MAX: {self.max_message_size_bytes}")
         if msg.delay_level < 0:
             raise InvalidArgumentError("delay_level must be >= 0")
-        for k in msg.properties:
-            if k in ("TAGS", "KEYS", "DELAY", "WAIT", "UNIQ_KEY"):
-                raise InvalidArgumentError(f"property {k} is set by the client; use the Message field")
+        if msg.properties:
+            for k in msg.properties:
+                if k in ("TAGS", "KEYS", "DELAY", "WAIT", "UNIQ_KEY"):
+                    raise InvalidArgumentError(f"property {k} is set by the client; use the Message field")
 
     # -- send -----------------------------------------------------------------------------
     async def send(self, msg: Message, *, queue: MessageQueue | None = None,
@@ -201,7 +221,7 @@ class Producer:
         inst = self._inst()
         timeout_s = (timeout_ms or self.send_timeout_ms) / 1000
         uniq = _uniq.next_id()
-        props = msg.wire_properties(uniq)
+        props = msg.wire_properties_text(uniq)
         body, sys_flag = msg.body, 0
         if len(body) >= self.compress_over_bytes:
             body, sys_flag = msgcodec.maybe_compress(body, self.compress_over_bytes, self.compress_level)
@@ -222,7 +242,7 @@ class Producer:
         self._check_message(msg)
         inst = self._inst()
         uniq = _uniq.next_id()
-        props = msg.wire_properties(uniq)
+        props = msg.wire_properties_text(uniq)
         body, sys_flag = msg.body, 0
         if len(body) >= self.compress_over_bytes:
             body, sys_flag = msgcodec.maybe_compress(body, self.compress_over_bytes, self.compress_level)
@@ -231,8 +251,9 @@ class Producer:
             queue = (hash_selector(info.queues, sharding_key) if sharding_key is not None
                      else self.fault.select(info, None, mono_ms()))
         addr = await inst.master_addr_refreshing(queue.broker_name, msg.topic)
-        header = self._header(msg.topic, queue.queue_id, sys_flag, msg.flag, props, batch=False)
-        await inst.send_message(addr, queue.broker_name, header, body, batch=False, timeout_s=0, oneway=True)
+        ext = send_ext_fields(self.group, msg.topic, queue.queue_id, sys_flag, msg.flag, props, False,
+                              time.time_ns() // 1_000_000)
+        await inst.send_message(addr, queue.broker_name, ext, body, batch=False, timeout_s=0, oneway=True)
 
     async def send_batch(self, msgs: Iterable[Message], *, queue: MessageQueue | None = None,
                          timeout_ms: int | None = None) -> list[SendResult]:
@@ -261,62 +282,74 @@ class Producer:
         results = []
         for idx in split_batch(msgs, props, self.max_message_size_bytes):
             body = msgcodec.encode_batch_body([(msgs[i].flag, msgs[i].body, props[i]) for i in idx])
-            batch_props = {"WAIT": "true" if wait else "false"}
+            batch_props = "WAIT\x01true" if wait else "WAIT\x01false"
             results.append(await self._send_with_retry(
                 inst, topic, batch_props, body, 0, 0, ",".join(uniqs[i] for i in idx), queue,
                 batch=True, timeout_s=timeout_s))
         return results
 
-    def _header(self, topic: str, queue_id: int, sys_flag: int, flag: int, props: dict, *,
+    def _header(self, topic: str, queue_id: int, sys_flag: int, flag: int, props: dict | str, *,
                 batch: bool) -> SendMessageRequestHeader:
         return SendMessageRequestHeader(
             producer_group=self.group, topic=topic, default_topic=DEFAULT_TOPIC,
             default_topic_queue_nums=DEFAULT_TOPIC_QUEUE_NUMS, queue_id=queue_id, sys_flag=sys_flag,
             born_timestamp=time.time_ns() // 1_000_000, flag=flag,
-            properties=msgcodec.encode_properties(props), reconsume_times=0, unit_mode=False,
-            batch=batch, max_reconsume_times=None)
+            properties=props if isinstance(props, str) else msgcodec.encode_properties(props),
+            reconsume_times=0, unit_mode=False, batch=batch, max_reconsume_times=None)
 
-    async def _send_with_retry(self, inst, topic: str, props: dict, body: bytes, sys_flag: int, flag: int,
+    async def _send_with_retry(self, inst, topic: str, props: str, body: bytes, sys_flag: int, flag: int,
                                uniq: str, queue: MessageQueue | None, *, batch: bool,
                                timeout_s: float) -> SendResult:
+        """`props` is the encoded properties text (Message.wire_properties_text)."""
         attempts = 1 if queue is not None else 1 + self.retry_times_when_send_failed
-        deadline = mono_ms() + int(timeout_s * 1000)
+        now = mono_ms()
+        deadline = now + int(timeout_s * 1000)
         last_broker: str | None = None
         last_error: Exception | None = None
+        fault = self.fault
         for attempt in range(attempts):
-            remaining_s = (deadline - mono_ms()) / 1000
+            if attempt:
+                now = mono_ms()
+            remaining_s = (deadline - now) / 1000
             if remaining_s <= 0:
                 break
             if queue is not None:
                 mq = queue
             else:
-                info = await inst.publish_info(topic)
-                mq = self.fault.select(info, last_broker, mono_ms())
-            last_broker = mq.broker_name
-            header = self._header(topic, mq.queue_id, sys_flag, flag, props, batch=batch)
-            start = mono_ms()
+                info = inst.publish.get(topic)
+                if info is None or not info.queues:
+                    info = await inst.publish_info(topic)
+                mq = fault.select(info, last_broker, now)
+            broker_name = last_broker = mq.broker_name
+            ext = send_ext_fields(self.group, topic, mq.queue_id, sys_flag, flag, props, batch,
+                                  time.time_ns() // 1_000_000)
+            start = now
             try:
-                addr = await inst.master_addr_refreshing(mq.broker_name, topic)
-                resp = await inst.send_message(addr, mq.broker_name, header, body, batch=batch,
+                addr = inst.brokers.master(broker_name)
+                if addr is None:
+                    addr = await inst.master_addr_refreshing(broker_name, topic)
+                resp = await inst.send_message(addr, broker_name, ext, body, batch=batch,
                                                timeout_s=remaining_s)
             except MQClientError as e:
-                self.fault.update(mq.broker_name, mono_ms() - start, mono_ms(), isolation=True)
+                end = mono_ms()
+                fault.update(broker_name, end - start, end, isolation=True)
                 last_error = e
                 if not e.retriable or attempt + 1 >= attempts:
                     raise
-                log.info("send to %s failed (%s), retrying on another broker", mq.broker_name, e)
+                log.info("send to %s failed (%s), retrying on another broker", broker_name, e)
                 if isinstance(e, NoRouteError):
                     await inst.update_route(topic, for_publish=True)
                 continue
-            self.fault.update(mq.broker_name, mono_ms() - start, mono_ms())
+            end = mono_ms()
+            fault.update(broker_name, end - start, end)
             ext = resp.ext_fields
             try:
                 queue_id = int(ext.get("queueId", mq.queue_id))
                 queue_offset = int(ext.get("queueOffset", -1))
             except ValueError:
                 queue_id, queue_offset = mq.queue_id, -1
-            return SendResult(_STATUS[resp.code], uniq, ext.get("msgId", ""),
-                              MessageQueue(topic, mq.broker_name, queue_id), queue_offset,
+            rq = mq if queue_id == mq.queue_id and mq.topic == topic else MessageQueue(topic, broker_name, queue_id)
+            return SendResult(_STATUS[resp.code], uniq, ext.get("msgId", ""), rq, queue_offset,
                               ext.get("transactionId"), ext.get("MSG_REGION", "DefaultRegion"),
                               ext.get("TRACE_ON", "true") != "false")
         if last_error is not None:

@@ -1,0 +1,141 @@
+"""The client's broker/nameserver connections: remoting's Connection with write coalescing.
+
+remoting.connection.Connection writes every frame with its own writelines
+(one send syscall) unless it is answering inside data_received. A producer
+with many sends in flight issues its requests from many tasks woken in the
+same event-loop iteration; here they are collected and written with one
+writelines when the iteration's ready callbacks have run (loop.call_soon),
+which saves the client one syscall per request and gives the broker fewer,
+larger reads (it then answers them with one write too).
+
+Frames are encoded like protocol.command.encode_parts; msgpack headers whose
+extFields are all strings (every request the client builds) are packed by a
+reused msgpack.Packer: the same bytes as protocol.headers.codec.encode_msgpack.
+
+A request sent while no other request is waiting for its response is written
+at once (nothing to coalesce with, and the broker is idle: the sync send
+case); at most `coalesce_frames_max` frames wait, so the broker works on one
+group while the client produces the next.
+"""
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import msgpack
+
+from protocol.codes import SerializeType
+from protocol.command import RemotingCommand, encode_parts
+from remoting.client import RemotingClient, split_addr
+from remoting.connection import Connection, ConnectionClosed
+
+_PREFIX = struct.Struct(">ii")
+_MSGPACK = int(SerializeType.MSGPACK)
+_MSGPACK_TYPE_BITS = _MSGPACK << 24
+_packer = msgpack.Packer(use_bin_type=True)
+_pack = _packer.pack
+
+
+def encode_frame_parts(cmd: RemotingCommand) -> list:
+    """Like protocol.command.encode_parts (same bytes), faster for msgpack headers."""
+    if cmd.serialize_type != _MSGPACK:
+        return encode_parts(cmd)
+    ext = cmd.ext_fields
+    if ext:
+        for v in ext.values():
+            if type(v) is not str:
+                return encode_parts(cmd)
+    else:
+        ext = None
+    header = _pack([cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark, ext])
+    body = cmd.body
+    if type(body) is not bytes:
+        return encode_parts(cmd)
+    hlen = len(header)
+    prefix = _PREFIX.pack(4 + hlen + len(body), _MSGPACK_TYPE_BITS | hlen) + header
+    if not body:
+        return [prefix]
+    if len(body) <= 2048:
+        return [prefix + body]
+    return [prefix, body]
+
+
+class ClientConnection(Connection):
+    """Outgoing frames produced during one loop iteration leave with one writelines."""
+
+    # Up to this many frames wait for the end of the iteration; a full group is written at
+    # once so the broker can work on it while we produce the next (with 64 sends in flight,
+    # groups of 16 measured ~47k sends/s, one group of 64 ~23k/s: client and broker took turns).
+    coalesce_frames_max = 16
+    # A request sent while nothing else is in flight (sync sends) is written at once.
+    lone_write = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._wq: list | None = None
+        self._wq_frames = 0
+
+    def send(self, cmd: RemotingCommand) -> None:
+        if self.closed or self.transport is None or self.transport.is_closing():
+            return
+        parts = encode_frame_parts(cmd)
+        out = self._out
+        if out is not None:           # inside data_received: written when the read is done
+            out.extend(parts)
+            return
+        q = self._wq
+        if q is None:
+            if len(self.pending) <= 1 and self.lone_write:
+                # a lone request (sync send): the broker is idle, nothing to wait for
+                self.transport.writelines(parts)
+                return
+            self._wq = parts
+            self._wq_frames = 1
+            asyncio.get_running_loop().call_soon(self._flush)
+        else:
+            q.extend(parts)
+            self._wq_frames += 1
+            if self._wq_frames >= self.coalesce_frames_max:
+                self._wq = []
+                self._wq_frames = 0
+                self.transport.writelines(q)
+
+    def _flush(self) -> None:
+        q, self._wq = self._wq, None
+        if q and not self.closed and self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(q)
+
+    def close(self) -> None:
+        if self._wq:
+            self._flush()
+        super().close()
+
+
+class ClientRemoting(RemotingClient):
+    """RemotingClient whose connections are ClientConnections."""
+
+    async def connection(self, addr: str) -> Connection:
+        conn = self.connections.get(addr)
+        if conn is not None and not conn.closed:
+            return conn
+        if self.closed:
+            raise ConnectionClosed("client closed")
+        lock = self._locks.setdefault(addr, asyncio.Lock())
+        async with lock:
+            conn = self.connections.get(addr)
+            if conn is not None and not conn.closed:
+                return conn
+            host, port = split_addr(addr)
+            loop = asyncio.get_running_loop()
+
+            def factory():
+                return ClientConnection(self.handler, frame_size_bytes_max=self.frame_size_bytes_max,
+                                        on_close=self._closed, name=f"client->{addr}")
+            try:
+                _, conn = await asyncio.wait_for(loop.create_connection(factory, host, port),
+                                                 self.connect_timeout_s)
+            except (OSError, asyncio.TimeoutError) as e:
+                raise ConnectionClosed(f"cannot connect to {addr}: {e or 'timeout'}") from None
+            conn.attrs["addr"] = addr
+            self.connections[addr] = conn
+            return conn
