@@ -536,7 +536,9 @@ class ClientInstance:
     async def pull_message(self, addr: str, broker_name: str, group: str, mq: MessageQueue, offset: int,
                            max_nums: int, sys_flag: int, commit_offset: int, suspend_ms: int,
                            subscription: str | None, sub_version: int, timeout_s: float,
-                           expression_type: str = "TAG") -> PullResult:
+                           expression_type: str = "TAG", raw: bool = False) -> PullResult:
+        """PULL_MESSAGE. FOUND records are protocol.message.MessageExt, or with raw=True the
+        tuples of protocol.message.decode_records_raw (for MessageExt.from_raw)."""
         h = PullMessageRequestHeader(group, mq.topic, mq.queue_id, offset, max_nums, sys_flag,
                                      commit_offset, suspend_ms, subscription, sub_version,
                                      expression_type if subscription is not None else None)
@@ -556,7 +558,8 @@ class ClientInstance:
         records = []
         if status == PullResult.FOUND:
             try:
-                records = msgcodec.decode_records(resp.body)
+                records = (msgcodec.decode_records_raw(resp.body) if raw
+                           else msgcodec.decode_records(resp.body))
             except ValueError as e:
                 raise error_for(ResponseCode.SYSTEM_ERROR, f"undecodable pull body: {e}", addr) from None
         return PullResult(status, nbo, mn, mx, records, suggest)

@@ -321,7 +321,7 @@ class LitePullConsumer:
                 res = await inst.pull_message(addr, mq.broker_name, self.group, mq, offset,
                                               self.pull_batch_size, pull_sys_flag(False, True, True), 0,
                                               self.suspend_timeout_ms, sub.sub_string, sub.sub_version,
-                                              timeout_s)
+                                              timeout_s, raw=True)
             except MQClientError as e:
                 log.info("%s: pull %s@%d failed: %s", self.group, mq, offset, e)
                 if isinstance(e, SubscriptionError):
@@ -333,7 +333,8 @@ class LitePullConsumer:
             if res.status == PullResult.FOUND:
                 recs = res.records if accept is None else [r for r in res.records if accept(r)]
                 bn = mq.broker_name
-                st.buffer.extend(MessageExt.from_record(r, bn) for r in recs)
+                from_raw = MessageExt.from_raw
+                st.buffer.extend(from_raw(r, bn) for r in recs)
                 if recs:
                     self._arrived.set()
                 elif not st.buffer:

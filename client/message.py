@@ -6,6 +6,7 @@ property keys are RocketMQ's (MessageConst); the wire form of properties is
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import random
@@ -14,6 +15,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from operator import itemgetter
 from types import MappingProxyType
 
 from protocol import message as msgcodec
@@ -151,37 +153,98 @@ class Message:
         return props
 
 
-@dataclass(frozen=True, slots=True)
-class MessageExt:
-    """A message as stored by the broker and delivered to consumers.
+_FIELDS = ("topic", "body", "queue_id", "queue_offset", "properties", "flag", "sys_flag",
+           "commit_log_offset", "born_timestamp", "born_host", "store_timestamp", "store_host",
+           "reconsume_times", "prepared_transaction_offset", "body_crc", "store_size", "broker_name",
+           "real_topic")
+_tuple_new = tuple.__new__
+_field = property  # readability below
+
+
+def _host_text(raw) -> str:
+    if type(raw) is str:
+        return raw
+    return msgcodec.format_host(raw[0], raw[1])
+
+
+class MessageExt(tuple):
+    """A message as stored by the broker and delivered to consumers (immutable).
 
     `msg_id` is the producer-generated UNIQ_KEY when present (what SendResult.msg_id
     returned), else the broker's `offset_msg_id`; `topic` is the original topic for
     messages redelivered from `%RETRY%<group>`.
+
+    Built straight from a decoded pull body (`from_raw`) without parsing what a
+    listener may never read: `properties` is made from the stored properties text
+    on first access, `born_host` / `store_host` are formatted on first access.
+    Fields are read-only (assigning raises dataclasses.FrozenInstanceError);
+    equality compares the field values, like the frozen dataclass it replaces.
     """
-    topic: str
-    body: bytes
-    queue_id: int
-    queue_offset: int
-    broker_name: str = ""
-    properties: Mapping[str, str] = field(default_factory=dict)
-    flag: int = 0
-    sys_flag: int = 0
-    commit_log_offset: int = 0
-    born_timestamp: int = 0
-    born_host: str = ""
-    store_timestamp: int = 0
-    store_host: str = ""
-    reconsume_times: int = 0
-    prepared_transaction_offset: int = 0
-    body_crc: int = 0
-    store_size: int = 0
-    real_topic: str = ""        # topic the record was read from (e.g. %RETRY%group); "" = topic
+    # Storage: a tuple in the field order of _FIELDS (properties and hosts possibly raw);
+    # values computed lazily are cached in the instance __dict__.
 
-    def __post_init__(self):
-        object.__setattr__(self, "properties", _frozen_props(self.properties))
+    def __new__(cls, topic: str, body: bytes, queue_id: int, queue_offset: int, broker_name: str = "",
+                properties: Mapping[str, str] | None = None, flag: int = 0, sys_flag: int = 0,
+                commit_log_offset: int = 0, born_timestamp: int = 0, born_host: str = "",
+                store_timestamp: int = 0, store_host: str = "", reconsume_times: int = 0,
+                prepared_transaction_offset: int = 0, body_crc: int = 0, store_size: int = 0,
+                real_topic: str = ""):
+        return _tuple_new(cls, (topic, body, queue_id, queue_offset, _frozen_props(properties), flag,
+                                sys_flag, commit_log_offset, born_timestamp, born_host, store_timestamp,
+                                store_host, reconsume_times, prepared_transaction_offset, body_crc,
+                                store_size, broker_name, real_topic))
 
-    __hash__ = None
+    topic = _field(itemgetter(0))
+    body = _field(itemgetter(1))
+    queue_id = _field(itemgetter(2))
+    queue_offset = _field(itemgetter(3))
+    flag = _field(itemgetter(5))
+    sys_flag = _field(itemgetter(6))
+    commit_log_offset = _field(itemgetter(7))
+    born_timestamp = _field(itemgetter(8))
+    store_timestamp = _field(itemgetter(10))
+    reconsume_times = _field(itemgetter(12))
+    prepared_transaction_offset = _field(itemgetter(13))
+    body_crc = _field(itemgetter(14))
+    store_size = _field(itemgetter(15))
+    broker_name = _field(itemgetter(16))
+    real_topic = _field(itemgetter(17))    # topic the record was read from (e.g. %RETRY%group)
+
+    @property
+    def properties(self) -> Mapping[str, str]:
+        p = self[4]
+        if type(p) is str:
+            d = self.__dict__
+            cached = d.get("properties")
+            if cached is None:
+                cached = d["properties"] = MappingProxyType(decode_properties(p)) if p else _NO_PROPS
+            return cached
+        return p
+
+    @property
+    def born_host(self) -> str:
+        return _host_text(self[9])
+
+    @property
+    def store_host(self) -> str:
+        return _host_text(self[11])
+
+    def _property(self, name: str) -> str | None:
+        p = self[4]
+        if type(p) is str and "properties" not in self.__dict__:
+            return msgcodec.property_value(p, name) if p else None
+        return self.properties.get(name)
+
+    @classmethod
+    def from_raw(cls, t: tuple, broker_name: str = "") -> MessageExt:
+        """From one tuple of protocol.message.decode_records_raw. Messages redelivered
+        through `%RETRY%<group>` get their original topic back (RETRY_TOPIC)."""
+        topic = t[0]
+        if topic.startswith("%RETRY%"):
+            orig = msgcodec.property_value(t[4], PropertyKey.RETRY_TOPIC) if t[4] else None
+            if orig:
+                return _tuple_new(cls, (orig,) + t[1:] + (broker_name, topic))
+        return _tuple_new(cls, t + (broker_name, topic))
 
     @classmethod
     def from_record(cls, rec, broker_name: str = "") -> MessageExt:
@@ -197,30 +260,64 @@ class MessageExt:
                    rec.reconsume_times, rec.prepared_transaction_offset, rec.body_crc, rec.store_size,
                    rec.topic)
 
+    # -- immutable value semantics -------------------------------------------------------
+    def __setattr__(self, name, value):
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name):
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, f) for f in _FIELDS)
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __ne__(self, other):
+        r = self.__eq__(other)
+        return r if r is NotImplemented else not r
+
+    __hash__ = None
+    __lt__ = __le__ = __gt__ = __ge__ = None
+
+    def __repr__(self) -> str:
+        return "MessageExt(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in _FIELDS) + ")"
+
+    def __reduce__(self):
+        values = self._values()
+        return (_message_ext_from_fields, (values[:4] + (dict(values[4]),) + values[5:],))
+
+    # -- views -------------------------------------------------------------------------
     @property
     def offset_msg_id(self) -> str:
         """The broker's id: store host + commit-log offset (32 hex chars for IPv4)."""
-        if not self.store_host:
-            return ""
-        addr, port = msgcodec.parse_host(self.store_host)
-        return msgcodec.offset_msg_id(addr, port, self.commit_log_offset)
+        raw = self[11]
+        if type(raw) is str:
+            if not raw:
+                return ""
+            addr, port = msgcodec.parse_host(raw)
+        else:
+            addr, port = raw
+        return msgcodec.offset_msg_id(addr, port, self[7])
 
     @property
     def msg_id(self) -> str:
         """UNIQ_KEY (the id SendResult.msg_id returned) when present, else offset_msg_id."""
-        return self.properties.get(PropertyKey.UNIQ_KEY) or self.offset_msg_id
+        return self._property(PropertyKey.UNIQ_KEY) or self.offset_msg_id
 
     @property
     def tags(self) -> str | None:
-        return self.properties.get(PropertyKey.TAGS)
+        return self._property(PropertyKey.TAGS)
 
     @property
     def keys(self) -> tuple[str, ...]:
-        return _keys_tuple(self.properties.get(PropertyKey.KEYS))
+        return _keys_tuple(self._property(PropertyKey.KEYS))
 
     @property
     def delay_level(self) -> int:
-        v = self.properties.get(PropertyKey.DELAY)
+        v = self._property(PropertyKey.DELAY)
         return int(v) if v and v.isdigit() else 0
 
     @property
@@ -230,7 +327,16 @@ class MessageExt:
     @property
     def queue(self) -> MessageQueue:
         """The queue this message was pulled from."""
-        return MessageQueue(self.real_topic or self.topic, self.broker_name, self.queue_id)
+        return MessageQueue(self[17] or self[0], self[16], self[2])
+
+
+def _message_ext_from_fields(values: tuple) -> MessageExt:
+    (topic, body, queue_id, queue_offset, properties, flag, sys_flag, commit_log_offset, born_timestamp,
+     born_host, store_timestamp, store_host, reconsume_times, prepared_transaction_offset, body_crc,
+     store_size, broker_name, real_topic) = values
+    return MessageExt(topic, body, queue_id, queue_offset, broker_name, dict(properties), flag, sys_flag,
+                      commit_log_offset, born_timestamp, born_host, store_timestamp, store_host,
+                      reconsume_times, prepared_transaction_offset, body_crc, store_size, real_topic)
 
 
 class SendStatus(Enum):

@@ -33,6 +33,7 @@ import asyncio
 import inspect
 import logging
 import os
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
@@ -54,6 +55,7 @@ from client.rebalance import (
     plan_broadcasting,
     plan_clustering,
 )
+from protocol.message import property_value
 from protocol.bodies import (
     ConsumerData,
     MessageQueue,
@@ -86,11 +88,53 @@ def retry_topic(group: str) -> str:
 
 
 def tag_filter(sub: SubscriptionData):
-    """Client-side tag check after the broker's hash-code filter (None = everything)."""
+    """Client-side tag check after the broker's hash-code filter (None = everything), on the
+    tuples of protocol.message.decode_records_raw (TAGS read from the properties text)."""
     if sub.is_all or sub.expression_type != "TAG":
         return None
     tags = frozenset(sub.tags_set)
-    return lambda rec: rec.properties.get("TAGS") in tags
+    return lambda rec: property_value(rec[4], "TAGS") in tags
+
+
+class WorkQueue:
+    """FIFO of (mq, pq, msgs) items for the listener workers: a deque plus the futures
+    of idle workers. Cheaper per item than asyncio.Queue; a worker that takes an item
+    while more are waiting wakes one idle worker, so slow (awaiting) listeners still
+    run up to consume_concurrency at a time while a fast one needs no task switches."""
+
+    __slots__ = ("idle", "items")
+
+    def __init__(self):
+        self.items: deque = deque()
+        self.idle: deque = deque()
+
+    def put_nowait(self, item) -> None:
+        self.items.append(item)
+        self.wake_one()
+
+    def extend(self, items) -> None:
+        self.items.extend(items)
+        self.wake_one()
+
+    def wake_one(self) -> None:
+        idle = self.idle
+        while idle:
+            fut = idle.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+
+    async def wait(self) -> None:
+        fut = asyncio.get_running_loop().create_future()
+        self.idle.append(fut)
+        try:
+            await fut
+        finally:
+            if not fut.done():
+                fut.cancel()
+
+    def qsize(self) -> int:
+        return len(self.items)
 
 
 class RouteRetry:
@@ -142,7 +186,7 @@ class PushConsumer:
                  message_model: str = "CLUSTERING", consume_from_where: str = "LAST_OFFSET",
                  consume_timestamp_ms: int | None = None,
                  allocate_strategy: AllocateStrategy | None = None, consume_concurrency: int = 20,
-                 pull_batch_size: int = 32, flow_limits: FlowLimits | None = None,
+                 pull_batch_size: int = 128, flow_limits: FlowLimits | None = None,
                  instance_name: str | None = None, max_reconsume_times: int = 16,
                  suspend_timeout_ms: int = 15000, pull_timeout_ms: int = 30000,
                  persist_interval_s: float = 5.0, pull_error_delay_ms: int = 1000,
@@ -193,7 +237,7 @@ class PushConsumer:
         self._filters: dict[str, object] = {}
         self.pqs: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task] = {}
-        self._work: asyncio.Queue | None = None
+        self._work: WorkQueue | None = None
         self._workers: list[asyncio.Task] = []
         self._persist_task: asyncio.Task | None = None
         self._retry_handles: set = set()
@@ -271,7 +315,7 @@ class PushConsumer:
             self.offset_store = LocalOffsetStore(inst, self.group, self.broadcast_offset_dir)
         await self.offset_store.load()
         self._rebalance_lock = asyncio.Lock()
-        self._work = asyncio.Queue()
+        self._work = WorkQueue()
         if not self._listener_is_async and self.sync_listener_in_thread:
             self._executor = ThreadPoolExecutor(self.consume_concurrency,
                                                 thread_name_prefix=f"consume-{self.group}")
@@ -491,7 +535,7 @@ class PushConsumer:
                 res = await inst.pull_message(addr, mq.broker_name, self.group, mq, next_offset,
                                               self.pull_batch_size, sys_flag, max(commit, 0),
                                               self.suspend_timeout_ms, sub.sub_string, sub.sub_version,
-                                              timeout_s)
+                                              timeout_s, raw=True)
             except MQClientError as e:
                 if pq.dropped:
                     break
@@ -510,7 +554,8 @@ class PushConsumer:
                 bn = mq.broker_name
                 recs = res.records if accept is None else [r for r in res.records if accept(r)]
                 if recs:
-                    msgs = [MessageExt.from_record(r, bn) for r in recs]
+                    from_raw = MessageExt.from_raw
+                    msgs = [from_raw(r, bn) for r in recs]
                     pq.put_messages(msgs, mono_ms())
                     self._dispatch(mq, pq, msgs)
             elif status in (PullResult.NO_NEW_MSG, PullResult.NO_MATCHED_MSG):
@@ -535,24 +580,59 @@ class PushConsumer:
 
     # -- consuming ------------------------------------------------------------------------
     def _dispatch(self, mq: MessageQueue, pq: ProcessQueue, msgs: list) -> None:
-        put = self._work.put_nowait
         n = self.consume_batch_size
         if n == 1:
-            for m in msgs:
-                put((mq, pq, (m,)))
+            self._work.extend([(mq, pq, (m,)) for m in msgs])
         else:
-            for i in range(0, len(msgs), n):
-                put((mq, pq, tuple(msgs[i:i + n])))
+            self._work.extend([(mq, pq, tuple(msgs[i:i + n])) for i in range(0, len(msgs), n)])
+
+    # A worker that never has to wait (fast listener) yields to the loop after this many
+    # items, so pull responses are handled while a large backlog is being consumed.
+    WORKER_ITEMS_PER_TURN = 64
 
     async def _worker(self) -> None:
-        get = self._work.get
+        work = self._work
+        items = work.items
+        idle = work.idle
+        fast = self.batch_listener is None and self._listener_is_async
+        fn = self.listener
+        stats = self.stats
+        per_turn = self.WORKER_ITEMS_PER_TURN
+        done_in_turn = 0
         while True:
-            mq, pq, msgs = await get()
+            if not items:
+                done_in_turn = 0
+                await work.wait()
+                continue
+            if done_in_turn >= per_turn:
+                done_in_turn = 0
+                await asyncio.sleep(0)
+                continue
+            done_in_turn += 1
+            mq, pq, msgs = items.popleft()
+            if items and idle:
+                work.wake_one()
             if pq.dropped and self.state == "RUNNING":
                 continue   # queue moved to another consumer: leave these for its new owner
             pq.in_flight += 1
             try:
-                ok = await self._call_listener(msgs)
+                if fast:
+                    try:
+                        r = await fn(msgs[0])
+                        ok = (r is None or r is True or r is ConsumeStatus.CONSUME_SUCCESS
+                              or r == "CONSUME_SUCCESS")
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:
+                        log.exception("%s: listener raised; the message(s) will be consumed again later",
+                                      self.group)
+                        ok = False
+                    if ok:
+                        stats["consumed"] += 1
+                        pq.remove_messages(msgs, mono_ms())
+                        continue
+                else:
+                    ok = await self._call_listener(msgs)
                 await self._consumed(mq, pq, msgs, ok)
             except asyncio.CancelledError:
                 raise

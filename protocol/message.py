@@ -51,7 +51,7 @@ __all__ = [
     "MESSAGE_MAGIC_CODE", "BLANK_MAGIC_CODE", "SCHEDULE_TOPIC", "MessageSysFlag",
     "MessageExt", "java_string_hash", "tags_code", "encode_properties",
     "decode_properties", "encode_record", "encode_record_into", "patch_record",
-    "record_size", "decode_record", "decode_records", "offset_msg_id",
+    "record_size", "decode_record", "decode_records", "decode_records_raw", "offset_msg_id",
     "decode_offset_msg_id", "decode_batch_body", "encode_batch_body",
     "compress_body", "decompress_body", "parse_host", "format_host",
     "store_timestamp_pos", "property_value", "tags_code_of_properties",
@@ -545,6 +545,77 @@ def decode_records(buf, *, decompress: bool = True) -> list[MessageExt]:
         m = decode_record(buf, pos, decompress=decompress)
         out.append(m)
         pos += m.store_size
+    return out
+
+
+def _bad_record(buf, pos: int, decompress: bool):
+    """decode_record's ValueError for a record the fast loop rejected."""
+    decode_record(buf, pos, decompress=decompress)
+    raise ValueError(f"malformed record at {pos}")
+
+
+def decode_records_raw(buf, *, decompress: bool = True) -> list[tuple]:
+    """Records laid back to back (a PULL response body), decoded in one pass into plain tuples
+
+        (topic, body, queue_id, queue_offset, properties_text, flag, sys_flag,
+         commit_log_offset, born_timestamp, (born_addr, born_port), store_timestamp,
+         (store_addr, store_port), reconsume_times, prepared_transaction_offset,
+         body_crc, store_size)
+
+    with the same values decode_records gives (hosts as address bytes + port,
+    properties as their text, not yet a dict) and the same validation: any record
+    the fast loop finds suspicious is handed to decode_record, which raises the
+    ValueError naming the problem."""
+    if type(buf) is not bytes:
+        buf = bytes(buf)
+    out = []
+    append = out.append
+    n = len(buf)
+    pos = 0
+    heads = _HEADS_BY_BITS
+    unpack_int = _I.unpack_from
+    unpack_short = _H.unpack_from
+    topics: dict[bytes, str] = {}
+    while pos < n:
+        if n - pos < _HEAD_MIN:
+            _bad_record(buf, pos, decompress)
+        (sys_flag,) = unpack_int(buf, pos + _POS_SYSFLAG)
+        head = heads[(sys_flag >> 4) & 3]
+        hs = head.size
+        if n - pos < hs + 3:
+            _bad_record(buf, pos, decompress)
+        (total, magic, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
+         born_ts, born_addr, born_port, store_ts, store_addr, store_port, reconsume_times,
+         prepared_offset, bl) = head.unpack_from(buf, pos)
+        end = pos + total
+        p = pos + hs + bl
+        if (magic != MESSAGE_MAGIC_CODE or total < hs + 3 or end > n or bl < 0 or p + 3 > end
+                or buf[p] > TOPIC_LENGTH_BYTES_MAX):
+            _bad_record(buf, pos, decompress)
+        tl = buf[p]
+        tp = p + 1
+        p = tp + tl
+        if p + 2 > end:
+            _bad_record(buf, pos, decompress)
+        (pl,) = unpack_short(buf, p)
+        p += 2
+        if pl < 0 or p + pl != end:
+            _bad_record(buf, pos, decompress)
+        topic_raw = buf[tp:tp + tl]
+        topic = topics.get(topic_raw)
+        try:
+            if topic is None:
+                topic = topics[topic_raw] = topic_raw.decode()
+            props = buf[p:end].decode()
+        except UnicodeDecodeError:
+            _bad_record(buf, pos, decompress)
+        body = buf[pos + hs:pos + hs + bl]
+        if decompress and sys_flag & MessageSysFlag.COMPRESSED_FLAG:
+            body = decode_record(buf, pos, decompress=True).body
+        append((topic, body, queue_id, queue_offset, props, flag, sys_flag, physical_offset,
+                born_ts, (born_addr, born_port), store_ts, (store_addr, store_port),
+                reconsume_times, prepared_offset, body_crc, total))
+        pos = end
     return out
 
 

@@ -1,5 +1,6 @@
 """The client's hot-path shortcuts produce exactly what the general code produces."""
 import asyncio
+import dataclasses
 import random
 
 import pytest
@@ -103,3 +104,129 @@ async def test_coalescing_groups_frames_keeps_order_and_flushes_on_close():
     for w in t.writes:
         dec.feed(w)
     assert [c.opaque for c in dec.commands()] == [1, *range(2, 22), 99]
+
+
+# --- pull bodies: one-pass raw decode + lazy MessageExt == eager decode ------------------
+
+from client.message import MessageExt  # noqa: E402
+from client.push_consumer import WorkQueue, tag_filter  # noqa: E402
+from protocol.bodies import build_subscription  # noqa: E402
+from tests.unit.test_message_codec import A3_HEX  # noqa: E402
+
+
+def _random_record(rnd: random.Random, i: int) -> bytes:
+    props = {}
+    if rnd.random() < 0.7:
+        props["TAGS"] = rnd.choice(["A", "B", "Tag" + "é" * rnd.randrange(3)])
+    if rnd.random() < 0.5:
+        props["UNIQ_KEY"] = "%032X" % rnd.getrandbits(128)
+    if rnd.random() < 0.3:
+        props["KEYS"] = "k1 k2"
+    if rnd.random() < 0.2:
+        props["RETRY_TOPIC"] = "Orig"
+    for j in range(rnd.randrange(3)):
+        props[f"u{j}"] = "v" * rnd.randrange(5)
+    body = bytes(rnd.getrandbits(8) for _ in range(rnd.randrange(0, 300)))
+    sys_flag = 0
+    if rnd.random() < 0.1 and body:
+        body, sys_flag = msgcodec.compress_body(body), msgcodec.MessageSysFlag.COMPRESSED_FLAG
+    born = (bytes([10, 0, 0, rnd.randrange(256)]), 1234) if rnd.random() < 0.8 else (bytes(range(16)), 5)
+    store = (bytes([127, 0, 0, 1]), 10911) if rnd.random() < 0.8 else (bytes(range(1, 17)), 7)
+    topic = rnd.choice(["T", "%RETRY%G", "Topic-" + "x" * rnd.randrange(100)])
+    return msgcodec.encode_record(topic, rnd.randrange(8), rnd.randrange(1 << 31), body,
+                                  msgcodec.encode_properties(props), sys_flag, rnd.getrandbits(40), born,
+                                  store, rnd.randrange(3), 0, i, rnd.getrandbits(40), rnd.getrandbits(40))
+
+
+def _eager_view(rec, broker_name):
+    return MessageExt.from_record(rec, broker_name)
+
+
+def test_decode_records_raw_matches_decode_records_on_vector_and_random_bodies():
+    rnd = random.Random(11)
+    bodies = [bytes.fromhex(A3_HEX), bytes.fromhex(A3_HEX) * 3]
+    for _ in range(60):
+        bodies.append(b"".join(_random_record(rnd, i) for i in range(rnd.randrange(1, 40))))
+    for body in bodies:
+        eager = msgcodec.decode_records(body)
+        raw = msgcodec.decode_records_raw(body)
+        assert len(raw) == len(eager)
+        for r, e in zip(raw, eager):
+            assert (r[0], r[1], r[2], r[3], r[5], r[6], r[7], r[8], r[10], r[12], r[13], r[14], r[15]) == (
+                e.topic, e.body, e.queue_id, e.queue_offset, e.flag, e.sys_flag, e.commit_log_offset,
+                e.born_timestamp, e.store_timestamp, e.reconsume_times, e.prepared_transaction_offset,
+                e.body_crc, e.store_size)
+            assert msgcodec.decode_properties(r[4]) == e.properties
+            assert msgcodec.format_host(*r[9]) == e.born_host and msgcodec.format_host(*r[11]) == e.store_host
+            lazy, want = MessageExt.from_raw(r, "broker-a"), _eager_view(e, "broker-a")
+            assert lazy == want
+            assert (lazy.msg_id, lazy.offset_msg_id, lazy.tags, lazy.keys, lazy.topic, lazy.queue,
+                    lazy.user_properties, lazy.born_host, lazy.store_host, lazy.delay_level) == (
+                want.msg_id, want.offset_msg_id, want.tags, want.keys, want.topic, want.queue,
+                want.user_properties, want.born_host, want.store_host, want.delay_level)
+            assert dict(lazy.properties) == e.properties
+
+
+def test_decode_records_raw_rejects_what_decode_records_rejects():
+    rnd = random.Random(5)
+    body = b"".join(_random_record(rnd, i) for i in range(5))
+    cases = [body[:cut] for cut in range(1, len(body)) if rnd.random() < 0.2]
+    for _ in range(200):
+        b = bytearray(body)
+        b[rnd.randrange(len(b))] ^= 1 << rnd.randrange(8)
+        cases.append(bytes(b))
+    for case in cases:
+        try:
+            want = msgcodec.decode_records(case)
+        except ValueError:
+            with pytest.raises(ValueError):
+                msgcodec.decode_records_raw(case)
+            continue
+        got = msgcodec.decode_records_raw(case)
+        assert [g[3] for g in got] == [w.queue_offset for w in want]
+        assert [msgcodec.decode_properties(g[4]) for g in got] == [w.properties for w in want]
+
+
+def test_message_ext_is_immutable_and_compares_by_value():
+    m = MessageExt("T", b"b", 1, 2, properties={"TAGS": "A"})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.topic = "x"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        m.properties["b"] = "2"  # type: ignore[index]
+    assert m == MessageExt("T", b"b", 1, 2, properties={"TAGS": "A"})
+    assert m != MessageExt("T", b"b", 1, 3, properties={"TAGS": "A"})
+    with pytest.raises(TypeError):
+        hash(m)
+
+
+def test_tag_filter_on_raw_records():
+    rnd = random.Random(3)
+    body = b"".join(_random_record(rnd, i) for i in range(50))
+    raw = msgcodec.decode_records_raw(body)
+    accept = tag_filter(build_subscription("T", "A || B", "TAG", 1))
+    want = [r for r, e in zip(raw, msgcodec.decode_records(body)) if e.properties.get("TAGS") in ("A", "B")]
+    assert want and [r for r in raw if accept(r)] == want
+
+
+async def test_work_queue_wakes_idle_workers_in_order():
+    q = WorkQueue()
+    got = []
+
+    async def worker(name):
+        while True:
+            if not q.items:
+                await q.wait()
+                continue
+            got.append((name, q.items.popleft()))
+            await asyncio.sleep(0)
+    tasks = [asyncio.create_task(worker(i)) for i in range(3)]
+    await asyncio.sleep(0)
+    q.extend(range(5))
+    q.put_nowait(5)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert sorted(v for _, v in got) == list(range(6))
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(f.done() for f in q.idle)
