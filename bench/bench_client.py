@@ -7,7 +7,7 @@
 Measures (defaults keep a run under ~2 minutes on 2 cores):
   sync send       one send at a time: msgs/s, p50/p99 latency
   async send      64 sends in flight: msgs/s
-  batch send      send_batch of 100 x 128 B: msgs/s
+  batch send      send_batch of 100 x 128 B: msgs/s, one at a time and 8 in flight
   push consume    messages/s delivered to a no-op listener (pre-produced backlog)
   end-to-end      send -> listener latency p50/p99 at 1,000 and 10,000 msgs/s
 Every phase is bounded in count and time and talks to 127.0.0.1 only.
@@ -68,18 +68,22 @@ async def bench_inflight_send(addr, topic, n, st, inflight=64):
     return {"msgs_per_s": n / dt, "in_flight": inflight}
 
 
-async def bench_batch_send(addr, topic, n, st, batch=100):
+async def bench_batch_send(addr, topic, n, st, batch=100, inflight=1):
     body = b"x" * 128
     async with Producer("BenchBatch", addr, instance_name="bench-batch", serialize_type=st) as p:
         msgs = [Message(topic, body) for _ in range(batch)]
         await p.send_batch(msgs)
-        t0 = time.perf_counter()
         sent = 0
-        while sent < n:
-            await p.send_batch(msgs)
-            sent += batch
+
+        async def worker():
+            nonlocal sent
+            while sent < n:
+                sent += batch
+                await p.send_batch(msgs)
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(inflight)))
         dt = time.perf_counter() - t0
-    return {"msgs_per_s": sent / dt, "batch": batch}
+    return {"msgs_per_s": sent / dt, "batch": batch, "in_flight": inflight}
 
 
 async def bench_push_consume(addr, topic, n, st):
@@ -163,6 +167,8 @@ async def run_all(addr, args):
     print("64 in flight", out["inflight_send"], flush=True)
     out["batch_send"] = await bench_batch_send(addr, f"BenchBatch{suffix}", args.n_batch, st)
     print("batch send", out["batch_send"], flush=True)
+    out["batch_send_8"] = await bench_batch_send(addr, f"BenchBatch8x{suffix}", args.n_batch, st, inflight=8)
+    print("batch send, 8 in flight", out["batch_send_8"], flush=True)
     out["push_consume"] = await bench_push_consume(addr, f"BenchConsume{suffix}", args.n_consume, st)
     print("push consume", out["push_consume"], flush=True)
     for rate in args.rates:

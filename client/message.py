@@ -1,6 +1,7 @@
 """Typed messages of the client: Message (to send), MessageExt (received), SendResult.
 
-All are frozen dataclasses. Properties are read-only mappings. System
+Message and SendResult are frozen dataclasses; MessageExt is an immutable tuple-based
+value with lazily decoded properties. Properties are read-only mappings. System
 property keys are RocketMQ's (MessageConst); the wire form of properties is
 `name\\x01value\\x02...` (protocol reference 5.5).
 """
@@ -409,6 +410,13 @@ class UniqIdGenerator:
             self._last_ms = now
             self._head = f"{self._prefix}{since:08X}"
         return f"{self._head}{next(self._counter) & 0xFFFF:04X}"
+
+    def next_ids(self, n: int) -> list[str]:
+        """n ids, as n calls of next_id() within one millisecond would give."""
+        first = self.next_id()
+        head = first[:-4]
+        counter = self._counter
+        return [first] + [f"{head}{next(counter) & 0xFFFF:04X}" for _ in range(n - 1)]
 
 
 def as_message_list(msgs: Iterable) -> list[Message]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 
@@ -98,16 +99,41 @@ def send_ext_fields(group: str, topic: str, queue_id: int, sys_flag: int, flag: 
             "j": "0", "k": "false", "m": "true" if batch else "false", "i": properties}
 
 
-def split_batch(msgs: Sequence[Message], props: list[dict], size_limit: int) -> list[list[int]]:
+_BATCH_HEAD = struct.Struct(">iiiii")
+_SHORT = struct.Struct(">h")
+
+
+def encode_batch_elements(items) -> bytes:
+    """[(flag, body, properties as UTF-8 bytes)] -> batch body; the same bytes as
+    protocol.message.encode_batch_body of the decoded properties (lengths checked by the caller)."""
+    parts = []
+    append = parts.append
+    head = _BATCH_HEAD.pack
+    short = _SHORT.pack
+    overhead = msgcodec.BATCH_ELEMENT_OVERHEAD
+    for flag, data, pb in items:
+        bl = len(data)
+        pl = len(pb)
+        append(head(overhead + bl + pl, 0, 0, flag, bl))
+        append(data)
+        append(short(pl))
+        append(pb)
+    return b"".join(parts)
+
+
+def split_batch(msgs: Sequence[Message], props: list, size_limit: int) -> list[list[int]]:
     """Indices of `msgs` grouped into sub-batches whose batch-body size stays within
     `size_limit` (element size = 22 + body + properties + topic + 20 of log overhead,
-    like the Java documentation's ListSplitter)."""
+    like the Java documentation's ListSplitter). `props[i]`: the wire properties of
+    message i, as a dict or already encoded bytes."""
     groups: list[list[int]] = []
     cur: list[int] = []
     cur_size = 0
     for i, m in enumerate(msgs):
-        size = (msgcodec.BATCH_ELEMENT_OVERHEAD + len(m.body) + len(m.topic) + 20 +
-                len(msgcodec.encode_properties(props[i]).encode()))
+        pb = props[i]
+        if type(pb) is not bytes:
+            pb = msgcodec.encode_properties(pb).encode()
+        size = msgcodec.BATCH_ELEMENT_OVERHEAD + len(m.body) + len(m.topic) + 20 + len(pb)
         if size > size_limit:
             raise MessageTooLargeError(f"message {i} of the batch is {size} bytes, over {size_limit}")
         if cur and cur_size + size > size_limit:
@@ -277,11 +303,14 @@ class Producer:
                 raise InvalidArgumentError("The waitStoreMsgOK of the messages in one batch should the same")
         inst = self._inst()
         timeout_s = (timeout_ms or self.send_timeout_ms) / 1000
-        uniqs = [_uniq.next_id() for _ in msgs]
-        props = [m.wire_properties(u) for m, u in zip(msgs, uniqs)]
+        uniqs = _uniq.next_ids(len(msgs))
+        props = [m.wire_properties_text(u).encode() for m, u in zip(msgs, uniqs)]
+        for pb in props:
+            if len(pb) > msgcodec.PROPERTIES_LENGTH_BYTES_MAX:
+                raise ValueError("batch element properties longer than 32767 bytes")
         results = []
         for idx in split_batch(msgs, props, self.max_message_size_bytes):
-            body = msgcodec.encode_batch_body([(msgs[i].flag, msgs[i].body, props[i]) for i in idx])
+            body = encode_batch_elements([(msgs[i].flag, msgs[i].body, props[i]) for i in idx])
             batch_props = "WAIT\x01true" if wait else "WAIT\x01false"
             results.append(await self._send_with_retry(
                 inst, topic, batch_props, body, 0, 0, ",".join(uniqs[i] for i in idx), queue,

@@ -230,3 +230,20 @@ async def test_work_queue_wakes_idle_workers_in_order():
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     assert all(f.done() for f in q.idle)
+
+
+def test_batch_elements_equal_encode_batch_body_and_ids_sequential():
+    from client.message import UniqIdGenerator
+    from client.producer import encode_batch_elements, split_batch
+    rnd = random.Random(9)
+    msgs = [Message("T", bytes(rnd.randrange(50)), tags=rnd.choice([None, "A"]), flag=rnd.randrange(9),
+                    properties={"u": "é"} if rnd.random() < 0.3 else None) for _ in range(50)]
+    gen = UniqIdGenerator(now_ms=lambda: 1_700_000_000_000)
+    ids = gen.next_ids(50)
+    assert len(set(ids)) == 50 and all(len(i) == 32 for i in ids)
+    assert [int(i[-4:], 16) for i in ids] == [(int(ids[0][-4:], 16) + k) & 0xFFFF for k in range(50)]
+    dicts = [m.wire_properties(u) for m, u in zip(msgs, ids)]
+    texts = [m.wire_properties_text(u).encode() for m, u in zip(msgs, ids)]
+    assert encode_batch_elements([(m.flag, m.body, t) for m, t in zip(msgs, texts)]) == \
+        msgcodec.encode_batch_body([(m.flag, m.body, d) for m, d in zip(msgs, dicts)])
+    assert split_batch(msgs, texts, 1000) == split_batch(msgs, dicts, 1000)
