@@ -26,8 +26,8 @@ import msgpack
 
 from protocol.codes import SerializeType
 from protocol.command import RemotingCommand, encode_parts
-from remoting.client import RemotingClient, split_addr
-from remoting.connection import Connection, ConnectionClosed
+from remoting.client import RemotingClient
+from remoting.connection import Connection
 
 _PREFIX = struct.Struct(">ii")
 _MSGPACK = int(SerializeType.MSGPACK)
@@ -114,28 +114,4 @@ class ClientConnection(Connection):
 class ClientRemoting(RemotingClient):
     """RemotingClient whose connections are ClientConnections."""
 
-    async def connection(self, addr: str) -> Connection:
-        conn = self.connections.get(addr)
-        if conn is not None and not conn.closed:
-            return conn
-        if self.closed:
-            raise ConnectionClosed("client closed")
-        lock = self._locks.setdefault(addr, asyncio.Lock())
-        async with lock:
-            conn = self.connections.get(addr)
-            if conn is not None and not conn.closed:
-                return conn
-            host, port = split_addr(addr)
-            loop = asyncio.get_running_loop()
-
-            def factory():
-                return ClientConnection(self.handler, frame_size_bytes_max=self.frame_size_bytes_max,
-                                        on_close=self._closed, name=f"client->{addr}")
-            try:
-                _, conn = await asyncio.wait_for(loop.create_connection(factory, host, port),
-                                                 self.connect_timeout_s)
-            except (OSError, asyncio.TimeoutError) as e:
-                raise ConnectionClosed(f"cannot connect to {addr}: {e or 'timeout'}") from None
-            conn.attrs["addr"] = addr
-            self.connections[addr] = conn
-            return conn
+    connection_class = ClientConnection

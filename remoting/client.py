@@ -19,6 +19,9 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 
 class RemotingClient:
+    # Roles may use a Connection subclass (the Python client coalesces writes).
+    connection_class = Connection
+
     def __init__(self, *, handler=None, connect_timeout_s: float = 3.0,
                  language: int = LanguageCode.PYTHON, serialize_type: int = SerializeType.JSON,
                  frame_size_bytes_max: int = 16 * 1024 * 1024):
@@ -55,8 +58,8 @@ class RemotingClient:
             loop = asyncio.get_running_loop()
 
             def factory():
-                return Connection(self.handler, frame_size_bytes_max=self.frame_size_bytes_max,
-                                  on_close=self._closed, name=f"client->{addr}")
+                return self.connection_class(self.handler, frame_size_bytes_max=self.frame_size_bytes_max,
+                                             on_close=self._closed, name=f"client->{addr}")
             try:
                 _, conn = await asyncio.wait_for(loop.create_connection(factory, host, port),
                                                  self.connect_timeout_s)

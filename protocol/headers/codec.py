@@ -239,7 +239,14 @@ def decode_msgpack(data) -> tuple:
 
 
 def encode_msgpack(code, language, version, opaque, flag, remark, ext_fields) -> bytes:
-    ext = {k: _to_str(v) for k, v in ext_fields.items() if v is not None} if ext_fields else None
+    if ext_fields:
+        ext = ext_fields
+        for v in ext_fields.values():   # fast path: already all strings (every response we build)
+            if type(v) is not str:
+                ext = {k: _to_str(v) for k, v in ext_fields.items() if v is not None}
+                break
+    else:
+        ext = None
     return msgpack.packb([code, language, version, opaque, flag, remark, ext], use_bin_type=True)
 
 
