@@ -662,11 +662,18 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
 _BATCH_HEAD = struct.Struct(">iiiii")
 
 
-def decode_batch_body(body, *, raw_properties: bool = False) -> list[tuple[int, bytes, str]]:
+def decode_batch_body(body, *, raw_properties: bool = False, append_properties: bytes = b"",
+                      body_bytes_max: int | None = None) -> list[tuple[int, bytes, str]]:
     """SEND_BATCH_MESSAGE body -> [(flag, body, properties_str)]. Raises ValueError when malformed.
 
     raw_properties=True returns the properties as the (UTF-8 checked) bytes they came in,
-    for the broker's store path, which would only encode them again."""
+    for the broker's store path, which would only encode them again; append_properties
+    (encoded properties, with raw_properties) are added to every element's, as the broker
+    adds the batch-level ones; body_bytes_max refuses larger element bodies. Doing this
+    here keeps the broker's batch path to one pass over the elements."""
+    if append_properties and not raw_properties:
+        raise ValueError("append_properties needs raw_properties=True")
+    sep_append = b"\x02" + append_properties if append_properties else b""
     out: list[tuple[int, bytes, str]] = []
     n = len(body)
     if n == 0:
@@ -679,6 +686,8 @@ def decode_batch_body(body, *, raw_properties: bool = False) -> list[tuple[int, 
         pos += _BATCH_HEAD.size
         if bl < 0 or pos + bl + 2 > n:
             raise ValueError(f"batch element {len(out)}: body length {bl} out of bounds")
+        if body_bytes_max is not None and bl > body_bytes_max:
+            raise ValueError(f"batch element {len(out)}: body of {bl}B exceeds the limit {body_bytes_max}B")
         data = bytes(body[pos:pos + bl])
         pos += bl
         (pl,) = _H.unpack_from(body, pos)
@@ -691,7 +700,12 @@ def decode_batch_body(body, *, raw_properties: bool = False) -> list[tuple[int, 
         except UnicodeDecodeError:
             raise ValueError(f"batch element {len(out)}: properties not UTF-8") from None
         pos += pl
-        out.append((flag, data, pb if raw_properties else props))
+        if not raw_properties:
+            out.append((flag, data, props))
+        elif append_properties:
+            out.append((flag, data, pb + sep_append if pb and pb[-1] != 2 else pb + append_properties))
+        else:
+            out.append((flag, data, pb))
     return out
 
 

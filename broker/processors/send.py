@@ -13,6 +13,7 @@ import random
 import zlib
 
 from broker.core.delay import delay_level, to_schedule
+from broker.store.api import MessageBatchToStore
 from broker.core.topics import (DLQ_GROUP_TOPIC_PREFIX as DLQ_PREFIX, NOT_ALLOWED_SEND_TOPICS,
                                 RETRY_GROUP_TOPIC_PREFIX, dlq_topic, validate_topic)
 from protocol.codes import PermName, ResponseCode
@@ -87,32 +88,23 @@ def process_send(broker, conn, cmd):
             # The C++ 1.2.x client zlib-compresses a whole batch body over 4 KiB (Java never
             # compresses batches, and a Java broker stores such a batch as one message).
             # Elements are stored uncompressed, so the flag is cleared.
+            inflater = zlib.decompressobj()
             try:
-                body = zlib.decompressobj().decompress(body, cfg.maxFrameSize)
+                body = inflater.decompress(body, cfg.maxFrameSize)
             except zlib.error as e:
                 return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad compressed batch body: {e}")
+            if inflater.unconsumed_tail:   # bounded: a zip bomb is refused, not inflated
+                return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL,
+                              f"compressed batch body inflates beyond {cfg.maxFrameSize} bytes")
             sys_flag &= ~(msgcodec.MessageSysFlag.COMPRESSED_FLAG | 0x700)
+        # Batch-level properties (header + CLUSTER) are appended to every element's while
+        # the body is parsed: one pass over the elements, properties kept as bytes.
+        extra = ((props + "\x02" if props and not props.endswith("\x02") else props) + batch_props).encode()
         try:
-            elements = msgcodec.decode_batch_body(body, raw_properties=True)
+            records = msgcodec.decode_batch_body(body, raw_properties=True, append_properties=extra,
+                                                 body_bytes_max=cfg.maxMessageSize)
         except ValueError as e:
             return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}")
-        if not elements:
-            return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
-        # Element properties + batch-level properties (header + CLUSTER), kept as bytes:
-        # this loop runs once per message of every batch.
-        extra = ((props + "\x02" if props and not props.endswith("\x02") else props) + batch_props).encode()
-        sep_extra = b"\x02" + extra
-        max_body = cfg.maxMessageSize
-        records = []
-        for flag, ebody, eprops in elements:
-            if len(ebody) > max_body:
-                return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL,
-                              f"a batch element body of {len(ebody)}B exceeds the limit {max_body}B")
-            p = eprops + sep_extra if eprops and eprops[-1] != 2 else eprops + extra
-            if len(p) > PROPERTIES_MAX_BYTES:
-                return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL, "the message properties exceed 32767 bytes")
-            records.append((flag, ebody, p))
-        from broker.store.api import MessageBatchToStore
         result = broker.store.put_messages(MessageBatchToStore(topic, queue_id, sys_flag, h.born_timestamp,
                                                                born_host, now, records, h.reconsume_times))
         wait = True

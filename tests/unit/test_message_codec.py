@@ -264,3 +264,16 @@ def test_decode_garbage_only_value_error():
     with pytest.raises(ValueError):
         decode_record(bytes(flipped), check_crc=True)
     assert decode_record(bytes(flipped)).body == b"ii"
+
+
+def test_batch_decode_appends_batch_properties_and_bounds_bodies():
+    import pytest
+    from protocol.message import decode_batch_body, encode_batch_body
+    body = encode_batch_body([(1, b"a", "K\x01v"), (2, b"bb", ""), (3, b"c", "X\x01y\x02")])
+    got = decode_batch_body(body, raw_properties=True, append_properties=b"CLUSTER\x01C")
+    assert got == [(1, b"a", b"K\x01v\x02CLUSTER\x01C"), (2, b"bb", b"CLUSTER\x01C"),
+                   (3, b"c", b"X\x01y\x02CLUSTER\x01C")]
+    with pytest.raises(ValueError, match="exceeds"):
+        decode_batch_body(body, raw_properties=True, body_bytes_max=1)
+    with pytest.raises(ValueError):
+        decode_batch_body(body, append_properties=b"x")
