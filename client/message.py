@@ -27,25 +27,26 @@ __all__ = ["Message", "MessageExt", "MessageQueue", "PropertyKey", "SendResult",
 
 
 class PropertyKey:
-    KEYS = "KEYS"
-    TAGS = "TAGS"
-    WAIT = "WAIT"
-    DELAY = "DELAY"
-    RETRY_TOPIC = "RETRY_TOPIC"
-    REAL_TOPIC = "REAL_TOPIC"
-    REAL_QID = "REAL_QID"
-    TRAN_MSG = "TRAN_MSG"
-    PGROUP = "PGROUP"
-    MIN_OFFSET = "MIN_OFFSET"
-    MAX_OFFSET = "MAX_OFFSET"
-    ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-    RECONSUME_TIME = "RECONSUME_TIME"
-    MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
-    MSG_REGION = "MSG_REGION"
-    TRACE_ON = "TRACE_ON"
-    UNIQ_KEY = "UNIQ_KEY"
-    CONSUME_START_TIME = "CONSUME_START_TIME"
-    CLUSTER = "CLUSTER"
+    """Property names the client sets or reads (the strings live in protocol.message)."""
+    KEYS = msgcodec.KEYS
+    TAGS = msgcodec.TAGS
+    WAIT = msgcodec.WAIT
+    DELAY = msgcodec.DELAY
+    RETRY_TOPIC = msgcodec.RETRY_TOPIC
+    REAL_TOPIC = msgcodec.REAL_TOPIC
+    REAL_QID = msgcodec.REAL_QID
+    TRAN_MSG = msgcodec.TRAN_MSG
+    PGROUP = msgcodec.PGROUP
+    MIN_OFFSET = msgcodec.MIN_OFFSET
+    MAX_OFFSET = msgcodec.MAX_OFFSET
+    ORIGIN_MESSAGE_ID = msgcodec.ORIGIN_MESSAGE_ID
+    RECONSUME_TIME = msgcodec.RECONSUME_TIME
+    MAX_RECONSUME_TIMES = msgcodec.MAX_RECONSUME_TIMES
+    MSG_REGION = msgcodec.MSG_REGION
+    TRACE_ON = msgcodec.TRACE_ON
+    UNIQ_KEY = msgcodec.UNIQ_KEY
+    CONSUME_START_TIME = msgcodec.CONSUME_START_TIME
+    CLUSTER = msgcodec.CLUSTER
     SHARDING_KEY = "__SHARDINGKEY"
 
 
