@@ -68,7 +68,11 @@ async def _dev(args) -> int:
     broker = Broker(b_cfg)
     await namesrv.start()
     try:
-        await broker.start()
+        try:
+            await broker.start()
+        except BaseException:
+            await broker.close()
+            raise
         try:
             print(f"pocketmq dev: nameserver {namesrv_addr}, broker {broker.addr} "
                   f"(export NAMESRV_ADDR={namesrv_addr})", flush=True)
@@ -91,9 +95,11 @@ def main(argv=None) -> int:
     setup_logging("WARNING" if getattr(args, "demo", False) else "INFO")
     install_uvloop()
     if args.command == "dev":
+        from broker.app import MetadataError
+        from broker.store.api import StoreError
         try:
             return asyncio.run(_dev(args))
-        except OSError as e:
+        except (OSError, StoreError, MetadataError) as e:
             print(f"pocketmq dev: {e}", file=sys.stderr)
             return 1
     return 2

@@ -28,9 +28,11 @@ def main(argv=None) -> int:
             log.info("%s", line)
     from broker.app import Broker
     install_uvloop()
+    from broker.app import MetadataError
+    from broker.store.api import StoreError
     try:
         asyncio.run(run_until_signal(Broker(config)))
-    except OSError as e:
+    except (OSError, StoreError, MetadataError) as e:
         log.error("broker failed to start: %s", e)
         return 1
     return 0

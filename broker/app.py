@@ -37,6 +37,10 @@ log = logging.getLogger("pocketmq.broker")
 VERSION_DESC = "pocketmq-0.1.0 (RocketMQ V4_9_4 protocol)"
 
 
+class MetadataError(Exception):
+    """A metadata file (topics.json, consumerOffset.json, ...) cannot be read."""
+
+
 def _write_atomic(path: str, data: bytes) -> None:
     from broker.store.safe_write import write_file_atomic
     write_file_atomic(path, data)
@@ -79,10 +83,19 @@ class Broker:
         self.started_ms = 0
         self.recovery_report = None
         self._send_ext_base: dict | None = None
+        self.closing = False
+        self._metadata_loaded = False
+        self._topics_dirty = False
+        self._persist_lock = asyncio.Lock()
 
     # -- clock -----------------------------------------------------------------------
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+    @staticmethod
+    def mono_ms() -> int:
+        """For deadlines (held pulls): immune to wall-clock steps."""
+        return int(time.monotonic() * 1000)
 
     # -- paths ----------------------------------------------------------------------
     @property
@@ -103,6 +116,7 @@ class Broker:
         self.store_host = msgcodec.parse_host(self.addr)
         self._open_store()
         self._load_metadata()
+        self._metadata_loaded = True
         self.flush_service = FlushService(self.store, sync=self.sync_flush,
                                           # SYNC: woken by each waiting send (group commit); the
                                           # interval is only a fallback.
@@ -141,8 +155,9 @@ class Broker:
         # maxMessageSize bounds the body (checked by the send processor); the store's
         # bound is on the whole record, which adds properties (<= 32 KiB), topic and header.
         kwargs["max_message_size"] = cfg.maxMessageSize + 33 * 1024
-        self.store = MessageStore(StoreConfig(**kwargs))
-        self.recovery_report = self.store.open()
+        store = MessageStore(StoreConfig(**kwargs))
+        self.recovery_report = store.open()
+        self.store = store   # only an opened store is closed by close()
         if self.recovery_report is not None:
             log.info("store opened: %s", self.recovery_report)
 
@@ -150,35 +165,47 @@ class Broker:
         for name, mgr in (("topics.json", self.topics), ("consumerOffset.json", self.offsets),
                           ("subscriptionGroup.json", self.groups), ("delayOffset.json", self.schedule_cursors)):
             path = self._config_path(name)
-            for candidate in (path, path + ".bak"):
-                try:
-                    with open(candidate, "rb") as f:
-                        data = f.read()
-                    if data.strip():
-                        mgr.load(data)
-                        break
-                except FileNotFoundError:
-                    continue
-                except Exception as e:
-                    log.error("cannot load %s (%s); trying the backup", candidate, e)
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                continue
+            try:
+                if data.strip():
+                    mgr.load(data)
+            except Exception as e:
+                # Starting empty would overwrite the file at the next persist: refuse, as Java does.
+                raise MetadataError(f"cannot load {path}: {type(e).__name__}: {e}; repair the file or move "
+                                    f"it aside to start without it") from None
 
-    def persist(self, force: bool = False) -> None:
-        os.makedirs(os.path.join(self.root, "config"), exist_ok=True)
-        if force or self.offsets.dirty:
-            self.offsets.dirty = False
-            _write_atomic(self._config_path("consumerOffset.json"), self.offsets.encode())
-        if force or self.groups.dirty:
-            self.groups.dirty = False
-            _write_atomic(self._config_path("subscriptionGroup.json"), self.groups.encode())
-        if force or self.schedule_cursors.dirty:
-            self.schedule_cursors.dirty = False
-            _write_atomic(self._config_path("delayOffset.json"), self.schedule_cursors.encode())
+    def _metadata_snapshot(self, force: bool, topics: bool) -> list[tuple[str, bytes]]:
+        """Encode on the loop thread (the tables change there); files are written elsewhere."""
+        out = []
+        if topics:
+            self._topics_dirty = False
+            out.append((self._config_path("topics.json"), self.topics.encode()))
+        for name, mgr in (("consumerOffset.json", self.offsets), ("subscriptionGroup.json", self.groups),
+                          ("delayOffset.json", self.schedule_cursors)):
+            if force or mgr.dirty:
+                mgr.dirty = False
+                out.append((self._config_path(name), mgr.encode()))
+        return out
 
-    def persist_topics(self) -> None:
+    def _write_files(self, files: list[tuple[str, bytes]]) -> None:
         os.makedirs(os.path.join(self.root, "config"), exist_ok=True)
-        _write_atomic(self._config_path("topics.json"), self.topics.encode())
+        for path, data in files:
+            _write_atomic(path, data)
+
+    async def _persist_async(self, force: bool = False, topics: bool = False) -> None:
+        """Snapshot now, write in a thread; writes never overlap (a later snapshot never
+        loses to an earlier one)."""
+        async with self._persist_lock:
+            files = self._metadata_snapshot(force, topics)
+            if files:
+                await asyncio.get_running_loop().run_in_executor(None, self._write_files, files)
 
     async def close(self) -> None:
+        self.closing = True   # from now on pulls are answered at once, never parked
         if self.server is not None:
             await self.server.stop_accepting()
         if self.schedule_service is not None:
@@ -201,8 +228,8 @@ class Broker:
             self.flush_service.stop()
         if self.store is not None:
             self.store.close()
-        self.persist(force=True)
-        self.persist_topics()
+        if self._metadata_loaded:   # a start that failed to load must not overwrite the files
+            await self._persist_async(force=True, topics=True)
         await self.ns_client.close()
         log.info("The broker[%s, %s] shutdown complete", self.config.brokerName, self.addr)
 
@@ -251,10 +278,9 @@ class Broker:
         self.msg_get_total += n
 
     def on_topics_changed(self) -> None:
-        try:
-            self.persist_topics()
-        except OSError:
-            log.exception("cannot persist topics.json")
+        # topics.json is written (in a thread) and the nameservers told by the register
+        # loop, debounced: a heartbeat creating many retry topics costs one write.
+        self._topics_dirty = True
         self._register_now.set()
 
     def notify_consumer_ids_changed(self, group: str) -> None:
@@ -326,6 +352,11 @@ class Broker:
             except asyncio.TimeoutError:
                 pass
             self._register_now.clear()
+            if self._topics_dirty:
+                try:
+                    await self._persist_async(topics=True)
+                except Exception:
+                    log.exception("cannot persist topics.json")
             if self.ns_client.namesrv_addrs:
                 await self.register_all()
 
@@ -334,7 +365,7 @@ class Broker:
         while True:
             await asyncio.sleep(period)
             try:
-                await asyncio.get_running_loop().run_in_executor(None, self.persist)
+                await self._persist_async()
             except Exception:
                 log.exception("persisting offsets failed")
 
@@ -348,6 +379,9 @@ class Broker:
                 conn.close()
             for group, conn in self.producers.expire(now):
                 conn.close()
+            idle_s = self.config.serverChannelMaxIdleTimeSeconds
+            if idle_s > 0 and self.server is not None:
+                self.server.close_idle(idle_s)
             try:
                 if self._delete_hour_now():
                     self.store.clean_expired_files(now)

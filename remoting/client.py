@@ -65,6 +65,9 @@ class RemotingClient:
                                                  self.connect_timeout_s)
             except (OSError, asyncio.TimeoutError) as e:
                 raise ConnectionClosed(f"cannot connect to {addr}: {e or 'timeout'}") from None
+            if self.closed:           # close() ran while we were connecting
+                conn.close()
+                raise ConnectionClosed("client closed")
             conn.attrs["addr"] = addr
             self.connections[addr] = conn
             return conn

@@ -16,6 +16,7 @@ import asyncio
 import itertools
 import logging
 import traceback
+from time import monotonic as _monotonic
 
 from protocol.codes import FLAG_ONEWAY, ResponseCode
 from protocol.command import FrameDecoder, RemotingCommand, encode_parts
@@ -60,10 +61,15 @@ class Connection(asyncio.Protocol):
     """`handler(conn, cmd)` processes incoming requests; it returns a response,
     None (no response now, e.g. a held pull), or an awaitable of either."""
 
+    # Output a peer has not read yet beyond this closes the connection (held-pull replays
+    # and async handlers can still write while reading is paused).
+    write_buffer_bytes_max = 64 * 1024 * 1024
+
     def __init__(self, handler=None, *, frame_size_bytes_max: int = 16 * 1024 * 1024,
                  requests_in_flight_max: int = 65536, handlers_in_flight_max: int = 4096,
-                 on_close=None, name: str = ""):
+                 on_close=None, name: str = "", pause_reading_on_backpressure: bool = False):
         self.handler = handler
+        self.pause_reading_on_backpressure = pause_reading_on_backpressure
         self.decoder = FrameDecoder(frame_size_bytes_max)
         self.transport: asyncio.Transport | None = None
         self.pending: dict[int, asyncio.Future] = {}
@@ -77,7 +83,8 @@ class Connection(asyncio.Protocol):
         self._can_write = asyncio.Event()
         self._can_write.set()
         self.attrs: dict = {}  # per-connection state owned by the role (client id, language...)
-        self.last_read_ms = 0
+        self.last_read_s = _monotonic()   # for idle checks (RemotingServer.close_idle)
+        self.last_read_ms = 0             # activity mark the nameserver's clocked idle scan resets
         # While one read is being processed, outgoing frames are collected here and
         # written with one writelines (one syscall) when the read is done.
         self._out: list | None = None
@@ -97,7 +104,8 @@ class Connection(asyncio.Protocol):
                 pass
 
     def data_received(self, data):
-        self.last_read_ms = 1  # marks activity; idle checks compare with a tick counter
+        self.last_read_s = _monotonic()
+        self.last_read_ms = 1
         dec = self.decoder
         dec.feed(data)
         self._out = out = []
@@ -121,6 +129,7 @@ class Connection(asyncio.Protocol):
             self._out = None
             if out and not self.closed and self.transport is not None and not self.transport.is_closing():
                 self.transport.writelines(out)
+                self._check_write_buffer()
 
     def connection_lost(self, exc):
         self.closed = True
@@ -138,15 +147,29 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self):
         self._can_write.clear()
+        # Server side: a peer that does not read its replies must not make us buffer
+        # without bound, so stop reading its requests until it catches up. (Not for
+        # client connections: two peers that both stop reading would deadlock.)
+        if self.pause_reading_on_backpressure and self.transport is not None:
+            try:
+                self.transport.pause_reading()
+            except RuntimeError:
+                pass
 
     def resume_writing(self):
         self._can_write.set()
+        if self.pause_reading_on_backpressure and self.transport is not None and not self.closed:
+            try:
+                self.transport.resume_reading()
+            except RuntimeError:
+                pass
 
     # -- incoming requests ---------------------------------------------------------------
     def _dispatch(self, cmd: RemotingCommand) -> None:
         if self.handler is None:
-            self.send(cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                   f" request type {cmd.code} not supported"))
+            if not cmd.is_oneway:
+                self.send(cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                       f" request type {cmd.code} not supported"))
             return
         if self.handlers_in_flight >= self.handlers_in_flight_max:
             if not cmd.is_oneway:
@@ -192,6 +215,13 @@ class Connection(asyncio.Protocol):
             out.extend(encode_parts(cmd))
         else:
             self.transport.writelines(encode_parts(cmd))
+            self._check_write_buffer()
+
+    def _check_write_buffer(self) -> None:
+        if self.transport.get_write_buffer_size() > self.write_buffer_bytes_max:
+            log.warning("%s: %s does not read its replies (%d bytes queued), closing", self.name,
+                        self.remote_addr, self.transport.get_write_buffer_size())
+            self.transport.abort()
 
     async def drain(self) -> None:
         if not self._can_write.is_set():

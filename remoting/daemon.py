@@ -39,7 +39,15 @@ async def run_until_signal(*services) -> None:
     started = []
     try:
         for s in services:
-            await s.start()
+            try:
+                await s.start()
+            except BaseException:
+                # A half-started service holds sockets, files, threads: release them.
+                try:
+                    await s.close()
+                except Exception:
+                    logging.getLogger("pocketmq").debug("close after failed start failed", exc_info=True)
+                raise
             started.append(s)
         tune_gc()
         await stop.wait()

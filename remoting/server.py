@@ -44,7 +44,8 @@ class RemotingServer:
     def _factory(self) -> Connection:
         conn = Connection(self._handle, frame_size_bytes_max=self.frame_size_bytes_max,
                           on_close=self._closed, name=self.name,
-                          handlers_in_flight_max=self.handlers_in_flight_max)
+                          handlers_in_flight_max=self.handlers_in_flight_max,
+                          pause_reading_on_backpressure=True)
         self.connections.add(conn)
         return conn
 
@@ -64,6 +65,18 @@ class RemotingServer:
     async def stop_accepting(self) -> None:
         if self._server is not None:
             self._server.close()
+
+    def close_idle(self, idle_s: float) -> int:
+        """Close connections that sent nothing for idle_s seconds (Java: 120 s)."""
+        import time
+        now = time.monotonic()
+        n = 0
+        for conn in list(self.connections):
+            if now - conn.last_read_s > idle_s:
+                log.info("%s: closing %s, idle for %.0f s", self.name, conn.remote_addr, now - conn.last_read_s)
+                conn.close()
+                n += 1
+        return n
 
     async def close(self) -> None:
         if self._server is not None:

@@ -60,6 +60,11 @@ class HeldPullTable:
         for p in out:
             p.done = True
         self.count -= len(out)
+        if out and len(self._deadlines) > 2 * self.count + 1024:
+            # Woken pulls linger in the deadline heap until they reach its top; rebuild it
+            # so it stays proportional to what is really held.
+            self._deadlines = [e for e in self._deadlines if not e[2].done]
+            heapq.heapify(self._deadlines)
         return out
 
     def notify(self, topic: str, queue_id: int, max_offset: int, tags_code: int | None) -> list[HeldPull]:

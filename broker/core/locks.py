@@ -20,6 +20,9 @@ class RebalanceLockManager:
 
     def try_lock_batch(self, group: str, mqs, client_id: str, now_ms: int) -> set:
         locks = self.table.setdefault(group, {})
+        # Expired locks are dropped here, so the table only holds live ones.
+        for mq in [mq for mq, e in locks.items() if not self._live(e, now_ms)]:
+            del locks[mq]
         ok = set()
         for mq in mqs:
             e = locks.get(mq)

@@ -32,7 +32,7 @@ def validate_topic(topic: str | None) -> str | None:
     """Return None when valid, else the RocketMQ error remark."""
     if topic is None or not topic.strip():
         return "The specified topic is blank."
-    if not _VALID.match(topic):
+    if not _VALID.fullmatch(topic):   # match() would accept a trailing newline
         return "The specified topic[%s] contains illegal characters, allowing only ^[%%|a-zA-Z0-9_-]+$" % topic
     if len(topic) > TOPIC_MAX_LENGTH:
         return "The specified topic is longer than topic max length."

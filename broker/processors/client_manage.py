@@ -82,8 +82,16 @@ def process_query_consumer_offset(broker, conn, cmd):
 
 def process_update_consumer_offset(broker, conn, cmd):
     e = cmd.ext_fields
-    broker.offsets.commit(req_str(e, "consumerGroup"), req_str(e, "topic"), req_int(e, "queueId"),
-                          req_int(e, "commitOffset"))
+    group, topic, qid, offset = (req_str(e, "consumerGroup"), req_str(e, "topic"), req_int(e, "queueId"),
+                                 req_int(e, "commitOffset"))
+    # The offset table is persisted: only real queues get entries, so a client cannot grow it
+    # (and consumerOffset.json) with made-up names.
+    tc = broker.topics.get(topic)
+    if tc is None:
+        return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+    if not 0 <= qid < max(tc.read_queue_nums, tc.write_queue_nums):
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"queueId[{qid}] is illegal for topic {topic}")
+    broker.offsets.commit(group, topic, qid, offset)
     return cmd.response(ResponseCode.SUCCESS)
 
 

@@ -28,6 +28,9 @@ _STATUS_CODE = {
 }
 
 
+SUSPEND_MS_MAX = 60_000
+
+
 def _offsets_ext(next_begin: int, min_offset: int, max_offset: int) -> dict:
     return {"suggestWhichBrokerId": "0", "nextBeginOffset": str(next_begin),
             "minOffset": str(min_offset), "maxOffset": str(max_offset)}
@@ -107,9 +110,12 @@ def pull(broker, conn, cmd, h, allow_suspend: bool, sub=None):
     if code == ResponseCode.SUCCESS:
         broker.stats_get(r.message_count)
         return cmd.response(code, status, ext_fields=ext, body=r.buffers)
-    if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & PullSysFlag.SUSPEND:
+    if (code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & PullSysFlag.SUSPEND
+            and not broker.closing):
         timeout = h.suspend_timeout_millis if cfg.longPollingEnable else cfg.shortPollingTimeMills
-        held = HeldPull(conn, cmd, h, sub, h.queue_offset, now + max(0, timeout))
+        # Clients wait 30 s for a pull held up to 15-20 s; a longer hold only pins memory.
+        timeout = min(max(0, timeout), SUSPEND_MS_MAX)
+        held = HeldPull(conn, cmd, h, sub, h.queue_offset, broker.mono_ms() + timeout)
         if broker.held_pulls.hold(held):
             broker.hold_service.wake()
             return None

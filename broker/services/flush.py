@@ -89,6 +89,8 @@ class FlushService:
                     log.exception("consume queue flush failed")
 
     def _flush_once(self) -> None:
+        if self.failed:
+            return   # never retry a failed fsync; the store refuses writes until restart
         try:
             flushed = self.store.flush()
             failed = False

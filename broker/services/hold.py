@@ -68,7 +68,7 @@ class HoldService:
         from broker.processors.pull import replay
         last_rescan = time.monotonic()
         while True:
-            now_ms = self.broker.now_ms()
+            now_ms = self.broker.mono_ms()
             nd = self.table.next_deadline_ms()
             wait_ms = self.rescan_interval_ms if nd is None else max(0, min(self.rescan_interval_ms, nd - now_ms))
             self._event.clear()
@@ -78,7 +78,7 @@ class HoldService:
             except asyncio.TimeoutError:
                 pass
             try:
-                for p in self.table.expire(self.broker.now_ms()):
+                for p in self.table.expire(self.broker.mono_ms()):
                     replay(self.broker, p)
                 if time.monotonic() - last_rescan >= self.rescan_interval_ms / 1000:
                     last_rescan = time.monotonic()

@@ -68,33 +68,38 @@ class ScheduleService:
             qid = level - 1
             offset = max(self.cursors.get(level), store.get_min_offset_in_queue(SCHEDULE_TOPIC_NAME, qid))
             max_offset = store.get_max_offset_in_queue(SCHEDULE_TOPIC_NAME, qid)
-            done = 0
-            while offset < max_offset:
-                if done >= PASS_MESSAGES_MAX:
-                    next_ms = 0
-                    break
-                r = store.get_message(SCHEDULE_TOPIC_NAME, qid, offset, 32)
-                if r.message_count == 0:
-                    offset = max(offset + 1, r.next_begin_offset) if r.next_begin_offset <= offset else r.next_begin_offset
-                    continue
-                records = msgcodec.decode_records(b"".join(r.buffers), decompress=False)
-                stop = False
-                for rec in records:
-                    deliver = rec.store_timestamp + delay_ms
-                    if not is_due(deliver, now_ms, delay_ms):
-                        next_ms = min(next_ms, deliver - now_ms)
-                        stop = True
-                        break
-                    if not self._deliver(rec, now_ms):
-                        return 1000      # the store refuses writes: try again later
-                    offset = rec.queue_offset + 1
-                    done += 1
-                if stop:
-                    break
-                if records and offset <= records[-1].queue_offset:
-                    offset = records[-1].queue_offset + 1
+            offset, next_ms, stop_all = self._deliver_level(store, level, qid, delay_ms, offset, max_offset,
+                                                            now_ms, next_ms)
             self.cursors.advance(level, offset)
+            if stop_all:
+                return 1000
         return next_ms
+
+    def _deliver_level(self, store, level, qid, delay_ms, offset, max_offset, now_ms, next_ms):
+        """Returns (new cursor, ms to next delivery, stop everything)."""
+        done = 0
+        while offset < max_offset:
+            if done >= PASS_MESSAGES_MAX:
+                return offset, 0, False
+            r = store.get_message(SCHEDULE_TOPIC_NAME, qid, offset, 32)
+            if r.message_count == 0:
+                offset = r.next_begin_offset if r.next_begin_offset > offset else offset + 1
+                continue
+            records = msgcodec.decode_records(b"".join(r.buffers), decompress=False)
+            for rec in records:
+                deliver = rec.store_timestamp + delay_ms
+                if not is_due(deliver, now_ms, delay_ms):
+                    return offset, min(next_ms, deliver - now_ms), False
+                if not self._deliver(rec, now_ms):
+                    return offset, next_ms, True      # the store refuses writes: try again later
+                offset = rec.queue_offset + 1
+                # Advanced per message: if anything raises later, what was delivered is not
+                # delivered again.
+                self.cursors.advance(level, offset)
+                done += 1
+            if records and offset <= records[-1].queue_offset:
+                offset = records[-1].queue_offset + 1
+        return offset, next_ms, False
 
     def _deliver(self, rec, now_ms: int) -> bool:
         target = from_schedule(rec.properties)

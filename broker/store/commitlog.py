@@ -117,7 +117,7 @@ def check_record(view, pos: int, file_size: int, phys: int, delay_levels_ms: tup
     topic_b = bytes(view[p + 1:p + 1 + tl])
     topic = _TOPICS.get(topic_b)
     if topic is None:
-        if _TOPIC_RE.match(topic_b):
+        if _TOPIC_RE.fullmatch(topic_b):
             topic = topic_b.decode("ascii")
             if len(_TOPICS) >= 10_000:
                 _TOPICS.clear()

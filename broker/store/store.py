@@ -58,7 +58,7 @@ _REMOVING = GetMessageStatus.MESSAGE_WAS_REMOVING
 
 
 def valid_topic(topic: str) -> bool:
-    return (0 < len(topic) <= TOPIC_LENGTH_BYTES_MAX and _TOPIC_RE.match(topic) is not None
+    return (0 < len(topic) <= TOPIC_LENGTH_BYTES_MAX and _TOPIC_RE.fullmatch(topic) is not None
             and topic not in (".", ".."))
 
 

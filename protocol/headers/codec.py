@@ -84,6 +84,17 @@ def _normalise_ext(raw) -> dict[str, str]:
     return out
 
 
+def _safe_ext(raw) -> dict[str, str]:
+    """_normalise_ext, with anything a crafted value can raise (nesting, bytes keys inside
+    nested maps) reported as a protocol error: one error family for bad frames."""
+    try:
+        return _normalise_ext(raw)
+    except ProtocolError:
+        raise
+    except Exception as e:
+        raise ProtocolError(f"bad extFields: {type(e).__name__}") from None
+
+
 def _as_int(obj: dict, key: str, default: int = 0) -> int:
     value = obj.get(key, default)
     if value is None:
@@ -104,8 +115,8 @@ _json_loads = json.JSONDecoder().decode
 def decode_json(data) -> tuple:
     try:
         obj = _json_loads(bytes(data).decode())
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ProtocolError(f"bad JSON header: {e}") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise ProtocolError(f"bad JSON header: {type(e).__name__}: {e}") from None
     if type(obj) is not dict:
         raise ProtocolError("JSON header is not an object")
     remark = obj.get("remark")
@@ -117,7 +128,7 @@ def decode_json(data) -> tuple:
         opaque, flag = _as_int(obj, "opaque"), _as_int(obj, "flag")
     language = obj.get("language", "JAVA")
     language = _LANG_BY_NAME.get(language, 7) if type(language) is str else _language_from(language)
-    return code, language, version, opaque, flag, remark, _normalise_ext(obj.get("extFields"))
+    return code, language, version, opaque, flag, remark, _safe_ext(obj.get("extFields"))
 
 
 _esc = json.encoder.encode_basestring  # C-accelerated string quoting
@@ -235,7 +246,7 @@ def decode_msgpack(data) -> tuple:
             raise ProtocolError(f"msgpack header field {name} is not an integer")
     if remark is not None and not isinstance(remark, str):
         raise ProtocolError("msgpack header remark is not a string")
-    return code, language, version, opaque, flag, remark, _normalise_ext(ext)
+    return code, language, version, opaque, flag, remark, _safe_ext(ext)
 
 
 def encode_msgpack(code, language, version, opaque, flag, remark, ext_fields) -> bytes:

@@ -194,6 +194,9 @@ async def test_consumer_offsets_query_update_and_persist(tmp_path):
         try:
             q = {"consumerGroup": "G", "topic": "TO", "queueId": "0"}
             r = await c.invoke(broker.addr, RemotingCommand(R.QUERY_CONSUMER_OFFSET, ext_fields=dict(q)))
+            assert r.code == C.SUCCESS and r.ext_fields["offset"] == "0"  # empty/unknown queue: start at 0
+            assert (await c.invoke(broker.addr, send_cmd("TO", b"x"))).code == C.SUCCESS
+            r = await c.invoke(broker.addr, RemotingCommand(R.QUERY_CONSUMER_OFFSET, ext_fields=dict(q)))
             assert r.code == C.SUCCESS and r.ext_fields["offset"] == "0"  # young queue: start at 0
             r = await c.invoke(broker.addr, RemotingCommand(R.UPDATE_CONSUMER_OFFSET,
                                                             ext_fields=dict(q, commitOffset="42")))

@@ -146,3 +146,21 @@ def test_send_header_fast_and_slow_paths_agree():
     del bad["b"]
     with pytest.raises(HeaderError, match="topic"):
         decode_send_header(310, bad)
+
+
+def test_hostile_headers_are_protocol_errors():
+    import msgpack
+    deep = b'{"code":1,"extFields":' + b"[" * 100000 + b"]" * 100000 + b"}"
+    bytes_key_map = msgpack.packb([10, 0, 401, 1, 0, None, {"a": {b"\xff": 1}}], use_bin_type=True)
+    for stype, header in ((0, deep), (2, bytes_key_map)):
+        frame = (4 + len(header)).to_bytes(4, "big") + bytes([stype]) + len(header).to_bytes(3, "big") + header
+        d = FrameDecoder()
+        d.feed(frame)
+        with pytest.raises(ProtocolError):
+            d.next_command()
+
+
+def test_topic_with_trailing_newline_is_invalid():
+    from broker.core.topics import validate_topic
+    from broker.store.store import valid_topic
+    assert validate_topic("Topic\n") and not valid_topic("Topic\n")
