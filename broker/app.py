@@ -110,7 +110,8 @@ class Broker:
         cfg = self.config
         self.server = RemotingServer(build_processor_table(self), host="0.0.0.0", port=cfg.listenPort,
                                      frame_size_bytes_max=cfg.maxFrameSize, name="broker",
-                                     on_connection_close=self._on_connection_close)
+                                     on_connection_close=self._on_connection_close,
+                                     busy_poll_us=cfg.busyPollMicros)
         port = await self.server.start(start_serving=False)
         self.addr = f"{cfg.brokerIP1}:{port}"
         self.store_host = msgcodec.parse_host(self.addr)

@@ -21,6 +21,7 @@ Where we differ from RocketMQ, on purpose:
 * ``registerNameServerPeriod`` is used as given (RocketMQ clamps it to
   10 000..60 000 ms).
 * ``~`` is expanded in ``storePathRootDir`` and ``storePathCommitLog``.
+* ``busyPollMicros`` (pocketmq's own) keeps the loop polling briefly after a request.
 * ``maxHeldPulls`` and ``maxFrameSize`` are pocketmq's own bounds (RocketMQ's
   frame limit is the system property ``com.rocketmq.remoting.frameMaxLength``).
 * Pre-4.5 spellings ``mapedFileSizeCommitLog``/``mapedFileSizeConsumeQueue`` are
@@ -344,6 +345,10 @@ class BrokerConfig(BaseModel):
 
     # --- pocketmq's own bounds ---------------------------------------------
     maxHeldPulls: PositiveInt = 100_000
+    # pocketmq's own: after a request arrives, keep the event loop polling (not sleeping)
+    # this long, so the next request does not pay the idle-CPU wake-up (~40 µs per hop on
+    # the VMs measured). CPU for latency; 0 turns it off. See docs/benchmarks.md.
+    busyPollMicros: Annotated[int, Field(ge=0, le=100_000)] = 200
     maxFrameSize: Annotated[int, Field(ge=1024, le=_INT_MAX)] = 16 * 1024 * 1024
 
     # --- validation --------------------------------------------------------
@@ -566,7 +571,7 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "maxTransferBytesOnMessageInDisk", "maxTransferCountOnMessageInDisk",
     "accessMessageInMemoryMaxRatio", "clusterTopicEnable", "brokerTopicEnable", "traceTopicEnable", "msgTraceTopicName",
     "regionId", "traceOn", "notifyConsumerIdsChangedEnable", "aclEnable",
-    "rejectTransactionMessage", "serverChannelMaxIdleTimeSeconds", "maxHeldPulls", "maxFrameSize",
+    "rejectTransactionMessage", "serverChannelMaxIdleTimeSeconds", "maxHeldPulls", "maxFrameSize", "busyPollMicros",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""
 

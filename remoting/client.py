@@ -24,12 +24,14 @@ class RemotingClient:
 
     def __init__(self, *, handler=None, connect_timeout_s: float = 3.0,
                  language: int = LanguageCode.PYTHON, serialize_type: int = SerializeType.JSON,
-                 frame_size_bytes_max: int = 16 * 1024 * 1024):
+                 frame_size_bytes_max: int = 16 * 1024 * 1024, busy_poll_us: int = 0):
         self.handler = handler
         self.connect_timeout_s = connect_timeout_s
         self.language = language
         self.serialize_type = serialize_type
         self.frame_size_bytes_max = frame_size_bytes_max
+        from remoting.busy_poll import BusyPoll
+        self.busy_poll = BusyPoll(busy_poll_us) if busy_poll_us > 0 else None
         self.connections: dict[str, Connection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.namesrv_addrs: list[str] = []
@@ -59,7 +61,8 @@ class RemotingClient:
 
             def factory():
                 return self.connection_class(self.handler, frame_size_bytes_max=self.frame_size_bytes_max,
-                                             on_close=self._closed, name=f"client->{addr}")
+                                             on_close=self._closed, name=f"client->{addr}",
+                                             busy_poll=self.busy_poll)
             try:
                 _, conn = await asyncio.wait_for(loop.create_connection(factory, host, port),
                                                  self.connect_timeout_s)

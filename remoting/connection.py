@@ -67,9 +67,11 @@ class Connection(asyncio.Protocol):
 
     def __init__(self, handler=None, *, frame_size_bytes_max: int = 16 * 1024 * 1024,
                  requests_in_flight_max: int = 65536, handlers_in_flight_max: int = 4096,
-                 on_close=None, name: str = "", pause_reading_on_backpressure: bool = False):
+                 on_close=None, name: str = "", pause_reading_on_backpressure: bool = False,
+                 busy_poll=None):
         self.handler = handler
         self.pause_reading_on_backpressure = pause_reading_on_backpressure
+        self.busy_poll = busy_poll     # remoting.busy_poll.BusyPoll shared by a role, or None
         self.decoder = FrameDecoder(frame_size_bytes_max)
         self.transport: asyncio.Transport | None = None
         self.pending: dict[int, asyncio.Future] = {}
@@ -106,6 +108,8 @@ class Connection(asyncio.Protocol):
     def data_received(self, data):
         self.last_read_s = _monotonic()
         self.last_read_ms = 1
+        if self.busy_poll is not None:
+            self.busy_poll.kick()
         dec = self.decoder
         dec.feed(data)
         self._out = out = []
@@ -237,6 +241,8 @@ class Connection(asyncio.Protocol):
         fut = loop.create_future()
         self.pending[cmd.opaque] = fut
         self.send(cmd)
+        if self.busy_poll is not None:
+            self.busy_poll.kick()   # the reply is the next likely event: stay awake for it
         # Not asyncio.wait_for: on 3.11 it can swallow a cancellation that races with the
         # response, and a cancelled pull loop would then start another long poll.
         timer = loop.call_later(timeout_s, _expire, fut)

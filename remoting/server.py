@@ -18,7 +18,7 @@ log = logging.getLogger("pocketmq.remoting")
 class RemotingServer:
     def __init__(self, processors: dict, *, host: str = "0.0.0.0", port: int = 0,
                  frame_size_bytes_max: int = 16 * 1024 * 1024, name: str = "server",
-                 on_connection_close=None, handlers_in_flight_max: int = 4096):
+                 on_connection_close=None, handlers_in_flight_max: int = 4096, busy_poll_us: int = 0):
         self.processors = processors
         self.host = host
         self.port = port
@@ -26,6 +26,8 @@ class RemotingServer:
         self.name = name
         self.on_connection_close = on_connection_close
         self.handlers_in_flight_max = handlers_in_flight_max
+        from remoting.busy_poll import BusyPoll
+        self.busy_poll = BusyPoll(busy_poll_us) if busy_poll_us > 0 else None
         self.connections: set[Connection] = set()
         self._server: asyncio.base_events.Server | None = None
 
@@ -45,7 +47,7 @@ class RemotingServer:
         conn = Connection(self._handle, frame_size_bytes_max=self.frame_size_bytes_max,
                           on_close=self._closed, name=self.name,
                           handlers_in_flight_max=self.handlers_in_flight_max,
-                          pause_reading_on_backpressure=True)
+                          pause_reading_on_backpressure=True, busy_poll=self.busy_poll)
         self.connections.add(conn)
         return conn
 

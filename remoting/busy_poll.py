@@ -1,0 +1,42 @@
+"""Adaptive busy polling: after activity, keep the event loop polling for a short window.
+
+On this project's virtual machines an idle vCPU is halted, and waking it for the next
+packet costs ~40 µs per hop (a blocking ping-pong measured 64 µs round trip, a spinning
+one 20 µs). A request/response peer that answers and then blocks in epoll pays that on
+every request. While a callback is scheduled with call_soon the loop polls with a zero
+timeout instead of sleeping, so keeping one scheduled for `window_us` after the last
+activity keeps the CPU awake exactly when the next request is likely. The cost is CPU
+burnt during the window (at most window_us per activity burst), so it is a setting:
+0 turns it off.
+"""
+from __future__ import annotations
+
+import asyncio
+from time import perf_counter
+
+
+class BusyPoll:
+    __slots__ = ("window_s", "_until", "_scheduled", "_loop")
+
+    def __init__(self, window_us: int):
+        self.window_s = max(0, window_us) / 1e6
+        self._until = 0.0
+        self._scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def kick(self) -> None:
+        """Activity now: poll (do not sleep) until window_us from now."""
+        if not self.window_s:
+            return
+        self._until = perf_counter() + self.window_s
+        if not self._scheduled:
+            if self._loop is None:
+                self._loop = asyncio.get_running_loop()
+            self._scheduled = True
+            self._loop.call_soon(self._spin)
+
+    def _spin(self) -> None:
+        if perf_counter() < self._until:
+            self._loop.call_soon(self._spin)
+        else:
+            self._scheduled = False

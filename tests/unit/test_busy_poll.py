@@ -1,0 +1,26 @@
+"""BusyPoll keeps the loop polling for its window after a kick, then lets it sleep."""
+import asyncio
+import time
+
+import pytest
+
+from remoting.busy_poll import BusyPoll
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_window_then_idle():
+    bp = BusyPoll(2000)   # 2 ms
+    bp.kick()
+    assert bp._scheduled
+    t0 = time.perf_counter()
+    while bp._scheduled and time.perf_counter() - t0 < 1:
+        await asyncio.sleep(0)
+    elapsed = time.perf_counter() - t0
+    assert not bp._scheduled and 0.0015 <= elapsed < 0.5
+
+
+async def test_off_when_zero():
+    bp = BusyPoll(0)
+    bp.kick()
+    assert not bp._scheduled
