@@ -25,6 +25,7 @@ from broker.processors.client_manage import notify_command
 from broker.services.flush import FlushService
 from broker.services.hold import HoldService
 from broker.services.schedule import ScheduleService
+from broker.store.api import PutMessageStatus
 from protocol import bodies
 from protocol import message as msgcodec
 from protocol.codes import RequestCode, ResponseCode
@@ -35,6 +36,9 @@ from remoting.server import RemotingServer
 log = logging.getLogger("pocketmq.broker")
 
 VERSION_DESC = "pocketmq-0.1.0 (RocketMQ V4_9_4 protocol)"
+
+
+_PUT_OK = PutMessageStatus.PUT_OK
 
 
 class MetadataError(Exception):
@@ -249,6 +253,8 @@ class Broker:
                               now_ms, reconsume_times, 0)
 
     def put_status_to_code(self, status) -> tuple[int, str | None]:
+        if status is _PUT_OK:
+            return ResponseCode.SUCCESS, None
         name = status.name if hasattr(status, "name") else str(status)
         if name == "PUT_OK":
             return ResponseCode.SUCCESS, None
