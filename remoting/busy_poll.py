@@ -8,6 +8,11 @@ timeout instead of sleeping, so keeping one scheduled for `window_us` after the 
 activity keeps the CPU awake exactly when the next request is likely. The cost is CPU
 burnt during the window (at most window_us per activity burst), so it is a setting:
 0 turns it off.
+
+Adaptive mode (servers): spinning only pays when the next request is likely to come
+within the window. The mean gap between recent kicks (an exponentially weighted
+average) decides: spin only while it is shorter than the window. A peer that sends
+every 250 µs then costs nothing; a fast request/response peer keeps the CPU awake.
 """
 from __future__ import annotations
 
@@ -16,19 +21,30 @@ from time import perf_counter
 
 
 class BusyPoll:
-    __slots__ = ("window_s", "_until", "_scheduled", "_loop")
+    __slots__ = ("window_s", "adaptive", "_until", "_scheduled", "_loop", "_last", "_gap_avg")
 
-    def __init__(self, window_us: int):
+    def __init__(self, window_us: int, adaptive: bool = False):
         self.window_s = max(0, window_us) / 1e6
+        self.adaptive = adaptive
         self._until = 0.0
         self._scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._last = 0.0
+        self._gap_avg = float("inf")
 
     def kick(self) -> None:
         """Activity now: poll (do not sleep) until window_us from now."""
         if not self.window_s:
             return
-        self._until = perf_counter() + self.window_s
+        now = perf_counter()
+        if self.adaptive:
+            gap = min(now - self._last, 10 * self.window_s)
+            self._last = now
+            avg = self._gap_avg
+            self._gap_avg = gap if avg == float("inf") else 0.75 * avg + 0.25 * gap
+            if self._gap_avg >= self.window_s:
+                return
+        self._until = now + self.window_s
         if not self._scheduled:
             if self._loop is None:
                 self._loop = asyncio.get_running_loop()

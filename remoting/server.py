@@ -27,7 +27,7 @@ class RemotingServer:
         self.on_connection_close = on_connection_close
         self.handlers_in_flight_max = handlers_in_flight_max
         from remoting.busy_poll import BusyPoll
-        self.busy_poll = BusyPoll(busy_poll_us) if busy_poll_us > 0 else None
+        self.busy_poll = BusyPoll(busy_poll_us, adaptive=True) if busy_poll_us > 0 else None
         self.connections: set[Connection] = set()
         self._server: asyncio.base_events.Server | None = None
 

@@ -24,3 +24,15 @@ async def test_off_when_zero():
     bp = BusyPoll(0)
     bp.kick()
     assert not bp._scheduled
+
+
+async def test_adaptive_spins_only_for_frequent_kicks():
+    slow = BusyPoll(200, adaptive=True)
+    for _ in range(5):
+        slow.kick()
+        slow._last -= 0.001          # pretend 1 ms passed between kicks
+    assert not slow._scheduled       # gaps of 1 ms > 200 us window: no spinning
+    fast = BusyPoll(200, adaptive=True)
+    for _ in range(20):              # the average forgets the cold start within ~10 kicks
+        fast.kick()                  # back-to-back kicks: gaps far below the window
+    assert fast._scheduled
