@@ -108,7 +108,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data):
         self.last_read_s = _monotonic()
         self.last_read_ms = 1
-        if self.busy_poll is not None:
+        if self.busy_poll is not None and self.pause_reading_on_backpressure:   # server side
             self.busy_poll.kick()
         dec = self.decoder
         dec.feed(data)
@@ -241,8 +241,10 @@ class Connection(asyncio.Protocol):
         fut = loop.create_future()
         self.pending[cmd.opaque] = fut
         self.send(cmd)
-        if self.busy_poll is not None:
-            self.busy_poll.kick()   # the reply is the next likely event: stay awake for it
+        if self.busy_poll is not None and len(self.pending) == 1:
+            # A lone request (a sync send): its reply is the next event, stay awake for it.
+            # With more in flight the loop has work anyway, and spinning would only compete.
+            self.busy_poll.kick()
         # Not asyncio.wait_for: on 3.11 it can swallow a cancellation that races with the
         # response, and a cancelled pull loop would then start another long poll.
         timer = loop.call_later(timeout_s, _expire, fut)
