@@ -3,8 +3,10 @@
 Start order: bind the listening socket (its port is the store host written
 into every record), open the store (recovery), load metadata, then serve,
 register with every nameserver, and log one readiness line. Close order:
-stop accepting, answer held pulls, flush and close the store, persist
-metadata, unregister from the nameservers.
+stop accepting (and stop parking pulls), stop the schedule service, answer
+held pulls, stop the timers, unregister from the nameservers, close the
+connections, stop the flush thread, close the store (final flush,
+checkpoint), persist metadata (unless the start failed before loading it).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from broker.services.flush import FlushService
 from broker.services.hold import HoldService
 from broker.services.schedule import ScheduleService
 from broker.store.api import PutMessageStatus
+from broker.store.safe_write import write_file_atomic
 from protocol import bodies
 from protocol import message as msgcodec
 from protocol.codes import RequestCode, ResponseCode
@@ -45,9 +48,7 @@ class MetadataError(Exception):
     """A metadata file (topics.json, consumerOffset.json, ...) cannot be read."""
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    from broker.store.safe_write import write_file_atomic
-    write_file_atomic(path, data)
+_write_atomic = write_file_atomic
 
 
 class Broker:
