@@ -104,9 +104,13 @@ def _mq_key(mq: MessageQueue) -> str:
 class LocalOffsetStore(RemoteOffsetStore):
     """Broadcasting: offsets in `<dir>/<clientId>/<group>/offsets.json`."""
 
-    def __init__(self, instance, group: str, directory: str):
+    def __init__(self, instance, group: str, directory: str, instance_name: str | None = None):
         super().__init__(instance, group)
-        safe_cid = instance.client_id.replace(":", "_").replace("/", "_")
+        # The path must survive a restart: the clientId carries the process id by default,
+        # so use ip@<instance name, or "DEFAULT" as Java's broadcasting consumers do>.
+        ip = instance.client_id.split("@", 1)[0]
+        stable_cid = f"{ip}@{instance_name or 'DEFAULT'}"
+        safe_cid = stable_cid.replace(":", "_").replace("/", "_")
         self.path = os.path.join(directory, safe_cid, group, "offsets.json")
 
     async def load(self) -> None:

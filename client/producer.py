@@ -26,6 +26,7 @@ from client.errors import (
     MessageTooLargeError,
     MQClientError,
     NoRouteError,
+    RemotingFailure,
 )
 from client.fault import LatencyFaultTolerance
 from client.instance import (
@@ -361,7 +362,11 @@ class Producer:
                                                timeout_s=remaining_s)
             except MQClientError as e:
                 end = mono_ms()
-                fault.update(broker_name, end - start, end, isolation=True)
+                # Avoid the broker when it could not be reached or answered with a broker-side
+                # failure (retriable codes); an error caused by the message itself (e.g.
+                # MESSAGE_ILLEGAL) says nothing about the broker's health.
+                fault.update(broker_name, end - start, end,
+                             isolation=isinstance(e, (RemotingFailure, NoRouteError)) or e.retriable)
                 last_error = e
                 if not e.retriable or attempt + 1 >= attempts:
                     raise

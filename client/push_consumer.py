@@ -30,6 +30,7 @@ receives nothing twice.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import os
@@ -46,6 +47,9 @@ from client.errors import (
 )
 from client.instance import PullResult, acquire_instance, mono_ms, now_ms, pull_sys_flag
 from client.message import MessageExt
+
+# Set inside consume workers: a listener that calls close()/drain() must not wait for itself.
+_IN_WORKER: contextvars.ContextVar[bool] = contextvars.ContextVar("pocketmq_in_worker", default=False)
 from client.offset_store import LocalOffsetStore, RemoteOffsetStore
 from client.process_queue import FLOW_CONTROL_DELAY_MS, FlowLimits, ProcessQueue
 from client.producer import check_group, check_topic
@@ -248,6 +252,7 @@ class PushConsumer:
         self.instance = None
         self.offset_store = None
         self.state = "CREATED"      # CREATED -> RUNNING -> DRAINING -> CLOSED
+        self._drain_task: asyncio.Task | None = None
         self.stats = {"consumed": 0, "failed": 0, "sent_back": 0, "pulls": 0}
 
     # -- configuration ---------------------------------------------------------------------
@@ -312,7 +317,8 @@ class PushConsumer:
         if self.message_model == "CLUSTERING":
             self.offset_store = RemoteOffsetStore(inst, self.group)
         else:
-            self.offset_store = LocalOffsetStore(inst, self.group, self.broadcast_offset_dir)
+            self.offset_store = LocalOffsetStore(inst, self.group, self.broadcast_offset_dir,
+                                                 self.instance_name)
         await self.offset_store.load()
         self._rebalance_lock = asyncio.Lock()
         self._work = WorkQueue()
@@ -353,12 +359,25 @@ class PushConsumer:
 
     async def drain(self, timeout_s: float = 30.0) -> bool:
         """Stop pulling, consume what is cached, commit, unregister. True if everything
-        cached was consumed within `timeout_s` (else the rest is redelivered later)."""
-        if self.state in ("CLOSED", "DRAINING"):
-            return True
-        if self.state == "CREATED":
-            self.state = "CLOSED"
-            return True
+        cached was consumed within `timeout_s` (else the rest is redelivered later).
+
+        Called again while draining, it waits for the same drain. Called from inside a
+        listener, it starts the drain and returns False at once: the drain has to wait for
+        that very listener to return."""
+        if self._drain_task is None:
+            if self.state == "CLOSED":
+                return True
+            if self.state == "CREATED":
+                self.state = "CLOSED"
+                return True
+            # Its own task, outside any worker's context, so it can wait for every worker.
+            self._drain_task = asyncio.get_running_loop().create_task(
+                self._drain(timeout_s), name=f"{self.group}:drain", context=contextvars.Context())
+        if _IN_WORKER.get():
+            return False
+        return await asyncio.shield(self._drain_task)
+
+    async def _drain(self, timeout_s: float) -> bool:
         self.state = "DRAINING"
         async with self._rebalance_lock:
             tasks = list(self._pull_tasks.values())
@@ -524,6 +543,7 @@ class PushConsumer:
         clustering = self.message_model == "CLUSTERING"
         limits = self.flow_limits
         timeout_s = self.pull_timeout_ms / 1000
+        failures = 0
         while not pq.dropped:
             if pq.flow_control(limits) is not None:
                 await asyncio.sleep(FLOW_CONTROL_DELAY_MS / 1000)
@@ -539,11 +559,25 @@ class PushConsumer:
             except MQClientError as e:
                 if pq.dropped:
                     break
-                log.info("%s: pull %s@%d failed: %s", self.group, mq, next_offset, e)
+                failures += 1
+                # Transient errors at INFO; the same offset failing on and on is a stuck queue.
+                (log.warning if failures >= 5 else log.info)(
+                    "%s: pull %s@%d failed (%d in a row): %s", self.group, mq, next_offset, failures, e)
                 if isinstance(e, SubscriptionError):
                     await inst.heartbeat_all()
                 await asyncio.sleep(self.pull_error_delay_ms / 1000)
                 continue
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A bug must not silently end this queue's pull loop (rebalance would not restart it).
+                if pq.dropped:
+                    break
+                failures += 1
+                log.exception("%s: pull %s@%d failed unexpectedly", self.group, mq, next_offset)
+                await asyncio.sleep(self.pull_error_delay_ms / 1000)
+                continue
+            failures = 0
             self.stats["pulls"] += 1
             if pq.dropped:
                 break
@@ -556,8 +590,14 @@ class PushConsumer:
                 if recs:
                     from_raw = MessageExt.from_raw
                     msgs = [from_raw(r, bn) for r in recs]
-                    pq.put_messages(msgs, mono_ms())
-                    self._dispatch(mq, pq, msgs)
+                    known = pq.msgs
+                    if known and any(m.queue_offset in known for m in msgs):
+                        # Offsets already cached (the pull offset moved back): never hand a
+                        # message to the listener twice at once.
+                        msgs = [m for m in msgs if m.queue_offset not in known]
+                    if msgs:
+                        pq.put_messages(msgs, mono_ms())
+                        self._dispatch(mq, pq, msgs)
             elif status in (PullResult.NO_NEW_MSG, PullResult.NO_MATCHED_MSG):
                 next_offset = res.next_begin_offset
             else:  # OFFSET_ILLEGAL
@@ -591,6 +631,7 @@ class PushConsumer:
     WORKER_ITEMS_PER_TURN = 64
 
     async def _worker(self) -> None:
+        _IN_WORKER.set(True)   # this task's own context
         work = self._work
         items = work.items
         idle = work.idle
@@ -612,8 +653,8 @@ class PushConsumer:
             mq, pq, msgs = items.popleft()
             if items and idle:
                 work.wake_one()
-            if pq.dropped and self.state == "RUNNING":
-                continue   # queue moved to another consumer: leave these for its new owner
+            if pq.dropped:
+                continue   # queue moved to another consumer (or drain gave up): leave these for later
             pq.in_flight += 1
             try:
                 if fast:
@@ -652,6 +693,8 @@ class PushConsumer:
                 r = await fn(arg)
             elif self._executor is not None:
                 r = await asyncio.get_running_loop().run_in_executor(self._executor, fn, arg)
+                if inspect.isawaitable(r):   # a plain wrapper around an async function
+                    r = await r
             else:
                 r = fn(arg)
                 if inspect.isawaitable(r):

@@ -168,3 +168,20 @@ async def test_header_codec_negotiated_per_broker(desc, expected):
             async with Producer("PG", cluster.namesrv_addr, instance_name="forced", serialize_type=0) as p:
                 assert (await p.send(Message("T", b"x"))).ok
             assert 0 in cluster.brokers[0].serialize_types
+
+
+async def test_message_illegal_does_not_isolate_a_healthy_broker():
+    async with asyncio.timeout(20):
+        async with FakeCluster(brokers=2) as cluster:
+            cluster.create_topic("T", 2)
+            a, b = cluster.brokers
+            async with Producer("PG", cluster.namesrv_addr, instance_name="p-iso") as p:
+                a.fail_sends = ResponseCode.MESSAGE_ILLEGAL
+                with pytest.raises(errors.MessageIllegalError):
+                    for _ in range(4):   # until one lands on broker-a
+                        await p.send(Message("T", b"x"))
+                a.fail_sends = None
+                before = a.sends
+                for _ in range(20):
+                    await p.send(Message("T", b"x"))
+                assert a.sends > before   # still used

@@ -294,3 +294,65 @@ async def test_consume_from_where_for_a_new_group(where):
                 await asyncio.sleep(0.1)
             first = sorted(int(b[1:]) for _, b, _ in got)[0]
             assert first == {"LAST_OFFSET": 15, "FIRST_OFFSET": 0, "TIMESTAMP": 10}[where]
+
+
+async def test_broadcast_offsets_survive_a_restart_without_instance_name(tmp_path):
+    """The local offsets file must not depend on the process id (the default instance name)."""
+    from client.offset_store import LocalOffsetStore
+
+    class Inst:
+        def __init__(self, cid):
+            self.client_id = cid
+    one = LocalOffsetStore(Inst("10.0.0.1@4242"), "BG", str(tmp_path))
+    two = LocalOffsetStore(Inst("10.0.0.1@5353"), "BG", str(tmp_path))
+    assert one.path == two.path and "10.0.0.1@DEFAULT" in one.path
+    named = LocalOffsetStore(Inst("10.0.0.1@x"), "BG", str(tmp_path), "x")
+    assert "10.0.0.1@x" in named.path
+
+
+async def test_close_from_inside_a_listener_shuts_down_cleanly():
+    async with asyncio.timeout(30):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 2)
+            await produce(cluster.namesrv_addr, "T", 10)
+            seen = []
+            holder = {}
+
+            async def listener(msg):
+                seen.append(msg.queue_offset)
+                if len(seen) == 3:
+                    await holder["c"].close()   # must return at once (it cannot wait for itself)
+                return CONSUME_SUCCESS
+            c = PushConsumer("CG", cluster.namesrv_addr, listener=listener, instance_name="closer",
+                             consume_from_where="FIRST_OFFSET", close_timeout_s=5)
+            holder["c"] = c
+            c.subscribe("T")
+            await c.start()
+            await wait_for(lambda: c.state == "CLOSED", timeout_s=15, what="the drain started by the listener")
+            # What was consumed is committed: a new member does not get those messages again.
+            again = []
+            c2 = consumer(cluster, "CG", again, "after", consume_from_where="FIRST_OFFSET")
+            c2.subscribe("T")
+            async with c2:
+                await wait_for(lambda: len(seen) + len(again) >= 10, what="the rest")
+                await asyncio.sleep(0.3)
+            assert len(seen) + len(again) == 10
+
+
+async def test_plain_callable_returning_a_coroutine_is_awaited():
+    async with asyncio.timeout(30):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 1)
+            await produce(cluster.namesrv_addr, "T", 3)
+            got = []
+
+            async def handle(msg, sink):
+                sink.append(msg.body)
+                return CONSUME_SUCCESS
+            c = PushConsumer("LG", cluster.namesrv_addr, listener=lambda m: handle(m, got),
+                             instance_name="wrap", consume_from_where="FIRST_OFFSET")
+            c.subscribe("T")
+            async with c:
+                await wait_for(lambda: len(got) == 3, what="3 messages through the wrapper")
+                await asyncio.sleep(0.2)
+            assert len(got) == 3   # none failed and came back
