@@ -523,6 +523,9 @@ class ClientInstance:
             cmd.language = LanguageCode.PYTHON
             cmd.serialize_type = conn.attrs["serialize_type"]
             conn.oneway(cmd)
+            # Oneway sends wait for no reply, so nothing else paces them: wait while the
+            # socket buffer is over its high-water mark (the transport paused writing).
+            await conn.drain()
         except RemotingError as e:
             raise wrap_remoting(e, addr) from None
 

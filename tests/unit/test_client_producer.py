@@ -185,3 +185,21 @@ async def test_message_illegal_does_not_isolate_a_healthy_broker():
                 for _ in range(20):
                     await p.send(Message("T", b"x"))
                 assert a.sends > before   # still used
+
+
+async def test_oneway_sends_are_paced_by_the_socket():
+    """Oneway sends await no reply; they must still not pile up unbounded in the client."""
+    async with asyncio.timeout(60):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 1)
+            async with Producer("PG", cluster.namesrv_addr, instance_name="ow") as p:
+                await p.send(Message("T", b"warm-up"))
+                peak = 0
+                body = b"x" * 2000
+                for i in range(20000):
+                    await p.send_oneway(Message("T", body))
+                    if i % 500 == 0:
+                        for conn in p.instance.remoting.connections.values():
+                            if conn.transport is not None:
+                                peak = max(peak, conn.transport.get_write_buffer_size())
+                assert peak < 4 * 1024 * 1024, peak
