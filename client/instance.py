@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import struct
 import time
 import weakref
 
@@ -158,6 +159,31 @@ async def acquire_instance(namesrv_addr: str, instance_name: str | None = None, 
 # sleeping, so the reply is handled without the idle-CPU wake-up (~40 µs per hop on the
 # VMs measured; docs/benchmarks.md). Set to 0 (before creating clients) to save the CPU.
 DEFAULT_BUSY_POLL_US = 200
+
+
+def _decode_skipping_bad_records(body, decode, mq, error) -> list | None:
+    """A pull body with a record that cannot be decoded (a body that does not inflate,
+    properties that are not UTF-8...): keep the good records and skip the bad ones with an
+    error log, so one poisoned message cannot stall its queue forever. Returns None when
+    the framing itself is broken (record sizes make no sense): nothing can be trusted."""
+    buf = bytes(body)
+    n = len(buf)
+    pos = 0
+    out = []
+    while pos < n:
+        if n - pos < 28:
+            return None
+        total, = struct.unpack_from(">i", buf, pos)
+        if total < 28 or pos + total > n:
+            return None
+        try:
+            out.extend(decode(buf[pos:pos + total]))
+        except ValueError as e:
+            queue_offset, = struct.unpack_from(">q", buf, pos + 20)
+            log.error("skipping undecodable message %s offset %d: %s", mq, queue_offset, e)
+        pos += total
+    log.warning("pull body of %s had undecodable records (%s); %d decoded", mq, error, len(out))
+    return out
 
 
 class ClientInstance:
@@ -568,11 +594,13 @@ class ClientInstance:
             raise error_for(ResponseCode.SYSTEM_ERROR, f"bad pull response header {ext}", addr) from None
         records = []
         if status == PullResult.FOUND:
+            decode = msgcodec.decode_records_raw if raw else msgcodec.decode_records
             try:
-                records = (msgcodec.decode_records_raw(resp.body) if raw
-                           else msgcodec.decode_records(resp.body))
+                records = decode(resp.body)
             except ValueError as e:
-                raise error_for(ResponseCode.SYSTEM_ERROR, f"undecodable pull body: {e}", addr) from None
+                records = _decode_skipping_bad_records(resp.body, decode, mq, e)
+                if records is None:
+                    raise error_for(ResponseCode.SYSTEM_ERROR, f"undecodable pull body: {e}", addr) from None
         return PullResult(status, nbo, mn, mx, records, suggest)
 
     async def _offset_request(self, code: int, addr: str, ext: dict, timeout_s: float = 3.0) -> int:
