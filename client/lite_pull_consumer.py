@@ -201,6 +201,11 @@ class LitePullConsumer:
             self.state = "CLOSED"
             return
         self.state = "CLOSING"
+        if self._rebalance_lock is not None:
+            # A rebalance in progress could add queues after their tasks were cancelled:
+            # let it finish first (it sees CLOSING on its next turn).
+            async with self._rebalance_lock:
+                pass
         self._route_retry.cancel()
         if self._commit_task is not None:
             self._commit_task.cancel()
@@ -281,6 +286,8 @@ class LitePullConsumer:
                 await self.offset_store.persist(removed)
             for mq in removed:
                 self.offset_store.remove(mq)
+            if self.state != "RUNNING":
+                return          # close() began while we were asking the brokers: add nothing
             for mq in sorted(wanted - set(self.assigned)):
                 self.assigned[mq] = _QueueState(mq)
                 self._start_task(self.assigned[mq])
@@ -296,7 +303,7 @@ class LitePullConsumer:
     async def _pull_loop(self, st: _QueueState) -> None:
         inst = self.instance
         mq = st.mq
-        while st.pull_offset < 0:
+        while st.pull_offset < 0 and self.state == "RUNNING":
             try:
                 off = await compute_pull_from_where(inst, self.offset_store, self.group, mq,
                                                     self.consume_from_where, self.consume_timestamp_ms)

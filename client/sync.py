@@ -16,6 +16,7 @@ private loop (for instance from an async listener): use the asyncio client there
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 
 from client.errors import ClientStateError
@@ -30,10 +31,23 @@ _loop: asyncio.AbstractEventLoop | None = None
 _thread: threading.Thread | None = None
 
 
+def _forget_loop_after_fork() -> None:
+    # A forked child inherits _loop but not the thread running it: start afresh there,
+    # or every blocking call would wait forever for a loop nobody runs.
+    global _loop, _thread, _lock
+    _loop = None
+    _thread = None
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_loop_after_fork)
+
+
 def _get_loop() -> asyncio.AbstractEventLoop:
     global _loop, _thread
     with _lock:
-        if _loop is None or _loop.is_closed():
+        if _loop is None or _loop.is_closed() or _thread is None or not _thread.is_alive():
             loop = asyncio.new_event_loop()
             ready = threading.Event()
 

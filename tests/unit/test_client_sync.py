@@ -62,3 +62,22 @@ def test_calling_the_facade_from_its_own_loop_is_refused(cluster):
         run(cluster.close())
     with pytest.raises(ClientStateError):
         run(inner(), 5)
+
+
+def test_facade_works_in_a_forked_child():
+    """The child inherits the facade's loop object but not its thread."""
+    import os
+    from client import sync
+
+    async def forty_two():
+        return 42
+    assert sync.run(forty_two(), 5) == 42          # the parent's loop thread exists now
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ok = sync.run(forty_two(), 5) == 42
+        except BaseException:
+            ok = False
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
