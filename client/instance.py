@@ -161,6 +161,27 @@ async def acquire_instance(namesrv_addr: str, instance_name: str | None = None, 
 DEFAULT_BUSY_POLL_US = 200
 
 
+async def acquire_consumer_instance(consumer) -> "ClientInstance":
+    """The shared instance for a consumer, with the consumer registered in it.
+
+    A group member is a clientId: when another consumer of the same group already lives in
+    this process (and no instance name was given), this one gets its own instance name and
+    so its own clientId. Sets consumer.instance_name in that case."""
+    inst = await acquire_instance(consumer.namesrv_addr, consumer.instance_name,
+                                  serialize_type=consumer.serialize_type)
+    if consumer.group in inst.consumers and consumer.instance_name is None:
+        await inst.release()
+        consumer.instance_name = f"{os.getpid()}#{id(consumer):x}"
+        inst = await acquire_instance(consumer.namesrv_addr, consumer.instance_name,
+                                      serialize_type=consumer.serialize_type)
+    try:
+        inst.register_consumer(consumer.group, consumer)
+    except BaseException:
+        await inst.release()
+        raise
+    return inst
+
+
 def _decode_skipping_bad_records(body, decode, mq, error) -> list | None:
     """A pull body with a record that cannot be decoded (a body that does not inflate,
     properties that are not UTF-8...): keep the good records and skip the bad ones with an

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections import deque
 from collections.abc import Iterable
 
@@ -37,7 +36,7 @@ from client.errors import (
     MQClientError,
     SubscriptionError,
 )
-from client.instance import PullResult, acquire_instance, now_ms, pull_sys_flag
+from client.instance import PullResult, acquire_consumer_instance, now_ms, pull_sys_flag
 from client.message import MessageExt
 from client.offset_store import RemoteOffsetStore
 from client.producer import check_group, check_topic
@@ -164,17 +163,7 @@ class LitePullConsumer:
     async def start(self) -> LitePullConsumer:
         if self.state != "CREATED":
             raise ClientStateError(f"consumer is {self.state}")
-        inst = await acquire_instance(self.namesrv_addr, self.instance_name, serialize_type=self.serialize_type)
-        if self.group in inst.consumers and self.instance_name is None:
-            await inst.release()
-            self.instance_name = f"{os.getpid()}#{id(self):x}"
-            inst = await acquire_instance(self.namesrv_addr, self.instance_name,
-                                          serialize_type=self.serialize_type)
-        try:
-            inst.register_consumer(self.group, self)
-        except BaseException:
-            await inst.release()
-            raise
+        inst = await acquire_consumer_instance(self)
         self.instance = inst
         self.offset_store = RemoteOffsetStore(inst, self.group)
         self._rebalance_lock = asyncio.Lock()

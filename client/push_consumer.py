@@ -45,11 +45,8 @@ from client.errors import (
     MQClientError,
     SubscriptionError,
 )
-from client.instance import PullResult, acquire_instance, mono_ms, now_ms, pull_sys_flag
+from client.instance import PullResult, acquire_consumer_instance, mono_ms, now_ms, pull_sys_flag
 from client.message import MessageExt
-
-# Set inside consume workers: a listener that calls close()/drain() must not wait for itself.
-_IN_WORKER: contextvars.ContextVar[bool] = contextvars.ContextVar("pocketmq_in_worker", default=False)
 from client.offset_store import LocalOffsetStore, RemoteOffsetStore
 from client.process_queue import FLOW_CONTROL_DELAY_MS, FlowLimits, ProcessQueue
 from client.producer import check_group, check_topic
@@ -66,6 +63,9 @@ from protocol.bodies import (
     SubscriptionData,
     build_subscription,
 )
+
+# Set inside consume workers: a listener that calls close()/drain() must not wait for itself.
+_IN_WORKER: contextvars.ContextVar[bool] = contextvars.ContextVar("pocketmq_in_worker", default=False)
 
 log = logging.getLogger("pocketmq.client.consumer")
 
@@ -301,18 +301,7 @@ class PushConsumer:
             self.subscriptions.setdefault(retry_topic(self.group),
                                           build_subscription(retry_topic(self.group), "*", "TAG", now_ms()))
         self._filters = {t: tag_filter(s) for t, s in self.subscriptions.items()}
-        inst = await acquire_instance(self.namesrv_addr, self.instance_name, serialize_type=self.serialize_type)
-        if self.group in inst.consumers and self.instance_name is None:
-            # Another consumer of this group lives in this process: give this one its own clientId.
-            await inst.release()
-            self.instance_name = f"{os.getpid()}#{id(self):x}"
-            inst = await acquire_instance(self.namesrv_addr, self.instance_name,
-                                          serialize_type=self.serialize_type)
-        try:
-            inst.register_consumer(self.group, self)
-        except BaseException:
-            await inst.release()
-            raise
+        inst = await acquire_consumer_instance(self)
         self.instance = inst
         if self.message_model == "CLUSTERING":
             self.offset_store = RemoteOffsetStore(inst, self.group)
