@@ -50,6 +50,8 @@ def monotonic_ms() -> int:
 
 
 def write_file_safely(path: str, data: bytes) -> None:
+    # Same steps as broker.store.safe_write.write_file_atomic; kept here because the
+    # nameserver must not import the broker (architecture.md dependency rules).
     """tmp -> write -> fsync -> os.replace -> fsync(dir): the file is old or new, never torn."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
