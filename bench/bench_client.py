@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import struct
 import sys
 import tempfile
@@ -216,6 +217,7 @@ def main(argv=None):
             result = asyncio.run(run_all(cluster.namesrv_addr, args))
         finally:
             cluster.stop()
+            shutil.rmtree(root, ignore_errors=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -108,6 +109,7 @@ def main():
                           "broker_cpu_us_per_msg": round(dc / max(r["msgs"], 1) * 1e6, 1)}), flush=True)
     finally:
         c.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import re
 import shutil
 import struct
 import threading
+import time
 import zlib
 
 from protocol.message import (MAX_INT, MESSAGE_MAGIC_CODE, PROPERTIES_LENGTH_BYTES_MAX, SCHEDULE_TOPIC,
@@ -106,6 +107,8 @@ class MessageStore:
         self._open = False
         self._file_lock = threading.Lock()
         self._lock_fd = -1
+        self._create_failures = 0
+        self._create_failed_logged_s = -1e9
 
     # ================================================================== lifecycle
 
@@ -297,6 +300,17 @@ class MessageStore:
             return schedule_tags_code(queue_id, store_ts, self._delay_levels)
         return tags_code_of_properties(props_b)
 
+    def _log_create_failed(self, e: OSError) -> None:
+        # Every send fails the same way while the disk is full: one line per 10 s (with
+        # the count) instead of one per message, which would fill the disk with logs too.
+        now = time.monotonic()
+        self._create_failures += 1
+        if now - self._create_failed_logged_s >= 10.0:
+            log.error("cannot create commit-log segment: %s (%d sends refused since the last report)",
+                      e, self._create_failures)
+            self._create_failed_logged_s = now
+            self._create_failures = 0
+
     def put_message(self, msg: MessageToStore) -> PutMessageResult:
         if self._failed is not None or not self._open:
             return _NOT_AVAILABLE
@@ -336,7 +350,7 @@ class MessageStore:
         try:
             mf = cl.reserve(size)
         except OSError as e:
-            log.error("cannot create commit-log segment: %s", e)
+            self._log_create_failed(e)
             return _CREATE_FAILED
         pos = mf.wrote
         phys = mf.start + pos
@@ -406,7 +420,7 @@ class MessageStore:
         try:
             mf = cl.reserve(total)
         except OSError as e:
-            log.error("cannot create commit-log segment: %s", e)
+            self._log_create_failed(e)
             return _CREATE_FAILED
         now = batch.now_ms
         pos = mf.wrote

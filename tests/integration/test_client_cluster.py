@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
-import tempfile
 import time
 
 import pytest
@@ -23,9 +22,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    root = tempfile.mkdtemp(prefix="client-it-")
-    c = Cluster(root)
+def cluster(tmp_path_factory):
+    c = Cluster(str(tmp_path_factory.mktemp("client-it")))
     c.start()
     yield c
     c.stop()
@@ -229,9 +227,9 @@ async def test_lite_pull_seeks_and_resumes_at_committed_offsets(cluster):
             assert (await c2.poll(5))[0].queue_offset == 10     # resumes at the committed offset
 
 
-async def test_broker_restart_mid_stream():
+async def test_broker_restart_mid_stream(tmp_path):
     async with asyncio.timeout(120):
-        root = tempfile.mkdtemp(prefix="client-restart-")
+        root = str(tmp_path)
         cl = Cluster(root)
         cl.start()
         try:

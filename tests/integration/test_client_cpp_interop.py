@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
@@ -38,16 +37,16 @@ AGENT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "interop", "cpp
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    c = Cluster(tempfile.mkdtemp(prefix="client-cpp-"))
+def cluster(tmp_path_factory):
+    c = Cluster(str(tmp_path_factory.mktemp("client-cpp")))
     c.start()
     yield c
     c.stop()
 
 
 @pytest.fixture(scope="module")
-def home():
-    return tempfile.mkdtemp(prefix="cpphome-")
+def home(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("cpphome"))
 
 
 def start_agent(home: str, *args: str) -> subprocess.Popen:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import shutil
 import struct
@@ -485,6 +486,19 @@ def test_segment_creation_failure_is_not_sticky(tmp_path):
     assert s.commit_log_max_offset == before
     ops.fail_create = False
     assert s.put_message(msg(body=b"a" * 1000, now=5)).wrote_offset == 2 * SEG
+    s.close()
+
+
+def test_segment_creation_failures_are_logged_once_per_interval(tmp_path, caplog):
+    # A full disk refuses every send; the log must not grow by a line per refused send.
+    ops = FailingOps()
+    s = opened(config(tmp_path), file_ops=ops)
+    ops.fail_create = True
+    with caplog.at_level(logging.ERROR, logger="pocketmq.store"):
+        for i in range(500):
+            assert s.put_message(msg(now=i + 1)).status is PS.CREATE_MAPEDFILE_FAILED
+    lines = [r for r in caplog.records if "cannot create commit-log segment" in r.getMessage()]
+    assert len(lines) == 1 and "no space" in lines[0].getMessage()
     s.close()
 
 
