@@ -87,7 +87,8 @@ class Broker:
         self.msg_get_total = 0
         self.started_ms = 0
         self.recovery_report = None
-        self._send_ext_base: dict | None = None
+        # (MSG_REGION, TRACE_ON) of every send response (Java clients read both)
+        self.send_ext_region_trace = (config.regionId, "true" if config.traceOn else "false")
         self.closing = False
         self._metadata_loaded = False
         self._topics_dirty = False
@@ -273,11 +274,8 @@ class Broker:
         return ResponseCode.SYSTEM_ERROR, f"put message failed: {name}"
 
     def send_ext_base(self) -> dict:
-        base = self._send_ext_base
-        if base is None:
-            base = self._send_ext_base = {"MSG_REGION": self.config.regionId,
-                                          "TRACE_ON": "true" if self.config.traceOn else "false"}
-        return dict(base)
+        region, trace_on = self.send_ext_region_trace
+        return {"MSG_REGION": region, "TRACE_ON": trace_on}
 
     def stats_put(self, result) -> None:
         self.msg_put_total += result.msg_count or 1

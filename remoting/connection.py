@@ -18,7 +18,7 @@ import logging
 import traceback
 from time import monotonic as _monotonic
 
-from protocol.codes import FLAG_ONEWAY, ResponseCode
+from protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from protocol.command import FrameDecoder, RemotingCommand, encode_parts
 from protocol.errors import HeaderError, ProtocolError, BodyError
 
@@ -68,8 +68,10 @@ class Connection(asyncio.Protocol):
     def __init__(self, handler=None, *, frame_size_bytes_max: int = 16 * 1024 * 1024,
                  requests_in_flight_max: int = 65536, handlers_in_flight_max: int = 4096,
                  on_close=None, name: str = "", pause_reading_on_backpressure: bool = False,
-                 busy_poll=None):
+                 busy_poll=None, processors: dict | None = None):
         self.handler = handler
+        # code -> proc(conn, cmd): a server's table (used instead of handler when given)
+        self.processors = processors
         self.pause_reading_on_backpressure = pause_reading_on_backpressure
         self.busy_poll = busy_poll     # remoting.busy_poll.BusyPoll shared by a role, or None
         self.decoder = FrameDecoder(frame_size_bytes_max)
@@ -112,13 +114,14 @@ class Connection(asyncio.Protocol):
             self.busy_poll.kick()
         dec = self.decoder
         dec.feed(data)
+        next_command = dec.next_command
         self._out = out = []
         try:
             while True:
-                cmd = dec.next_command()
+                cmd = next_command()
                 if cmd is None:
                     break
-                if cmd.is_response:
+                if cmd.flag & FLAG_RESPONSE:
                     fut = self.pending.pop(cmd.opaque, None)
                     if fut is None:
                         log.debug("%s: response with unknown opaque %d dropped", self.name, cmd.opaque)
@@ -170,7 +173,8 @@ class Connection(asyncio.Protocol):
 
     # -- incoming requests ---------------------------------------------------------------
     def _dispatch(self, cmd: RemotingCommand) -> None:
-        if self.handler is None:
+        processors = self.processors
+        if processors is None and self.handler is None:
             if not cmd.is_oneway:
                 self.send(cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                        f" request type {cmd.code} not supported"))
@@ -181,12 +185,21 @@ class Connection(asyncio.Protocol):
                                        "[OVERLOAD]system busy, start flow control for a while"))
             return
         try:
-            result = self.handler(self, cmd)
+            if processors is not None:
+                # a server's processor table, looked up here: one call less per request
+                proc = processors.get(cmd.code)
+                if proc is None:
+                    result = cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                          f" request type {cmd.code} not supported")
+                else:
+                    result = proc(self, cmd)
+            else:
+                result = self.handler(self, cmd)
         except Exception as e:
             result = self._error_response(cmd, e)
         if result is None:
             return
-        if isinstance(result, RemotingCommand):
+        if type(result) is RemotingCommand:
             if not (cmd.flag & FLAG_ONEWAY):
                 self.send(result)
             return

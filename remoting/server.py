@@ -44,7 +44,8 @@ class RemotingServer:
             self.on_connection_close(conn)
 
     def _factory(self) -> Connection:
-        conn = Connection(self._handle, frame_size_bytes_max=self.frame_size_bytes_max,
+        conn = Connection(self._handle, processors=self.processors,
+                          frame_size_bytes_max=self.frame_size_bytes_max,
                           on_close=self._closed, name=self.name,
                           handlers_in_flight_max=self.handlers_in_flight_max,
                           pause_reading_on_backpressure=True, busy_poll=self.busy_poll)

@@ -208,6 +208,12 @@ class MemoryStore:
         return PutMessageResult(PutMessageStatus.PUT_OK, phys, size, queue_offset,
                                 offset_msg_id(*self.config.store_host, phys), msg.now_ms, 1)
 
+    def put(self, topic, queue_id, flag, body, props_b, sys_flag, born_timestamp, born_host, now,
+            reconsume_times=0, prepared_transaction_offset=0) -> PutMessageResult:
+        return self.put_message(MessageToStore(topic, queue_id, flag, body, props_b.decode(), sys_flag,
+                                               born_timestamp, born_host, now, reconsume_times,
+                                               prepared_transaction_offset))
+
     def put_messages(self, batch: MessageBatchToStore) -> PutMessageResult:
         if self.failed is not None or not self._open:
             return _result(PutMessageStatus.SERVICE_NOT_AVAILABLE)

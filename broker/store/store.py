@@ -24,7 +24,7 @@ import time
 import zlib
 
 from protocol.message import (MAX_INT, MESSAGE_MAGIC_CODE, PROPERTIES_LENGTH_BYTES_MAX, SCHEDULE_TOPIC,
-                              TOPIC_LENGTH_BYTES_MAX, encode_record_into, head_struct,
+                              TOPIC_LENGTH_BYTES_MAX, head_struct,
                               offset_msg_id_prefix, store_timestamp_pos, tags_code_of_properties)
 from broker.store.api import (CQ_FILLER_SIZE, DispatchListener, GetMessageResult,
                               GetMessageStatus, MessageBatchToStore, MessageFilter,
@@ -44,7 +44,8 @@ __all__ = ["MessageStore", "CleanResult"]
 log = logging.getLogger("pocketmq.store")
 
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-_HEAD_SIZE = {f: head_struct(f).size for f in (0, 0x10, 0x20, 0x30)}
+_HEADS = {f: head_struct(f) for f in (0, 0x10, 0x20, 0x30)}
+_HEAD_SIZE = {f: h.size for f, h in _HEADS.items()}
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
 
@@ -312,32 +313,40 @@ class MessageStore:
             self._create_failures = 0
 
     def put_message(self, msg: MessageToStore) -> PutMessageResult:
+        return self.put(msg.topic, msg.queue_id, msg.flag, msg.body, msg.properties_str.encode(),
+                        msg.sys_flag, msg.born_timestamp, msg.born_host, msg.now_ms,
+                        msg.reconsume_times, msg.prepared_transaction_offset)
+
+    def put(self, topic: str, queue_id: int, flag: int, body: bytes, props_b: bytes, sys_flag: int,
+            born_timestamp: int, born_host: tuple[bytes, int], now: int, reconsume_times: int = 0,
+            prepared_transaction_offset: int = 0) -> PutMessageResult:
+        """put_message with the fields as arguments and the properties already encoded
+        (the broker's single-send hot path: no MessageToStore, no second encode)."""
         if self._failed is not None or not self._open:
             return _NOT_AVAILABLE
-        topic = msg.topic
         topic_b = self._topic_bytes.get(topic) or self._topic_b(topic)
         if topic_b is None:
             return _ILLEGAL
-        props = msg.properties_str
-        props_b = props.encode()
         if props_b and props_b[-1] == 0:
             props_b += b"\x02"       # see commitlog: a record never ends in a zero byte
-        if len(props_b) > PROPERTIES_LENGTH_BYTES_MAX:
+        pl = len(props_b)
+        if pl > PROPERTIES_LENGTH_BYTES_MAX:
             return _PROPS_EXCEEDED
-        born_host = msg.born_host
-        alen = len(born_host[0])
-        sys_flag = (msg.sys_flag & ~0x30) | self._store_v6
+        born_addr, born_port = born_host
+        alen = len(born_addr)
+        sys_flag = (sys_flag & ~0x30) | self._store_v6
         if alen == 16:
             sys_flag |= 0x10
         elif alen != 4:
             return _ILLEGAL
-        body = msg.body
-        size = _HEAD_SIZE[sys_flag & 0x30] + len(body) + 3 + len(topic_b) + len(props_b)
-        queue_id = msg.queue_id
-        now = msg.now_ms
+        head = _HEADS[sys_flag & 0x30]
+        hs = head.size
+        bl = len(body)
+        tl = len(topic_b)
+        size = hs + bl + 3 + tl + pl
         if (size > self._max_record or not 0 <= queue_id <= MAX_INT or now < 0
-                or msg.born_timestamp < 0 or msg.reconsume_times < 0
-                or msg.prepared_transaction_offset < 0 or not 0 <= born_host[1] <= 0xFFFF):
+                or born_timestamp < 0 or reconsume_times < 0
+                or prepared_transaction_offset < 0 or not 0 <= born_port <= 0xFFFF):
             return _ILLEGAL         # recovery refuses such records: never write one
         tran = sys_flag & 0xC
         if tran == 0 or tran == 8:
@@ -354,15 +363,24 @@ class MessageStore:
             return _CREATE_FAILED
         pos = mf.wrote
         phys = mf.start + pos
-        encode_record_into(mf.mm, pos, topic_b, queue_id, msg.flag, body, props_b, sys_flag,
-                           msg.born_timestamp, born_host, self._store_host, msg.reconsume_times,
-                           msg.prepared_transaction_offset, queue_offset, phys, now)
+        mm = mf.mm
+        # protocol.message.encode_record_into, inlined (host flags are already known here)
+        store_addr, store_port = self._store_host
+        head.pack_into(mm, pos, size, MESSAGE_MAGIC_CODE, _crc32(body) & 0x7FFFFFFF, queue_id, flag,
+                       queue_offset, phys, sys_flag, born_timestamp, born_addr, born_port, now,
+                       store_addr, store_port, reconsume_times, prepared_transaction_offset, bl)
+        p = pos + hs
+        mm[p:p + bl] = body
+        p += bl
+        tail = bytes((tl,)) + topic_b + _H_PACK(pl) + props_b
+        mm[p:p + len(tail)] = tail
         cl.commit(mf, size)
         self._last_store_ts = now
         if self._reput_from == phys:
             self._reput_from = phys + size
             if cq is not None:
-                code = self._tags_code(topic, queue_id, props_b, now)
+                code = (tags_code_of_properties(props_b) if topic != SCHEDULE_TOPIC
+                        else schedule_tags_code(queue_id, now, self._delay_levels))
                 try:
                     cq.put(queue_offset, phys, size, code)
                 except OSError as e:

@@ -114,7 +114,7 @@ _json_loads = json.JSONDecoder().decode
 
 def decode_json(data) -> tuple:
     try:
-        obj = _json_loads(bytes(data).decode())
+        obj = _json_loads(str(data, "utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise ProtocolError(f"bad JSON header: {type(e).__name__}: {e}") from None
     if type(obj) is not dict:
@@ -234,19 +234,35 @@ def encode_rocketmq(code, language, version, opaque, flag, remark, ext_fields) -
 
 def decode_msgpack(data) -> tuple:
     try:
-        obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
+        obj = _unpackb(data, raw=False, strict_map_key=True)
     except Exception as e:  # msgpack raises several unrelated types
         raise ProtocolError(f"bad msgpack header: {e}") from None
-    if not isinstance(obj, list) or len(obj) != 7:
+    if type(obj) is not list or len(obj) != 7:
         raise ProtocolError("msgpack header is not a 7-element array")
     code, language, version, opaque, flag, remark, ext = obj
-    for name, v in (("code", code), ("language", language), ("version", version),
-                    ("opaque", opaque), ("flag", flag)):
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise ProtocolError(f"msgpack header field {name} is not an integer")
-    if remark is not None and not isinstance(remark, str):
+    # (`type(x) is int` also refuses bools, which are ints to isinstance)
+    if not (type(code) is int and type(language) is int and type(version) is int
+            and type(opaque) is int and type(flag) is int):
+        for name, v in (("code", code), ("language", language), ("version", version),
+                        ("opaque", opaque), ("flag", flag)):
+            if type(v) is not int:
+                raise ProtocolError(f"msgpack header field {name} is not an integer")
+    if remark is not None and type(remark) is not str:
         raise ProtocolError("msgpack header remark is not a string")
+    if type(ext) is dict:
+        for v in ext.values():
+            if type(v) is not str:
+                break
+        else:
+            return code, language, version, opaque, flag, remark, ext   # all strings: as is
     return code, language, version, opaque, flag, remark, _safe_ext(ext)
+
+
+# One Packer, reused: msgpack.packb builds a new one per call. Packer.pack runs in C
+# holding the GIL and calls back into no Python code for these types, so threads
+# (the sync facade's loop, a broker in the same process) cannot interleave in it.
+_pack = msgpack.Packer(use_bin_type=True).pack
+_unpackb = msgpack.unpackb
 
 
 def encode_msgpack(code, language, version, opaque, flag, remark, ext_fields) -> bytes:
@@ -258,7 +274,7 @@ def encode_msgpack(code, language, version, opaque, flag, remark, ext_fields) ->
                 break
     else:
         ext = None
-    return msgpack.packb([code, language, version, opaque, flag, remark, ext], use_bin_type=True)
+    return _pack([code, language, version, opaque, flag, remark, ext])
 
 
 DECODERS = {
