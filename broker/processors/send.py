@@ -13,7 +13,7 @@ import random
 import zlib
 
 from broker.core.delay import delay_level, to_schedule
-from broker.store.api import MessageBatchToStore, PutMessageStatus
+from broker.store.api import PutMessageStatus
 from broker.core.topics import (DLQ_GROUP_TOPIC_PREFIX as DLQ_PREFIX, NOT_ALLOWED_SEND_TOPICS,
                                 RETRY_GROUP_TOPIC_PREFIX, dlq_topic, validate_topic)
 from protocol.codes import PermName, RequestCode, ResponseCode
@@ -127,12 +127,10 @@ def process_send(broker, conn, cmd):
         # the body is parsed: one pass over the elements, properties kept as bytes.
         extra = ((props + "\x02" if props and not props.endswith("\x02") else props) + batch_props).encode()
         try:
-            records = msgcodec.decode_batch_body(body, raw_properties=True, append_properties=extra,
-                                                 body_bytes_max=cfg.maxMessageSize)
+            result = store.put_batch_body(topic, queue_id, sys_flag, born_timestamp, born_host, now, body,
+                                          extra, reconsume_times, cfg.maxMessageSize)
         except ValueError as e:
             return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}")
-        result = store.put_messages(MessageBatchToStore(topic, queue_id, sys_flag, born_timestamp,
-                                                        born_host, now, records, reconsume_times))
         wait = True
     else:
         p = props + "\x02" + batch_props if props and not props.endswith("\x02") else props + batch_props

@@ -158,6 +158,10 @@ class Store(Protocol):
             prepared_transaction_offset: int = 0) -> PutMessageResult:
         """put_message with the fields as arguments and the properties as UTF-8 bytes."""
     def put_messages(self, batch: MessageBatchToStore) -> PutMessageResult: ...
+    def put_batch_body(self, topic: str, queue_id: int, sys_flag: int, born_timestamp: int,
+                       born_host: tuple[bytes, int], now: int, body, append_properties: bytes = b"",
+                       reconsume_times: int = 0, body_bytes_max: int | None = None) -> PutMessageResult:
+        """put_messages of a SEND_BATCH_MESSAGE body; ValueError when it is malformed."""
     def reput(self) -> int: ...
     def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     message_filter: MessageFilter | None = None) -> GetMessageResult: ...

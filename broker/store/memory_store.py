@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import struct
 
-from protocol.message import (MAX_INT, PROPERTIES_LENGTH_BYTES_MAX, SCHEDULE_TOPIC, TAGS,
+from protocol.message import (MAX_INT, decode_batch_body, PROPERTIES_LENGTH_BYTES_MAX, SCHEDULE_TOPIC, TAGS,
                               decode_properties, decode_record, encode_record, head_struct,
                               offset_msg_id, store_timestamp_pos, tags_code)
 from broker.store.api import (GetMessageResult, GetMessageStatus, MessageBatchToStore,
@@ -214,6 +214,19 @@ class MemoryStore:
                                                born_timestamp, born_host, now, reconsume_times,
                                                prepared_transaction_offset))
 
+    def put_batch_body(self, topic, queue_id, sys_flag, born_timestamp, born_host, now, body,
+                       append_properties=b"", reconsume_times=0, body_bytes_max=None) -> PutMessageResult:
+        # the file store's order: batch-level checks, then the body
+        if self.failed is not None or not self._open:
+            return _result(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        checked = self._check(topic, born_host, sys_flag, now, born_timestamp, reconsume_times, 0)
+        if checked is None or checked & 0xC or not 0 <= queue_id <= MAX_INT:
+            return _result(PutMessageStatus.MESSAGE_ILLEGAL)
+        records = decode_batch_body(body, raw_properties=True, append_properties=append_properties,
+                                    body_bytes_max=body_bytes_max)
+        return self.put_messages(MessageBatchToStore(topic, queue_id, sys_flag, born_timestamp, born_host,
+                                                     now, records, reconsume_times))
+
     def put_messages(self, batch: MessageBatchToStore) -> PutMessageResult:
         if self.failed is not None or not self._open:
             return _result(PutMessageStatus.SERVICE_NOT_AVAILABLE)
@@ -222,11 +235,11 @@ class MemoryStore:
         if sys_flag is None or not batch.messages or sys_flag & 0xC or not 0 <= batch.queue_id <= MAX_INT:
             return _result(PutMessageStatus.MESSAGE_ILLEGAL)
         sizes = []
-        batch = batch._replace(messages=[(f, b, p + "\x02" if p.endswith("\x00") else p)
-                                         for f, b, p in batch.messages])
         if any(type(p) is bytes for _f, _b, p in batch.messages):   # the file store takes bytes too
             batch = batch._replace(messages=[(f, b, p.decode() if type(p) is bytes else p)
                                              for f, b, p in batch.messages])
+        batch = batch._replace(messages=[(f, b, p + "\x02" if p.endswith("\x00") else p)
+                                         for f, b, p in batch.messages])
         for _flag, body, props in batch.messages:
             if len(props.encode()) > PROPERTIES_LENGTH_BYTES_MAX:
                 return _result(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)

@@ -17,8 +17,8 @@ from broker.store.mapped_file import FileOps
 from broker.store.safe_write import read_file, write_file_atomic
 from broker.store.store import MessageStore
 from broker.store.store_config import StoreConfig, parse_delay_levels
-from protocol.message import (BLANK_MAGIC_CODE, SCHEDULE_TOPIC, decode_record, decode_records,
-                              java_string_hash, offset_msg_id)
+from protocol.message import (BLANK_MAGIC_CODE, SCHEDULE_TOPIC, decode_batch_body, decode_record,
+                              decode_records, encode_batch_body, java_string_hash, offset_msg_id)
 
 HOST = (bytes([10, 0, 0, 7]), 40000)
 STORE_HOST = (bytes([10, 0, 0, 1]), 10911)
@@ -235,6 +235,38 @@ def test_batch_put(tmp_path):
     huge = [(0, b"z" * 1000, "") for _ in range(5)]
     assert s.put_messages(MessageBatchToStore("TopicA", 0, 0, 7, HOST, 8, huge)).status is PS.MESSAGE_ILLEGAL
     s.close()
+
+
+def test_batch_body_stores_the_same_bytes_as_decode_then_put_messages(tmp_path):
+    items = [(i % 3, b"b%d" % i * i, f"TAGS\x01T{i % 2}\x02UNIQ_KEY\x01U{i}") for i in range(7)]
+    items.append((0, b"", "ODD\x01nul\x00"))
+    body = encode_batch_body(items)
+    extra = b"CLUSTER\x01DefaultCluster"
+    a = opened(config(tmp_path / "a", mapped_file_size_commit_log=1 << 16))
+    b = opened(config(tmp_path / "b", mapped_file_size_commit_log=1 << 16))
+    for s in (a, b):
+        s.put_message(msg(now=1))
+    ra = a.put_batch_body("TopicA", 0, 0, 5, HOST, 6, body, extra, 1)
+    rb = b.put_messages(MessageBatchToStore("TopicA", 0, 0, 5, HOST, 6,
+                                            decode_batch_body(body, raw_properties=True, append_properties=extra), 1))
+    assert ra == rb and ra.ok and ra.msg_count == 8
+    assert ra.msg_id.split(",") == [offset_msg_id(*STORE_HOST, m.commit_log_offset)
+                                    for m in decode_records(joined(a.get_message("TopicA", 0, 1, 32)))]
+    assert joined(a.get_message("TopicA", 0, 0, 32)) == joined(b.get_message("TopicA", 0, 0, 32))
+    msgs = decode_records(joined(a.get_message("TopicA", 0, 1, 32)))
+    assert msgs[2].properties["CLUSTER"] == "DefaultCluster" and msgs[2].tags == "T0"
+    assert msgs[-1].properties["CLUSTER"] == "DefaultCluster" and msgs[-1].properties["ODD"] == "nul\x00"
+    # malformed bodies: ValueError naming the element, nothing stored
+    end = a.commit_log_max_offset
+    for bad, what in [(body[:-3], "element 7"), (body[:16] + b"\x7f" + body[17:], "element 0"),
+                      (b"", "empty")]:
+        with pytest.raises(ValueError, match=what):
+            a.put_batch_body("TopicA", 0, 0, 5, HOST, 6, bad, extra)
+        assert a.commit_log_max_offset == end and a.get_max_offset_in_queue("TopicA", 0) == 9
+    with pytest.raises(ValueError, match="exceeds the limit"):
+        a.put_batch_body("TopicA", 0, 0, 5, HOST, 6, body, extra, body_bytes_max=5)
+    a.close()
+    b.close()
 
 
 def test_put_limits(tmp_path):
