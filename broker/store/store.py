@@ -396,32 +396,37 @@ class MessageStore:
         return PutMessageResult(PutMessageStatus.PUT_OK, phys, size, queue_offset,
                                 self._msg_id_prefix + format(phys, "016X"), now, 1)
 
+    def _batch_sys_flag(self, topic_b, queue_id: int, sys_flag: int, born_timestamp: int,
+                        born_host: tuple[bytes, int], now: int, reconsume_times: int) -> int | None:
+        """The stored sys_flag of a batch (host bits set), or None when the batch-level
+        fields are illegal."""
+        if topic_b is None or not 0 <= queue_id <= MAX_INT:
+            return None
+        alen = len(born_host[0])
+        sys_flag = (sys_flag & ~0x30) | self._store_v6
+        if alen == 16:
+            sys_flag |= 0x10
+        elif alen != 4:
+            return None
+        if sys_flag & 0xC:
+            return None              # batches cannot be transactional (like Java)
+        if now < 0 or born_timestamp < 0 or reconsume_times < 0 or not 0 <= born_host[1] <= 0xFFFF:
+            return None
+        return sys_flag
+
     def put_messages(self, batch: MessageBatchToStore) -> PutMessageResult:
         """Store a batch as consecutive records of one queue in one segment."""
         if self._failed is not None or not self._open:
             return _NOT_AVAILABLE
-        topic = batch.topic
-        topic_b = self._topic_b(topic)
-        messages = batch.messages
-        queue_id = batch.queue_id
-        if topic_b is None or not messages or not 0 <= queue_id <= MAX_INT:
-            return _ILLEGAL
-        born_host = batch.born_host
-        alen = len(born_host[0])
-        sys_flag = (batch.sys_flag & ~0x30) | self._store_v6
-        if alen == 16:
-            sys_flag |= 0x10
-        elif alen != 4:
-            return _ILLEGAL
-        if sys_flag & 0xC:
-            return _ILLEGAL          # batches cannot be transactional (like Java)
-        if (batch.now_ms < 0 or batch.born_timestamp < 0 or batch.reconsume_times < 0
-                or not 0 <= born_host[1] <= 0xFFFF):
+        topic_b = self._topic_b(batch.topic)
+        sys_flag = self._batch_sys_flag(topic_b, batch.queue_id, batch.sys_flag, batch.born_timestamp,
+                                        batch.born_host, batch.now_ms, batch.reconsume_times)
+        if sys_flag is None or not batch.messages:
             return _ILLEGAL
         fixed = _HEAD_SIZE[sys_flag & 0x30] + 3 + len(topic_b)
-        encoded = []
+        elements = []
         total = 0
-        for flag, body, props in messages:
+        for flag, body, props in batch.messages:
             props_b = props if type(props) is bytes else props.encode()
             if props_b and props_b[-1] == 0:
                 props_b += b"\x02"
@@ -430,74 +435,10 @@ class MessageStore:
             size = fixed + len(body) + len(props_b)
             if size > self._max_record:
                 return _ILLEGAL
-            encoded.append((flag, body, props, props_b, size))
+            elements.append((flag, body, props_b, size))
             total += size
-        if total + BLANK_MARKER_SIZE > self._file_size:
-            return _ILLEGAL
-        cq = self._cq(topic, queue_id)
-        qo0 = cq.max_offset
-        cl = self._commitlog
-        try:
-            mf = cl.reserve(total)
-        except OSError as e:
-            self._log_create_failed(e)
-            return _CREATE_FAILED
-        now = batch.now_ms
-        pos = mf.wrote
-        phys0 = mf.start + pos
-        mm = mf.mm
-        # The per-record encoding of encode_record_into, inlined with everything that is
-        # constant for the batch hoisted out of the loop (this is the batch send hot path).
-        head = head_struct(sys_flag)
-        pack_head = head.pack_into
-        hs = head.size
-        born_addr, born_port = born_host
-        store_addr, store_port = self._store_host
-        born_ts = batch.born_timestamp
-        reconsume = batch.reconsume_times
-        topic_part = bytes((len(topic_b),)) + topic_b
-        pack_h = _H_PACK
-        start = mf.start
-        prefix = self._msg_id_prefix
-        tags_code_of = self._tags_code
-        qo = qo0
-        ids = []
-        units = []
-        for flag, body, _props, props_b, size in encoded:
-            bl = len(body)
-            phys = start + pos
-            pack_head(mm, pos, size, MESSAGE_MAGIC_CODE, _crc32(body) & 0x7FFFFFFF, queue_id, flag, qo,
-                      phys, sys_flag, born_ts, born_addr, born_port, now, store_addr, store_port,
-                      reconsume, 0, bl)
-            p = pos + hs
-            mm[p:p + bl] = body
-            p += bl
-            tail = topic_part + pack_h(len(props_b)) + props_b
-            mm[p:p + len(tail)] = tail
-            ids.append(prefix + format(phys, "016X"))
-            units.append((phys, size, tags_code_of(topic, queue_id, props_b, now)))
-            pos += size
-            qo += 1
-        cl.commit(mf, total)
-        self._last_store_ts = now
-        if self._reput_from == phys0:
-            self._reput_from = phys0 + total
-            listener = self.on_dispatch
-            try:
-                cq.put_many(qo0, units)
-                if listener is not None:
-                    # One wake-up per distinct tag code with the batch's end offset: a held
-                    # pull wakes if any message of the batch matches it, as per-message would.
-                    for code in {u[2] for u in units}:
-                        self._notify(topic, queue_id, qo, code, now)
-            except OSError as e:
-                self._fail(f"consume queue write failed: {e}")
-            else:
-                self._dispatched_ts = now
-        else:
-            self._reput()
-        return PutMessageResult(PutMessageStatus.PUT_OK, phys0, total, qo0, ",".join(ids), now,
-                                len(encoded))
+        return self._append_batch(batch.topic, topic_b, batch.queue_id, sys_flag, batch.born_timestamp,
+                                  batch.born_host, batch.now_ms, batch.reconsume_times, elements, total)
 
     def put_batch_body(self, topic: str, queue_id: int, sys_flag: int, born_timestamp: int,
                        born_host: tuple[bytes, int], now: int, body, append_properties: bytes = b"",
@@ -505,32 +446,16 @@ class MessageStore:
         """SEND_BATCH_MESSAGE's body stored as consecutive records of one queue in one segment:
         the same records as put_messages(decode_batch_body(body, raw_properties=True,
         append_properties=...)) (tests hold them byte-identical), without the intermediate
-        lists (the batch send hot path). Raises ValueError naming the malformed element;
-        then nothing is stored."""
+        decoded messages (the batch send hot path: element bodies are copied once, from the
+        request to the segment). Raises ValueError naming the malformed element; then
+        nothing is stored."""
         if self._failed is not None or not self._open:
             return _NOT_AVAILABLE
         topic_b = self._topic_b(topic)
-        if topic_b is None or not 0 <= queue_id <= MAX_INT:
+        sys_flag = self._batch_sys_flag(topic_b, queue_id, sys_flag, born_timestamp, born_host, now,
+                                        reconsume_times)
+        if sys_flag is None:
             return _ILLEGAL
-        born_addr, born_port = born_host
-        alen = len(born_addr)
-        sys_flag = (sys_flag & ~0x30) | self._store_v6
-        if alen == 16:
-            sys_flag |= 0x10
-        elif alen != 4:
-            return _ILLEGAL
-        if sys_flag & 0xC:
-            return _ILLEGAL          # batches cannot be transactional (like Java)
-        if now < 0 or born_timestamp < 0 or reconsume_times < 0 or not 0 <= born_port <= 0xFFFF:
-            return _ILLEGAL
-        # Pass 1: parse and size every element (nothing is written until all are valid).
-        sep_append = b"\x02" + append_properties if append_properties else b""
-        head = _HEADS[sys_flag & 0x30]
-        hs = head.size
-        fixed = hs + 3 + len(topic_b)
-        max_record = self._max_record
-        unpack_head = _BATCH_HEAD.unpack_from
-        unpack_h = _H_UNPACK
         if type(body) is not bytes:
             body = bytes(body)
         n = len(body)
@@ -538,6 +463,13 @@ class MessageStore:
             raise ValueError("empty batch body")
         if body_bytes_max is None:
             body_bytes_max = n
+        # Parse and size every element first: nothing is written until all are valid.
+        sep_append = b"\x02" + append_properties if append_properties else b""
+        fixed = _HEAD_SIZE[sys_flag & 0x30] + 3 + len(topic_b)
+        max_record = self._max_record
+        unpack_head = _BATCH_HEAD.unpack_from
+        unpack_h = _H_UNPACK
+        src = memoryview(body)
         elements = []
         total = 0
         pos = 0
@@ -570,8 +502,15 @@ class MessageStore:
             size = fixed + bl + len(pb)
             if size > max_record:
                 return _ILLEGAL
-            elements.append((flag, bstart, bl, pb, size))
+            elements.append((flag, src[bstart:bstart + bl], pb, size))
             total += size
+        return self._append_batch(topic, topic_b, queue_id, sys_flag, born_timestamp, born_host, now,
+                                  reconsume_times, elements, total)
+
+    def _append_batch(self, topic: str, topic_b: bytes, queue_id: int, sys_flag: int, born_timestamp: int,
+                      born_host: tuple[bytes, int], now: int, reconsume_times: int, elements: list,
+                      total: int) -> PutMessageResult:
+        """Write checked batch elements [(flag, body buffer, properties bytes, record size)]."""
         if total + BLANK_MARKER_SIZE > self._file_size:
             return _ILLEGAL
         cq = self._cq(topic, queue_id)
@@ -582,24 +521,26 @@ class MessageStore:
         except OSError as e:
             self._log_create_failed(e)
             return _CREATE_FAILED
-        # Pass 2: write (encode_record_into inlined, batch constants hoisted).
+        # protocol.message.encode_record_into, inlined with the batch constants hoisted out
+        # of the loop (this is the batch send hot path).
         wpos = mf.wrote
         start = mf.start
         phys0 = start + wpos
         mm = mf.mm
-        src = memoryview(body)
+        head = _HEADS[sys_flag & 0x30]
         pack_head = head.pack_into
+        hs = head.size
+        born_addr, born_port = born_host
         store_addr, store_port = self._store_host
         topic_part = bytes((len(topic_b),)) + topic_b
         pack_h = _H_PACK
-        prefix = self._msg_id_prefix
         schedule = topic == SCHEDULE_TOPIC
         qo = qo0
         physs = []
         units = []
-        for flag, bstart, bl, pb, size in elements:
+        for flag, data, pb, size in elements:
             phys = start + wpos
-            data = src[bstart:bstart + bl]
+            bl = len(data)
             pack_head(mm, wpos, size, MESSAGE_MAGIC_CODE, _crc32(data) & 0x7FFFFFFF, queue_id, flag, qo,
                       phys, sys_flag, born_timestamp, born_addr, born_port, now, store_addr, store_port,
                       reconsume_times, 0, bl)
@@ -613,7 +554,6 @@ class MessageStore:
                           else schedule_tags_code(queue_id, now, self._delay_levels)))
             wpos += size
             qo += 1
-        src.release()
         cl.commit(mf, total)
         self._last_store_ts = now
         if self._reput_from == phys0:
@@ -622,6 +562,8 @@ class MessageStore:
             try:
                 cq.put_many(qo0, units)
                 if listener is not None:
+                    # One wake-up per distinct tag code with the batch's end offset: a held
+                    # pull wakes if any message of the batch matches it, as per-message would.
                     for code in {u[2] for u in units}:
                         self._notify(topic, queue_id, qo, code, now)
             except OSError as e:
@@ -632,9 +574,10 @@ class MessageStore:
             self._reput()
         # The offsetMsgIds (host prefix + 16 hex digits of the offset each), comma-joined,
         # made by C-level bytes/str operations instead of a format() per message.
+        prefix = self._msg_id_prefix
         hexes = struct.pack(f">{len(physs)}q", *physs).hex(",", 8).upper()
-        ids = prefix + hexes.replace(",", "," + prefix)
-        return PutMessageResult(PutMessageStatus.PUT_OK, phys0, total, qo0, ids, now, len(elements))
+        return PutMessageResult(PutMessageStatus.PUT_OK, phys0, total, qo0,
+                                prefix + hexes.replace(",", "," + prefix), now, len(elements))
 
     # ================================================================== dispatch
 
