@@ -38,7 +38,11 @@ from broker.store.mapped_file import FileOps
 _crc32 = zlib.crc32
 _H_PACK = struct.Struct(">h").pack
 _H_UNPACK = struct.Struct(">h").unpack_from
-_BATCH_HEAD = struct.Struct(">iiiii")   # a batch element's head (protocol.message)
+_BATCH_HEAD = struct.Struct(">iiiii")
+# A stored record's first fields: TOTALSIZE MAGICCODE BODYCRC QUEUEID FLAG QUEUEOFFSET
+# PHYSICALOFFSET (protocol.message's layout; SYSFLAG follows at _POS_SYSFLAG).
+_HEAD_FIRST = struct.Struct(">iiiiiqq")
+_POS_SYSFLAG = 36   # a batch element's head (protocol.message)
 from broker.store.store_config import StoreConfig
 
 __all__ = ["MessageStore", "CleanResult"]
@@ -366,16 +370,14 @@ class MessageStore:
         pos = mf.wrote
         phys = mf.start + pos
         mm = mf.mm
-        # protocol.message.encode_record_into, inlined (host flags are already known here)
+        # protocol.message.encode_record_into, inlined (host flags are already known here),
+        # the record joined from its parts and written with one copy
         store_addr, store_port = self._store_host
-        head.pack_into(mm, pos, size, MESSAGE_MAGIC_CODE, _crc32(body) & 0x7FFFFFFF, queue_id, flag,
-                       queue_offset, phys, sys_flag, born_timestamp, born_addr, born_port, now,
-                       store_addr, store_port, reconsume_times, prepared_transaction_offset, bl)
-        p = pos + hs
-        mm[p:p + bl] = body
-        p += bl
-        tail = bytes((tl,)) + topic_b + _H_PACK(pl) + props_b
-        mm[p:p + len(tail)] = tail
+        mm[pos:pos + size] = b"".join((
+            head.pack(size, MESSAGE_MAGIC_CODE, _crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset, phys,
+                      sys_flag, born_timestamp, born_addr, born_port, now, store_addr, store_port,
+                      reconsume_times, prepared_transaction_offset, bl),
+            body, bytes((tl,)), topic_b, _H_PACK(pl), props_b))
         cl.commit(mf, size)
         self._last_store_ts = now
         if self._reput_from == phys:
@@ -522,33 +524,33 @@ class MessageStore:
             self._log_create_failed(e)
             return _CREATE_FAILED
         # protocol.message.encode_record_into, inlined with the batch constants hoisted out
-        # of the loop (this is the batch send hot path).
+        # of the loop (this is the batch send hot path): the header fields from SYSFLAG to
+        # PREPAREDTRANSACTIONOFFSET are the same for every record of a batch, packed once;
+        # each record is then joined from its parts and written with one copy.
         wpos = mf.wrote
         start = mf.start
         phys0 = start + wpos
         mm = mf.mm
         head = _HEADS[sys_flag & 0x30]
-        pack_head = head.pack_into
         hs = head.size
         born_addr, born_port = born_host
         store_addr, store_port = self._store_host
+        middle = head.pack(0, 0, 0, 0, 0, 0, 0, sys_flag, born_timestamp, born_addr, born_port, now,
+                           store_addr, store_port, reconsume_times, 0, 0)[_POS_SYSFLAG:hs - 4]
+        pack_first = _HEAD_FIRST.pack
+        pack_i = _I.pack
         topic_part = bytes((len(topic_b),)) + topic_b
         pack_h = _H_PACK
+        join = b"".join
         schedule = topic == SCHEDULE_TOPIC
         qo = qo0
         physs = []
         units = []
         for flag, data, pb, size in elements:
             phys = start + wpos
-            bl = len(data)
-            pack_head(mm, wpos, size, MESSAGE_MAGIC_CODE, _crc32(data) & 0x7FFFFFFF, queue_id, flag, qo,
-                      phys, sys_flag, born_timestamp, born_addr, born_port, now, store_addr, store_port,
-                      reconsume_times, 0, bl)
-            p = wpos + hs
-            mm[p:p + bl] = data
-            p += bl
-            tail = topic_part + pack_h(len(pb)) + pb
-            mm[p:p + len(tail)] = tail
+            mm[wpos:wpos + size] = join((
+                pack_first(size, MESSAGE_MAGIC_CODE, _crc32(data) & 0x7FFFFFFF, queue_id, flag, qo, phys),
+                middle, pack_i(len(data)), data, topic_part, pack_h(len(pb)), pb))
             physs.append(phys)
             units.append((phys, size, tags_code_of_properties(pb) if not schedule
                           else schedule_tags_code(queue_id, now, self._delay_levels)))
