@@ -13,6 +13,10 @@ Adaptive mode (servers): spinning only pays when the next request is likely to c
 within the window. The mean gap between recent kicks (an exponentially weighted
 average) decides: spin only while it is shorter than the window. A peer that sends
 every 250 µs then costs nothing; a fast request/response peer keeps the CPU awake.
+Nor does it spin after a read that took longer than half the window to process (large
+batches, pipelined requests): such a peer has its next request on the way already or is
+busy itself, and a spinning loop only takes CPU from it and from our own flush thread
+(measured: batched sends 276k -> 306k msgs/s with spinning off on this 2-vCPU machine).
 """
 from __future__ import annotations
 
@@ -32,12 +36,16 @@ class BusyPoll:
         self._last = 0.0
         self._gap_avg = float("inf")
 
-    def kick(self) -> None:
-        """Activity now: poll (do not sleep) until window_us from now."""
+    def kick(self, work_s: float = 0.0) -> None:
+        """Activity now: poll (do not sleep) until window_us from now. work_s: how long the
+        activity took to process (adaptive mode does not spin after long work)."""
         if not self.window_s:
             return
         now = perf_counter()
         if self.adaptive:
+            if work_s > 0.5 * self.window_s:
+                self._last = now
+                return
             gap = min(now - self._last, 10 * self.window_s)
             self._last = now
             avg = self._gap_avg

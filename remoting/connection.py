@@ -108,10 +108,8 @@ class Connection(asyncio.Protocol):
                 pass
 
     def data_received(self, data):
-        self.last_read_s = _monotonic()
+        self.last_read_s = t0 = _monotonic()
         self.last_read_ms = 1
-        if self.busy_poll is not None and self.pause_reading_on_backpressure:   # server side
-            self.busy_poll.kick()
         dec = self.decoder
         dec.feed(data)
         next_command = dec.next_command
@@ -137,6 +135,8 @@ class Connection(asyncio.Protocol):
             if out and not self.closed and self.transport is not None and not self.transport.is_closing():
                 self.transport.writelines(out)
                 self._check_write_buffer()
+            if self.busy_poll is not None and self.pause_reading_on_backpressure:   # server side
+                self.busy_poll.kick(_monotonic() - t0)
 
     def connection_lost(self, exc):
         self.closed = True

@@ -24,7 +24,7 @@ import time
 import zlib
 
 from protocol.message import (MAX_INT, MESSAGE_MAGIC_CODE, PROPERTIES_LENGTH_BYTES_MAX, SCHEDULE_TOPIC,
-                              TOPIC_LENGTH_BYTES_MAX, head_struct,
+                              TOPIC_LENGTH_BYTES_MAX, decode_batch_body, encode_record_into, head_struct,
                               offset_msg_id_prefix, store_timestamp_pos, tags_code_of_properties)
 from broker.store.api import (CQ_FILLER_SIZE, DispatchListener, GetMessageResult,
                               GetMessageStatus, MessageBatchToStore, MessageFilter,
@@ -42,6 +42,7 @@ _BATCH_HEAD = struct.Struct(">iiiii")
 # A stored record's first fields: TOTALSIZE MAGICCODE BODYCRC QUEUEID FLAG QUEUEOFFSET
 # PHYSICALOFFSET (protocol.message's layout; SYSFLAG follows at _POS_SYSFLAG).
 _HEAD_FIRST = struct.Struct(">iiiiiqq")
+_BATCH_FLAG_BODYLEN = struct.Struct(">ii")     # at +12 in a batch element
 _POS_SYSFLAG = 36   # a batch element's head (protocol.message)
 from broker.store.store_config import StoreConfig
 
@@ -446,11 +447,11 @@ class MessageStore:
                        born_host: tuple[bytes, int], now: int, body, append_properties: bytes = b"",
                        reconsume_times: int = 0, body_bytes_max: int | None = None) -> PutMessageResult:
         """SEND_BATCH_MESSAGE's body stored as consecutive records of one queue in one segment:
-        the same records as put_messages(decode_batch_body(body, raw_properties=True,
-        append_properties=...)) (tests hold them byte-identical), without the intermediate
-        decoded messages (the batch send hot path: element bodies are copied once, from the
-        request to the segment). Raises ValueError naming the malformed element; then
-        nothing is stored."""
+        the same result and records as put_messages(decode_batch_body(body, raw_properties=True,
+        append_properties=..., body_bytes_max=...)), which is what runs when the batch might
+        not fit the current segment. Otherwise (the batch send hot path) each element is
+        parsed and written straight into the segment in one pass, its body copied once.
+        Raises ValueError naming the malformed element; then nothing is stored."""
         if self._failed is not None or not self._open:
             return _NOT_AVAILABLE
         topic_b = self._topic_b(topic)
@@ -461,53 +462,111 @@ class MessageStore:
         if type(body) is not bytes:
             body = bytes(body)
         n = len(body)
-        if n == 0:
-            raise ValueError("empty batch body")
+        head = _HEADS[sys_flag & 0x30]
+        hs = head.size
+        fixed = hs + 3 + len(topic_b)
+        # Each element grows from its batch form (22 + body + properties bytes) by at most
+        # this when stored; a batch whose bound fits the current segment cannot roll it.
+        growth = fixed - 22 + (len(append_properties) + 1 if append_properties else 0) + 1
+        bound = n + (n // 22 + 1) * growth
+        mf = self._commitlog.queue.last
+        if mf is None or mf.wrote + bound + BLANK_MARKER_SIZE > mf.size or n == 0:
+            records = decode_batch_body(body, raw_properties=True, append_properties=append_properties,
+                                        body_bytes_max=body_bytes_max)
+            return self.put_messages(MessageBatchToStore(topic, queue_id, sys_flag, born_timestamp, born_host,
+                                                         now, records, reconsume_times))
         if body_bytes_max is None:
             body_bytes_max = n
-        # Parse and size every element first: nothing is written until all are valid.
+        table = self._cq_table.get(topic)
+        cq = table.get(queue_id) if table is not None else None
+        qo0 = cq.max_offset if cq is not None else 0       # the queue is created once stored
         sep_append = b"\x02" + append_properties if append_properties else b""
-        fixed = _HEAD_SIZE[sys_flag & 0x30] + 3 + len(topic_b)
         max_record = self._max_record
-        unpack_head = _BATCH_HEAD.unpack_from
+        unpack_fb = _BATCH_FLAG_BODYLEN.unpack_from
         unpack_h = _H_UNPACK
         src = memoryview(body)
-        elements = []
-        total = 0
+        # protocol.message.encode_record_into, inlined: the header fields from SYSFLAG to
+        # PREPAREDTRANSACTIONOFFSET are the same for every record of a batch, packed once;
+        # each record is joined from its parts and written with one copy.
+        wpos0 = wpos = mf.wrote
+        start = mf.start
+        mm = mf.mm
+        born_addr, born_port = born_host
+        store_addr, store_port = self._store_host
+        middle = head.pack(0, 0, 0, 0, 0, 0, 0, sys_flag, born_timestamp, born_addr, born_port, now,
+                           store_addr, store_port, reconsume_times, 0, 0)[_POS_SYSFLAG:hs - 4]
+        pack_first = _HEAD_FIRST.pack
+        pack_i = _I.pack
+        topic_part = bytes((len(topic_b),)) + topic_b
+        pack_h = _H_PACK
+        join = b"".join
+        schedule = topic == SCHEDULE_TOPIC
+        qo = qo0
+        physs = []
+        units = []
         pos = 0
+        error = None
         while pos < n:
+            k = qo - qo0
             if n - pos < 22:
-                raise ValueError(f"batch element {len(elements)} truncated at byte {pos}")
-            flag, bl = unpack_head(body, pos)[3:]
+                error = f"batch element {k} truncated at byte {pos}"
+                break
+            flag, bl = unpack_fb(body, pos + 12)
             bstart = pos + 20
             pos = bstart + bl
             if bl < 0 or pos + 2 > n:
-                raise ValueError(f"batch element {len(elements)}: body length {bl} out of bounds")
+                error = f"batch element {k}: body length {bl} out of bounds"
+                break
             if bl > body_bytes_max:
-                raise ValueError(f"batch element {len(elements)}: body of {bl}B exceeds the limit {body_bytes_max}B")
+                error = f"batch element {k}: body of {bl}B exceeds the limit {body_bytes_max}B"
+                break
             (pl,) = unpack_h(body, pos)
             pos += 2
             if pl < 0 or pos + pl > n:
-                raise ValueError(f"batch element {len(elements)}: properties length {pl} out of bounds")
+                error = f"batch element {k}: properties length {pl} out of bounds"
+                break
             pb = body[pos:pos + pl]
             pos += pl
             try:
                 pb.decode()
             except UnicodeDecodeError:
-                raise ValueError(f"batch element {len(elements)}: properties not UTF-8") from None
+                error = f"batch element {k}: properties not UTF-8"
+                break
             if append_properties:
                 pb = pb + sep_append if pb and pb[-1] != 2 else pb + append_properties
             if pb and pb[-1] == 0:
                 pb += b"\x02"       # see commitlog: a record never ends in a zero byte
             if len(pb) > PROPERTIES_LENGTH_BYTES_MAX:
-                return _PROPS_EXCEEDED
+                error = _PROPS_EXCEEDED
+                break
             size = fixed + bl + len(pb)
             if size > max_record:
-                return _ILLEGAL
-            elements.append((flag, src[bstart:bstart + bl], pb, size))
-            total += size
-        return self._append_batch(topic, topic_b, queue_id, sys_flag, born_timestamp, born_host, now,
-                                  reconsume_times, elements, total)
+                error = _ILLEGAL
+                break
+            phys = start + wpos
+            data = src[bstart:bstart + bl]
+            mm[wpos:wpos + size] = join((
+                pack_first(size, MESSAGE_MAGIC_CODE, _crc32(data) & 0x7FFFFFFF, queue_id, flag, qo, phys),
+                middle, pack_i(bl), data, topic_part, pack_h(len(pb)), pb))
+            physs.append(phys)
+            units.append((phys, size, tags_code_of_properties(pb) if not schedule
+                          else schedule_tags_code(queue_id, now, self._delay_levels)))
+            wpos += size
+            qo += 1
+        if error is not None:
+            # Records written past the commit point are not part of the log, but a crash
+            # could leave them on disk for recovery to find: wipe them.
+            if wpos > wpos0:
+                mm[wpos0:wpos] = bytes(wpos - wpos0)
+            if type(error) is str:
+                raise ValueError(error)
+            return error
+        total = wpos - wpos0
+        phys0 = start + wpos0
+        if cq is None:
+            cq = self._cq(topic, queue_id)
+        self._commitlog.commit(mf, total)
+        return self._batch_stored(topic, queue_id, cq, qo0, phys0, total, physs, units, now)
 
     def _append_batch(self, topic: str, topic_b: bytes, queue_id: int, sys_flag: int, born_timestamp: int,
                       born_host: tuple[bytes, int], now: int, reconsume_times: int, elements: list,
@@ -523,40 +582,33 @@ class MessageStore:
         except OSError as e:
             self._log_create_failed(e)
             return _CREATE_FAILED
-        # protocol.message.encode_record_into, inlined with the batch constants hoisted out
-        # of the loop (this is the batch send hot path): the header fields from SYSFLAG to
-        # PREPAREDTRANSACTIONOFFSET are the same for every record of a batch, packed once;
-        # each record is then joined from its parts and written with one copy.
+        # (put_batch_body writes the records of the batches that fit the current segment,
+        # the hot path; this is the general path, which may roll to the next segment)
         wpos = mf.wrote
         start = mf.start
         phys0 = start + wpos
         mm = mf.mm
-        head = _HEADS[sys_flag & 0x30]
-        hs = head.size
-        born_addr, born_port = born_host
-        store_addr, store_port = self._store_host
-        middle = head.pack(0, 0, 0, 0, 0, 0, 0, sys_flag, born_timestamp, born_addr, born_port, now,
-                           store_addr, store_port, reconsume_times, 0, 0)[_POS_SYSFLAG:hs - 4]
-        pack_first = _HEAD_FIRST.pack
-        pack_i = _I.pack
-        topic_part = bytes((len(topic_b),)) + topic_b
-        pack_h = _H_PACK
-        join = b"".join
+        store_host = self._store_host
         schedule = topic == SCHEDULE_TOPIC
         qo = qo0
         physs = []
         units = []
         for flag, data, pb, size in elements:
             phys = start + wpos
-            mm[wpos:wpos + size] = join((
-                pack_first(size, MESSAGE_MAGIC_CODE, _crc32(data) & 0x7FFFFFFF, queue_id, flag, qo, phys),
-                middle, pack_i(len(data)), data, topic_part, pack_h(len(pb)), pb))
+            encode_record_into(mm, wpos, topic_b, queue_id, flag, data, pb, sys_flag, born_timestamp,
+                               born_host, store_host, reconsume_times, 0, qo, phys, now)
             physs.append(phys)
             units.append((phys, size, tags_code_of_properties(pb) if not schedule
                           else schedule_tags_code(queue_id, now, self._delay_levels)))
             wpos += size
             qo += 1
         cl.commit(mf, total)
+        return self._batch_stored(topic, queue_id, cq, qo0, phys0, total, physs, units, now)
+
+    def _batch_stored(self, topic: str, queue_id: int, cq: ConsumeQueue, qo0: int, phys0: int, total: int,
+                      physs: list, units: list, now: int) -> PutMessageResult:
+        """After a batch's records are committed: consume-queue units, wake-ups, result."""
+        qo = qo0 + len(units)
         self._last_store_ts = now
         if self._reput_from == phys0:
             self._reput_from = phys0 + total
@@ -579,7 +631,7 @@ class MessageStore:
         prefix = self._msg_id_prefix
         hexes = struct.pack(f">{len(physs)}q", *physs).hex(",", 8).upper()
         return PutMessageResult(PutMessageStatus.PUT_OK, phys0, total, qo0,
-                                prefix + hexes.replace(",", "," + prefix), now, len(elements))
+                                prefix + hexes.replace(",", "," + prefix), now, len(units))
 
     # ================================================================== dispatch
 

@@ -36,3 +36,13 @@ async def test_adaptive_spins_only_for_frequent_kicks():
     for _ in range(20):              # the average forgets the cold start within ~10 kicks
         fast.kick()                  # back-to-back kicks: gaps far below the window
     assert fast._scheduled
+
+
+async def test_adaptive_does_not_spin_after_long_work():
+    bp = BusyPoll(200, adaptive=True)
+    for _ in range(20):
+        bp.kick(work_s=0.000150)     # frequent, but each read took 150 us > half the window
+    assert not bp._scheduled
+    for _ in range(20):
+        bp.kick(work_s=0.000010)     # short request/response work: spin
+    assert bp._scheduled

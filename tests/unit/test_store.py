@@ -265,6 +265,12 @@ def test_batch_body_stores_the_same_bytes_as_decode_then_put_messages(tmp_path):
         assert a.commit_log_max_offset == end and a.get_max_offset_in_queue("TopicA", 0) == 9
     with pytest.raises(ValueError, match="exceeds the limit"):
         a.put_batch_body("TopicA", 0, 0, 5, HOST, 6, body, extra, body_bytes_max=5)
+    # the elements before the bad one were written past the commit point and wiped: a crash
+    # now must not let recovery find them
+    a.flush()
+    a.abandon()
+    a = opened(config(tmp_path / "a", mapped_file_size_commit_log=1 << 16))
+    assert a.commit_log_max_offset == end and a.get_max_offset_in_queue("TopicA", 0) == 9
     a.close()
     b.close()
 
