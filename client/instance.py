@@ -51,6 +51,7 @@ from protocol.bodies import (
     loads,
 )
 from protocol.codes import (
+    CURRENT_VERSION,
     LanguageCode,
     PullSysFlag,
     RequestCode,
@@ -123,6 +124,7 @@ _PULL_STATUS = {
     ResponseCode.PULL_OFFSET_MOVED: PullResult.OFFSET_ILLEGAL,
 }
 
+_PYTHON = int(LanguageCode.PYTHON)
 _SEND_OK_CODES = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
                   ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE)
 
@@ -582,11 +584,20 @@ class ClientInstance:
         already encoded V2 extFields (client.producer.send_ext_fields)."""
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
         ext = header if type(header) is dict else encode_send_header(header, v2=True)
-        cmd = RemotingCommand(code, ext_fields=ext, body=body)
         if oneway:
-            await self.invoke_oneway(addr, cmd)
+            await self.invoke_oneway(addr, RemotingCommand(code, ext_fields=ext, body=body))
             return None
-        resp = await self.invoke(addr, cmd, timeout_s)
+        conn = self.remoting.connections.get(addr)
+        if conn is not None and not conn.closed and "ready" in conn.attrs:
+            # the send hot path: invoke() inlined (one coroutine layer less per send)
+            cmd = RemotingCommand(code, 0, 0, None, ext, body, _PYTHON, CURRENT_VERSION,
+                                  conn.attrs["serialize_type"])
+            try:
+                resp = await conn.request(cmd, timeout_s)
+            except RemotingError as e:
+                raise wrap_remoting(e, addr) from None
+        else:
+            resp = await self.invoke(addr, RemotingCommand(code, ext_fields=ext, body=body), timeout_s)
         if resp.code not in _SEND_OK_CODES:
             raise error_for(resp.code, resp.remark, addr)
         return resp

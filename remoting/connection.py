@@ -52,9 +52,7 @@ class _Expired(Exception):
     pass
 
 
-def _expire(fut: asyncio.Future) -> None:
-    if not fut.done():
-        fut.set_exception(_Expired())
+_INF = float("inf")
 
 
 class Connection(asyncio.Protocol):
@@ -89,6 +87,10 @@ class Connection(asyncio.Protocol):
         self.attrs: dict = {}  # per-connection state owned by the role (client id, language...)
         self.last_read_s = _monotonic()   # for idle checks (RemotingServer.close_idle)
         self.last_read_ms = 0             # activity mark the nameserver's clocked idle scan resets
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._deadlines: dict[int, float] = {}    # opaque -> loop time its request expires
+        self._sweep_handle: asyncio.TimerHandle | None = None
+        self._sweep_at = _INF
         # While one read is being processed, outgoing frames are collected here and
         # written with one writelines (one syscall) when the read is done.
         self._out: list | None = None
@@ -96,6 +98,10 @@ class Connection(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------------
     def connection_made(self, transport):
         self.transport = transport
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
         peer = transport.get_extra_info("peername")
         if peer:
             self.remote_addr = f"{peer[0]}:{peer[1]}"
@@ -140,6 +146,10 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc):
         self.closed = True
+        if self._sweep_handle is not None:
+            self._sweep_handle.cancel()
+            self._sweep_handle = None
+        self._sweep_at = _INF
         self._can_write.set()
         err = ConnectionClosed(f"connection to {self.remote_addr} closed")
         pending, self.pending = self.pending, {}
@@ -247,27 +257,64 @@ class Connection(asyncio.Protocol):
     async def request(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         if self.closed:
             raise ConnectionClosed(f"connection to {self.remote_addr} closed")
-        if len(self.pending) >= self.requests_in_flight_max:
-            raise TooManyRequests(f"{len(self.pending)} requests in flight to {self.remote_addr}")
-        cmd.opaque = next_opaque()
-        loop = asyncio.get_running_loop()
+        pending = self.pending
+        if len(pending) >= self.requests_in_flight_max:
+            raise TooManyRequests(f"{len(pending)} requests in flight to {self.remote_addr}")
+        opaque = cmd.opaque = next_opaque()
+        loop = self._loop or asyncio.get_running_loop()
         fut = loop.create_future()
-        self.pending[cmd.opaque] = fut
+        pending[opaque] = fut
+        # Timeouts: a deadline per request, expired by one sweep timer per connection
+        # (like Java's scanResponseTable) rather than a timer per request, which cost a
+        # call_later and a cancel on every send. Not asyncio.wait_for either: on 3.11 it
+        # can swallow a cancellation that races with the response, and a cancelled pull
+        # loop would then start another long poll.
+        deadline = loop.time() + timeout_s
+        self._deadlines[opaque] = deadline
+        if deadline < self._sweep_at:
+            self._arm_sweep(loop, deadline)
         self.send(cmd)
-        if self.busy_poll is not None and len(self.pending) == 1:
+        if self.busy_poll is not None and len(pending) == 1:
             # A lone request (a sync send): its reply is the next event, stay awake for it.
             # With more in flight the loop has work anyway, and spinning would only compete.
             self.busy_poll.kick()
-        # Not asyncio.wait_for: on 3.11 it can swallow a cancellation that races with the
-        # response, and a cancelled pull loop would then start another long poll.
-        timer = loop.call_later(timeout_s, _expire, fut)
         try:
             return await fut
         except _Expired:
             raise RequestTimeout(f"code {cmd.code} to {self.remote_addr}: no response in {timeout_s}s") from None
         finally:
-            timer.cancel()
-            self.pending.pop(cmd.opaque, None)
+            pending.pop(opaque, None)
+            self._deadlines.pop(opaque, None)
+
+    # The sweep runs at the earliest deadline, but at most every _SWEEP_S: a request may
+    # time out up to that much late, which no RocketMQ timeout (seconds) notices.
+    _SWEEP_S = 0.05
+
+    def _arm_sweep(self, loop, when: float) -> None:
+        if self._sweep_handle is not None:
+            self._sweep_handle.cancel()
+        self._sweep_at = when
+        self._sweep_handle = loop.call_at(when, self._sweep)
+
+    def _sweep(self) -> None:
+        self._sweep_handle = None
+        self._sweep_at = _INF
+        deadlines = self._deadlines
+        if not deadlines:
+            return
+        loop = self._loop or asyncio.get_running_loop()
+        now = loop.time()
+        nearest = _INF
+        for opaque, deadline in list(deadlines.items()):
+            if deadline <= now:
+                del deadlines[opaque]
+                fut = self.pending.get(opaque)
+                if fut is not None and not fut.done():
+                    fut.set_exception(_Expired())
+            elif deadline < nearest:
+                nearest = deadline
+        if nearest < _INF:
+            self._arm_sweep(loop, max(nearest, now + self._SWEEP_S))
 
     def oneway(self, cmd: RemotingCommand) -> None:
         cmd.opaque = next_opaque()
