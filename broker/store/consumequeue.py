@@ -198,23 +198,21 @@ class ConsumeQueue:
             self.max_offset += n
             count -= n
 
-    def put_many(self, queue_offset: int, units: list) -> None:
-        """Append consecutive units [(phys, size, tags_code)] starting at queue_offset.
+    def put_many(self, queue_offset: int, data: bytes) -> None:
+        """Append consecutive units, already packed (CQ_UNIT each), starting at queue_offset.
         One write when they all go at the end of the current file; else unit by unit."""
         mo = self.max_offset
         mf = self.queue.last
-        n = len(units)
+        n = len(data) // CQ_UNIT_SIZE
         if queue_offset == mo and mf is not None:
             byte = mo * CQ_UNIT_SIZE
-            if mf.start <= byte and byte + n * CQ_UNIT_SIZE <= mf.end:
+            if mf.start <= byte and byte + len(data) <= mf.end:
                 pos = byte - mf.start
-                pack = CQ_UNIT.pack
-                data = b"".join([pack(*u) for u in units])
                 mf.mm[pos:pos + len(data)] = data
                 mf.wrote = pos + len(data)
                 self.max_offset = mo + n
                 return
-        for i, (phys, size, code) in enumerate(units):
+        for i, (phys, size, code) in enumerate(CQ_UNIT.iter_unpack(data)):
             self.put(queue_offset + i, phys, size, code)
 
     def put(self, queue_offset: int, phys: int, size: int, tags_code: int) -> str:

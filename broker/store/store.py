@@ -500,6 +500,9 @@ class MessageStore:
         topic_part = bytes((len(topic_b),)) + topic_b
         pack_h = _H_PACK
         join = b"".join
+        tags_code_of = tags_code_of_properties
+        pack_unit = CQ_UNIT.pack
+        codes = set()
         schedule = topic == SCHEDULE_TOPIC
         qo = qo0
         physs = []
@@ -527,11 +530,12 @@ class MessageStore:
                 break
             pb = body[pos:pos + pl]
             pos += pl
-            try:
-                pb.decode()
-            except UnicodeDecodeError:
-                error = f"batch element {k}: properties not UTF-8"
-                break
+            if not pb.isascii():        # (ASCII is UTF-8: no decode needed to check it)
+                try:
+                    pb.decode()
+                except UnicodeDecodeError:
+                    error = f"batch element {k}: properties not UTF-8"
+                    break
             if append_properties:
                 pb = pb + sep_append if pb and pb[-1] != 2 else pb + append_properties
             if pb and pb[-1] == 0:
@@ -548,9 +552,10 @@ class MessageStore:
             mm[wpos:wpos + size] = join((
                 pack_first(size, MESSAGE_MAGIC_CODE, _crc32(data) & 0x7FFFFFFF, queue_id, flag, qo, phys),
                 middle, pack_i(bl), data, topic_part, pack_h(len(pb)), pb))
+            code = tags_code_of(pb) if not schedule else schedule_tags_code(queue_id, now, self._delay_levels)
             physs.append(phys)
-            units.append((phys, size, tags_code_of_properties(pb) if not schedule
-                          else schedule_tags_code(queue_id, now, self._delay_levels)))
+            units.append(pack_unit(phys, size, code))
+            codes.add(code)
             wpos += size
             qo += 1
         if error is not None:
@@ -566,7 +571,7 @@ class MessageStore:
         if cq is None:
             cq = self._cq(topic, queue_id)
         self._commitlog.commit(mf, total)
-        return self._batch_stored(topic, queue_id, cq, qo0, phys0, total, physs, units, now)
+        return self._batch_stored(topic, queue_id, cq, qo0, phys0, total, physs, units, codes, now)
 
     def _append_batch(self, topic: str, topic_b: bytes, queue_id: int, sys_flag: int, born_timestamp: int,
                       born_host: tuple[bytes, int], now: int, reconsume_times: int, elements: list,
@@ -593,32 +598,35 @@ class MessageStore:
         qo = qo0
         physs = []
         units = []
+        codes = set()
         for flag, data, pb, size in elements:
             phys = start + wpos
             encode_record_into(mm, wpos, topic_b, queue_id, flag, data, pb, sys_flag, born_timestamp,
                                born_host, store_host, reconsume_times, 0, qo, phys, now)
+            code = (tags_code_of_properties(pb) if not schedule
+                    else schedule_tags_code(queue_id, now, self._delay_levels))
             physs.append(phys)
-            units.append((phys, size, tags_code_of_properties(pb) if not schedule
-                          else schedule_tags_code(queue_id, now, self._delay_levels)))
+            units.append(CQ_UNIT.pack(phys, size, code))
+            codes.add(code)
             wpos += size
             qo += 1
         cl.commit(mf, total)
-        return self._batch_stored(topic, queue_id, cq, qo0, phys0, total, physs, units, now)
+        return self._batch_stored(topic, queue_id, cq, qo0, phys0, total, physs, units, codes, now)
 
     def _batch_stored(self, topic: str, queue_id: int, cq: ConsumeQueue, qo0: int, phys0: int, total: int,
-                      physs: list, units: list, now: int) -> PutMessageResult:
-        """After a batch's records are committed: consume-queue units, wake-ups, result."""
+                      physs: list, units: list, codes: set, now: int) -> PutMessageResult:
+        """After a batch's records are committed: consume-queue units (packed), wake-ups, result."""
         qo = qo0 + len(units)
         self._last_store_ts = now
         if self._reput_from == phys0:
             self._reput_from = phys0 + total
             listener = self.on_dispatch
             try:
-                cq.put_many(qo0, units)
+                cq.put_many(qo0, b"".join(units))
                 if listener is not None:
                     # One wake-up per distinct tag code with the batch's end offset: a held
                     # pull wakes if any message of the batch matches it, as per-message would.
-                    for code in {u[2] for u in units}:
+                    for code in codes:
                         self._notify(topic, queue_id, qo, code, now)
             except OSError as e:
                 self._fail(f"consume queue write failed: {e}")
