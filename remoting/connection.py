@@ -141,7 +141,10 @@ class Connection(asyncio.Protocol):
             if out and not self.closed and self.transport is not None and not self.transport.is_closing():
                 self.transport.writelines(out)
                 self._check_write_buffer()
-            if self.busy_poll is not None and self.pause_reading_on_backpressure:   # server side
+            if out and self.busy_poll is not None and self.pause_reading_on_backpressure:
+                # Server side, after answering: the peer's next request may follow at once.
+                # (A read that answered nothing, e.g. part of a large frame, is no reason to
+                # spin: the rest is on its way and the peer is not waiting for us.)
                 self.busy_poll.kick(_monotonic() - t0)
 
     def connection_lost(self, exc):

@@ -46,3 +46,30 @@ async def test_adaptive_does_not_spin_after_long_work():
     for _ in range(20):
         bp.kick(work_s=0.000010)     # short request/response work: spin
     assert bp._scheduled
+
+
+async def test_server_spins_only_after_answering():
+    from protocol.command import RemotingCommand, encode
+    from remoting.connection import Connection
+
+    class Transport:
+        def get_extra_info(self, _k):
+            return None
+
+        def writelines(self, parts):
+            pass
+
+        def is_closing(self):
+            return False
+
+        def get_write_buffer_size(self):
+            return 0
+
+    bp = BusyPoll(2000)
+    conn = Connection(lambda c, cmd: cmd.response(0), pause_reading_on_backpressure=True, busy_poll=bp)
+    conn.connection_made(Transport())
+    frame = encode(RemotingCommand(11, opaque=1, body=b"x" * 100))
+    conn.data_received(frame[:40])      # part of a frame: nothing answered, no spinning
+    assert not bp._scheduled
+    conn.data_received(frame[40:])      # answered: the peer's next request may follow at once
+    assert bp._scheduled
