@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from protocol.codes import ResponseCode
 from remoting.connection import Connection
 
 log = logging.getLogger("pocketmq.remoting")
@@ -31,20 +30,13 @@ class RemotingServer:
         self.connections: set[Connection] = set()
         self._server: asyncio.base_events.Server | None = None
 
-    def _handle(self, conn: Connection, cmd):
-        proc = self.processors.get(cmd.code)
-        if proc is None:
-            return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                f" request type {cmd.code} not supported")
-        return proc(conn, cmd)
-
     def _closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
         if self.on_connection_close is not None:
             self.on_connection_close(conn)
 
     def _factory(self) -> Connection:
-        conn = Connection(self._handle, processors=self.processors,
+        conn = Connection(processors=self.processors,
                           frame_size_bytes_max=self.frame_size_bytes_max,
                           on_close=self._closed, name=self.name,
                           handlers_in_flight_max=self.handlers_in_flight_max,
