@@ -16,8 +16,8 @@ from broker.core.delay import delay_level, to_schedule
 from broker.store.api import PutMessageStatus
 from broker.core.topics import (DLQ_GROUP_TOPIC_PREFIX as DLQ_PREFIX, NOT_ALLOWED_SEND_TOPICS,
                                 RETRY_GROUP_TOPIC_PREFIX, dlq_topic, validate_topic)
-from protocol.codes import PermName, RequestCode, ResponseCode
-from protocol.headers.typed import decode_send_header
+from protocol.codes import PermName, ResponseCode
+from protocol.headers.typed import decode_send_fields
 from protocol import message as msgcodec
 
 PROPERTIES_MAX_BYTES = 32767
@@ -35,35 +35,13 @@ def _error(broker, cmd, code, remark):
     return cmd.response(code, remark, ext_fields=broker.send_ext_base())
 
 
-_V2_CODES = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
 _WRITEABLE = PermName.WRITE
 _SUCCESS = ResponseCode.SUCCESS
 
 
-def _fast_header(cmd):
-    """The V2 header fields this processor uses, read straight from extFields (the hot path:
-    every field present and decimal); None sends the caller to decode_send_header, which
-    names a missing or malformed field."""
-    ext = cmd.ext_fields
-    try:
-        m = ext.get("m")
-        l_ = ext.get("l")
-        return (ext["b"], ext["c"], int(ext["d"]), int(ext["e"]), int(ext["f"]), int(ext["g"]),
-                int(ext["h"]), ext.get("i"), int(ext.get("j") or 0),
-                m is not None and (m == "true" or m == "1" or m.lower() == "true"),
-                int(l_) if l_ else None)
-    except (KeyError, ValueError, AttributeError):
-        return None
-
-
 def process_send(broker, conn, cmd):
-    fields = _fast_header(cmd) if cmd.code in _V2_CODES else None
-    if fields is None:
-        h = decode_send_header(cmd.code, cmd.ext_fields)
-        fields = (h.topic, h.default_topic, h.default_topic_queue_nums, h.queue_id, h.sys_flag,
-                  h.born_timestamp, h.flag, h.properties, h.reconsume_times, h.batch, h.max_reconsume_times)
-    (topic, default_topic, default_topic_queue_nums, queue_id, sys_flag, born_timestamp, flag, props,
-     reconsume_times, batch, max_reconsume_times) = fields
+    (_group, topic, default_topic, default_topic_queue_nums, queue_id, sys_flag, born_timestamp, flag, props,
+     reconsume_times, _unit_mode, batch, max_reconsume_times) = decode_send_fields(cmd.code, cmd.ext_fields)
     cfg = broker.config
     if not cfg.brokerPermission & _WRITEABLE:
         return _error(broker, cmd, ResponseCode.NO_PERMISSION,
@@ -155,7 +133,7 @@ def process_send(broker, conn, cmd):
     region, trace_on = broker.send_ext_region_trace
     ext = {"MSG_REGION": region, "TRACE_ON": trace_on, "msgId": result.msg_id, "queueId": str(queue_id),
            "queueOffset": str(result.queue_offset)}
-    broker.msg_put_total += result.msg_count or 1
+    broker.stats_put(result)
     if wait and broker.sync_flush:
         return _await_flush(broker, cmd, ext, result.wrote_offset + result.wrote_bytes)
     return cmd.response(_SUCCESS, None, ext)

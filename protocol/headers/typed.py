@@ -76,45 +76,37 @@ _V2 = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTop
 V1_TO_V2 = {v: k for k, v in _V2.items()}
 
 
-def decode_send_header(code: int, ext: dict) -> SendMessageRequestHeader:
+def decode_send_fields(code: int, ext: dict) -> tuple:
+    """The SendMessageRequestHeader fields as a tuple in its field order, without building
+    the object (the broker's send hot path). HeaderError names a missing or bad field."""
     v2 = code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
     try:
-        # Fast path (the hot send path): every required field present and decimal.
+        # Fast path: every required field present and decimal.
+        g = ext.get
         if v2:
-            g = ext.get
-            h = SendMessageRequestHeader(ext["a"], ext["b"], ext["c"], int(ext["d"]), int(ext["e"]),
-                                         int(ext["f"]), int(ext["g"]), int(ext["h"]), g("i"),
-                                         int(g("j") or 0), parse_bool(g("k")), parse_bool(g("m")),
-                                         int(g("l")) if g("l") else None)
-        else:
-            g = ext.get
-            h = SendMessageRequestHeader(ext["producerGroup"], ext["topic"], ext["defaultTopic"],
-                                         int(ext["defaultTopicQueueNums"]), int(ext["queueId"]),
-                                         int(ext["sysFlag"]), int(ext["bornTimestamp"]), int(ext["flag"]),
-                                         g("properties"), int(g("reconsumeTimes") or 0),
-                                         parse_bool(g("unitMode")), parse_bool(g("batch")),
-                                         int(g("maxReconsumeTimes")) if g("maxReconsumeTimes") else None)
-        return h
+            l_ = g("l")
+            return (ext["a"], ext["b"], ext["c"], int(ext["d"]), int(ext["e"]), int(ext["f"]), int(ext["g"]),
+                    int(ext["h"]), g("i"), int(g("j") or 0), parse_bool(g("k")), parse_bool(g("m")),
+                    int(l_) if l_ else None)
+        mrt = g("maxReconsumeTimes")
+        return (ext["producerGroup"], ext["topic"], ext["defaultTopic"], int(ext["defaultTopicQueueNums"]),
+                int(ext["queueId"]), int(ext["sysFlag"]), int(ext["bornTimestamp"]), int(ext["flag"]),
+                g("properties"), int(g("reconsumeTimes") or 0), parse_bool(g("unitMode")),
+                parse_bool(g("batch")), int(mrt) if mrt else None)
     except (KeyError, ValueError):
         pass
     # Slow path: name the missing or malformed field.
     if v2:
         ext = {_V2.get(k, k): v for k, v in ext.items()}
-    return SendMessageRequestHeader(
-        producer_group=req_str(ext, "producerGroup"),
-        topic=req_str(ext, "topic"),
-        default_topic=req_str(ext, "defaultTopic"),
-        default_topic_queue_nums=req_int(ext, "defaultTopicQueueNums"),
-        queue_id=req_int(ext, "queueId"),
-        sys_flag=req_int(ext, "sysFlag"),
-        born_timestamp=req_int(ext, "bornTimestamp"),
-        flag=req_int(ext, "flag"),
-        properties=ext.get("properties"),
-        reconsume_times=opt_int(ext, "reconsumeTimes", 0),
-        unit_mode=parse_bool(ext.get("unitMode")),
-        batch=parse_bool(ext.get("batch")),
-        max_reconsume_times=opt_int(ext, "maxReconsumeTimes"),
-    )
+    return (req_str(ext, "producerGroup"), req_str(ext, "topic"), req_str(ext, "defaultTopic"),
+            req_int(ext, "defaultTopicQueueNums"), req_int(ext, "queueId"), req_int(ext, "sysFlag"),
+            req_int(ext, "bornTimestamp"), req_int(ext, "flag"), ext.get("properties"),
+            opt_int(ext, "reconsumeTimes", 0), parse_bool(ext.get("unitMode")), parse_bool(ext.get("batch")),
+            opt_int(ext, "maxReconsumeTimes"))
+
+
+def decode_send_header(code: int, ext: dict) -> SendMessageRequestHeader:
+    return SendMessageRequestHeader(*decode_send_fields(code, ext))
 
 
 def encode_send_header(h: SendMessageRequestHeader, v2: bool = True) -> dict:
