@@ -384,8 +384,7 @@ class MessageStore:
         if self._reput_from == phys:
             self._reput_from = phys + size
             if cq is not None:
-                code = (tags_code_of_properties(props_b) if topic != SCHEDULE_TOPIC
-                        else schedule_tags_code(queue_id, now, self._delay_levels))
+                code = self._tags_code(topic, queue_id, props_b, now)
                 try:
                     cq.put(queue_offset, phys, size, code)
                 except OSError as e:
@@ -500,10 +499,10 @@ class MessageStore:
         topic_part = bytes((len(topic_b),)) + topic_b
         pack_h = _H_PACK
         join = b"".join
-        tags_code_of = tags_code_of_properties
+        # (self._tags_code, with its SCHEDULE_TOPIC test hoisted out of the loop)
+        tags_code_of = tags_code_of_properties if topic != SCHEDULE_TOPIC else None
         pack_unit = CQ_UNIT.pack
         codes = set()
-        schedule = topic == SCHEDULE_TOPIC
         qo = qo0
         physs = []
         units = []
@@ -552,7 +551,7 @@ class MessageStore:
             mm[wpos:wpos + size] = join((
                 pack_first(size, MESSAGE_MAGIC_CODE, _crc32(data) & 0x7FFFFFFF, queue_id, flag, qo, phys),
                 middle, pack_i(bl), data, topic_part, pack_h(len(pb)), pb))
-            code = tags_code_of(pb) if not schedule else schedule_tags_code(queue_id, now, self._delay_levels)
+            code = tags_code_of(pb) if tags_code_of is not None else self._tags_code(topic, queue_id, pb, now)
             physs.append(phys)
             units.append(pack_unit(phys, size, code))
             codes.add(code)
@@ -594,7 +593,6 @@ class MessageStore:
         phys0 = start + wpos
         mm = mf.mm
         store_host = self._store_host
-        schedule = topic == SCHEDULE_TOPIC
         qo = qo0
         physs = []
         units = []
@@ -603,8 +601,7 @@ class MessageStore:
             phys = start + wpos
             encode_record_into(mm, wpos, topic_b, queue_id, flag, data, pb, sys_flag, born_timestamp,
                                born_host, store_host, reconsume_times, 0, qo, phys, now)
-            code = (tags_code_of_properties(pb) if not schedule
-                    else schedule_tags_code(queue_id, now, self._delay_levels))
+            code = self._tags_code(topic, queue_id, pb, now)
             physs.append(phys)
             units.append(CQ_UNIT.pack(phys, size, code))
             codes.add(code)
