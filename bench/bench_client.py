@@ -6,7 +6,8 @@
 
 Measures (defaults keep a run under ~2 minutes on 2 cores):
   sync send       one send at a time: msgs/s, p50/p99 latency
-  async send      64 sends in flight: msgs/s
+  async send      64 sends in flight: msgs/s (coalesced into batches by the producer
+                  unless --no-coalesce: then one request per send)
   batch send      send_batch of 100 x 128 B: msgs/s, one at a time and 8 in flight
   push consume    messages/s delivered to a no-op listener (pre-produced backlog)
   end-to-end      send -> listener latency p50/p99 at 1,000 and 10,000 msgs/s
@@ -52,9 +53,10 @@ async def bench_sync_send(addr, topic, n, st):
     return {"msgs_per_s": n / dt, "p50_us": pct(lat, 50), "p99_us": pct(lat, 99)}
 
 
-async def bench_inflight_send(addr, topic, n, st, inflight=64):
+async def bench_inflight_send(addr, topic, n, st, inflight=64, coalesce=True):
     body = b"x" * 128
-    async with Producer("BenchAsync", addr, instance_name="bench-async", serialize_type=st) as p:
+    async with Producer("BenchAsync", addr, instance_name="bench-async", serialize_type=st,
+                        coalesce_sends=coalesce) as p:
         await p.send(Message(topic, body))
         left = n
 
@@ -66,7 +68,7 @@ async def bench_inflight_send(addr, topic, n, st, inflight=64):
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(inflight)))
         dt = time.perf_counter() - t0
-    return {"msgs_per_s": n / dt, "in_flight": inflight}
+    return {"msgs_per_s": n / dt, "in_flight": inflight, "coalesce_sends": coalesce}
 
 
 async def bench_batch_send(addr, topic, n, st, batch=100, inflight=1):
@@ -164,7 +166,8 @@ async def run_all(addr, args):
     suffix = str(os.getpid())
     out["sync_send"] = await bench_sync_send(addr, f"BenchSync{suffix}", args.n_sync, st)
     print("sync send", out["sync_send"], flush=True)
-    out["inflight_send"] = await bench_inflight_send(addr, f"BenchAsync{suffix}", args.n_async, st)
+    out["inflight_send"] = await bench_inflight_send(addr, f"BenchAsync{suffix}", args.n_async, st,
+                                                     coalesce=not args.no_coalesce)
     print("64 in flight", out["inflight_send"], flush=True)
     out["batch_send"] = await bench_batch_send(addr, f"BenchBatch{suffix}", args.n_batch, st)
     print("batch send", out["batch_send"], flush=True)
@@ -186,6 +189,8 @@ def main(argv=None):
     ap.add_argument("--codec", choices=["auto", "json", "msgpack"], default="auto",
                     help="request header codec; auto = negotiated per broker (the client's default)")
     ap.add_argument("--msgpack", action="store_true", help="same as --codec msgpack")
+    ap.add_argument("--no-coalesce", action="store_true",
+                    help="64 in flight with coalesce_sends=False (one request per send)")
     ap.add_argument("--n-sync", type=int, default=20000)
     ap.add_argument("--n-async", type=int, default=50000)
     ap.add_argument("--n-batch", type=int, default=200000)

@@ -10,6 +10,21 @@ the one that just failed; sends to a chosen queue (explicit, selector or
 sharding key) are tried once, since moving them would break ordering.
 Bodies of 4 KiB or more are zlib-compressed (not in batches). A body over
 max_message_size_bytes is refused before anything is sent.
+
+Send coalescing (``coalesce_sends``, on by default): a ``send()`` made while another
+send of this producer is waiting for its response does not get a request of its own.
+It joins the topic's open group, and the group leaves as one SEND_BATCH_MESSAGE when
+the event loop finishes its current iteration or the group is full
+(``coalesce_max_messages``, or max_message_size_bytes of batch body). Each send still
+gets its own SendResult: the broker stores a batch in one queue at consecutive queue
+offsets and answers with the comma-joined offsetMsgIds (RocketMQ 4.x batch semantics),
+so message i of the group has queue_offset first + i and the i-th offsetMsgId. A send
+with nothing else in flight (one send at a time) goes out at once as SEND_MESSAGE_V2,
+so coalescing never delays a lone send; only sends the broker would accept in a batch
+join (no explicit queue, selector or sharding key, no delay level, not compressed, not
+to a %RETRY% topic). A group fails or is retried as a whole, like one send.
+Why: with many sends in flight both the client and the broker spend most of their
+time on per-request work (frame, header, response, future); see docs/client.md.
 """
 from __future__ import annotations
 
@@ -48,6 +63,9 @@ TOPIC_LENGTH_MAX = 127
 GROUP_LENGTH_MAX = 255
 MAX_MESSAGE_SIZE_BYTES = 4 * 1024 * 1024
 COMPRESS_OVER_BYTES = 4096
+# A coalesced group leaves when it holds this many sends: several groups in flight keep
+# the broker busy with one while the client builds the next (bench/bench_client.py).
+COALESCE_MAX_MESSAGES = 16
 
 _STATUS = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
@@ -147,17 +165,42 @@ def split_batch(msgs: Sequence[Message], props: list, size_limit: int) -> list[l
     return groups
 
 
+class _SendGroup:
+    """Coalesced sends waiting to leave together: (flag, body, properties bytes, UNIQ_KEY,
+    future of the SendResult) per send, and the batch-body bytes they will take."""
+    __slots__ = ("items", "size")
+
+    def __init__(self):
+        self.items: list = []
+        self.size = 0
+
+
+def split_batch_result(r: SendResult, uniqs: Sequence[str]) -> list[SendResult]:
+    """One SendResult per message of a batch send, from the batch's: the broker stored the
+    batch at consecutive offsets of one queue and answered with the comma-joined
+    offsetMsgIds (a broker that answers otherwise leaves offset_msg_id empty)."""
+    ids = r.offset_msg_id.split(",") if r.offset_msg_id else []
+    if len(ids) != len(uniqs):
+        ids = [""] * len(uniqs)
+    first = r.queue_offset
+    return [SendResult(r.status, u, ids[i], r.queue, first + i if first >= 0 else -1, r.transaction_id,
+                       r.region_id, r.trace_on) for i, u in enumerate(uniqs)]
+
+
 class Producer:
     def __init__(self, group: str, namesrv_addr: str, *, instance_name: str | None = None,
                  send_timeout_ms: int = 3000, retry_times_when_send_failed: int = 2,
                  max_message_size_bytes: int = MAX_MESSAGE_SIZE_BYTES,
                  compress_over_bytes: int = COMPRESS_OVER_BYTES, compress_level: int = 5,
-                 latency_fault_enable: bool = True, serialize_type: int | None = None):
+                 latency_fault_enable: bool = True, serialize_type: int | None = None,
+                 coalesce_sends: bool = True, coalesce_max_messages: int = COALESCE_MAX_MESSAGES):
         check_group(group)
         if not 0 <= retry_times_when_send_failed <= 16:
             raise InvalidArgumentError("retry_times_when_send_failed must be in [0, 16]")
         if not 0 < max_message_size_bytes <= MAX_MESSAGE_SIZE_BYTES:
             raise InvalidArgumentError(f"max_message_size_bytes must be in (0, {MAX_MESSAGE_SIZE_BYTES}]")
+        if not 1 <= coalesce_max_messages <= 1024:
+            raise InvalidArgumentError("coalesce_max_messages must be in [1, 1024]")
         self.group = group
         self.namesrv_addr = namesrv_addr
         self.instance_name = instance_name
@@ -171,6 +214,13 @@ class Producer:
         self.instance = None
         self._topics_checked: set[str] = set()    # topics that passed check_topic
         self._closed = False
+        self.coalesce_sends = coalesce_sends
+        self.coalesce_max_messages = coalesce_max_messages
+        self._sends_in_flight = 0          # send requests of this producer awaiting a response
+        # (topic, wait_store_msg_ok, timeout_s) -> the open group of coalesced sends
+        self._groups: dict[tuple, _SendGroup] = {}
+        self._groups_flush_scheduled = False
+        self._group_tasks: set[asyncio.Task] = set()
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> Producer:
@@ -192,6 +242,11 @@ class Producer:
         if self._closed:
             return
         self._closed = True
+        # Sends already waiting in a coalesced group still go out (their callers were
+        # accepted before close); wait for them like for any send in flight.
+        self._launch_groups()
+        if self._group_tasks:
+            await asyncio.wait(list(self._group_tasks), timeout=self.send_timeout_ms / 1000 + 1)
         inst, self.instance = self.instance, None
         if inst is None:
             return
@@ -252,16 +307,99 @@ class Producer:
         body, sys_flag = msg.body, 0
         if len(body) >= self.compress_over_bytes:
             body, sys_flag = msgcodec.maybe_compress(body, self.compress_over_bytes, self.compress_level)
-        if queue is None and (selector is not None or sharding_key is not None):
-            info = await inst.publish_info(msg.topic)
-            if sharding_key is not None:
-                queue = hash_selector(info.queues, sharding_key)
-            else:
-                queue = selector(list(info.queues), arg)
-            if not isinstance(queue, MessageQueue):
-                raise InvalidArgumentError("selector must return a MessageQueue")
-        return await self._send_with_retry(inst, msg.topic, props, body, sys_flag, msg.flag, uniq,
-                                           queue, batch=False, timeout_s=timeout_s)
+        if queue is None:
+            if selector is not None or sharding_key is not None:
+                info = await inst.publish_info(msg.topic)
+                if sharding_key is not None:
+                    queue = hash_selector(info.queues, sharding_key)
+                else:
+                    queue = selector(list(info.queues), arg)
+                if not isinstance(queue, MessageQueue):
+                    raise InvalidArgumentError("selector must return a MessageQueue")
+            elif self._sends_in_flight and self.coalesce_sends and not sys_flag and not msg.delay_level:
+                fut = self._coalesce(msg, props, body, uniq, timeout_s)
+                if fut is not None:
+                    return await fut
+        self._sends_in_flight += 1
+        try:
+            return await self._send_with_retry(inst, msg.topic, props, body, sys_flag, msg.flag, uniq,
+                                               queue, batch=False, timeout_s=timeout_s)
+        finally:
+            self._sends_in_flight -= 1
+
+    # -- send coalescing (see the module docstring) -----------------------------------------
+    def _coalesce(self, msg: Message, props: str, body: bytes, uniq: str, timeout_s: float):
+        """Put a send into its topic's open group; returns the future of its SendResult, or
+        None when the message cannot travel in a batch (it is then sent on its own)."""
+        topic = msg.topic
+        if topic.startswith("%RETRY%"):
+            return None
+        pb = props.encode()
+        # the broker's batch-body bound covers the whole group: an element that would not
+        # fit one on its own, or properties a batch element cannot carry, go alone
+        size = msgcodec.BATCH_ELEMENT_OVERHEAD + len(body) + len(pb)
+        limit = self.max_message_size_bytes
+        if len(pb) > msgcodec.PROPERTIES_LENGTH_BYTES_MAX or size > limit:
+            return None
+        key = (topic, msg.wait_store_msg_ok, timeout_s)
+        group = self._groups.get(key)
+        if group is not None and group.size + size > limit:
+            self._launch(key)
+            group = None
+        if group is None:
+            group = self._groups[key] = _SendGroup()
+            if not self._groups_flush_scheduled:
+                self._groups_flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self._launch_groups)
+        fut = asyncio.get_running_loop().create_future()
+        group.items.append((msg.flag, body, pb, uniq, fut))
+        group.size += size
+        if len(group.items) >= self.coalesce_max_messages:
+            self._launch(key)
+        return fut
+
+    def _launch_groups(self) -> None:
+        self._groups_flush_scheduled = False
+        for key in list(self._groups):
+            self._launch(key)
+
+    def _launch(self, key: tuple) -> None:
+        group = self._groups.pop(key)
+        task = asyncio.get_running_loop().create_task(self._send_group(key, group.items))
+        self._group_tasks.add(task)
+        task.add_done_callback(self._group_tasks.discard)
+
+    async def _send_group(self, key: tuple, items: list) -> None:
+        topic, wait, timeout_s = key
+        self._sends_in_flight += 1
+        try:
+            inst = self._inst()
+            if len(items) == 1:
+                flag, body, pb, uniq, fut = items[0]
+                r = await self._send_with_retry(inst, topic, pb.decode(), body, 0, flag, uniq, None,
+                                                batch=False, timeout_s=timeout_s)
+                if not fut.done():
+                    fut.set_result(r)
+                return
+            body = encode_batch_elements([(it[0], it[1], it[2]) for it in items])
+            r = await self._send_with_retry(
+                inst, topic, "WAIT\x01true" if wait else "WAIT\x01false", body, 0, 0,
+                ",".join(it[3] for it in items), None, batch=True, timeout_s=timeout_s)
+        except Exception as e:
+            for it in items:
+                if not it[4].done():
+                    it[4].set_exception(e)
+            return
+        except BaseException:          # cancelled (the loop is going away): so are the sends
+            for it in items:
+                it[4].cancel()
+            raise
+        finally:
+            self._sends_in_flight -= 1
+        for i, r1 in enumerate(split_batch_result(r, [it[3] for it in items])):
+            fut = items[i][4]
+            if not fut.done():
+                fut.set_result(r1)
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None,
                           sharding_key: str | None = None) -> None:

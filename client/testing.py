@@ -82,6 +82,7 @@ class FakeBroker:
         self.fail_sends: int | None = None
         self.sends = 0
         self.requests: list[int] = []
+        self.batch_sizes: list[int] = []      # messages per SEND_BATCH_MESSAGE, in arrival order
         self.serialize_types: set[int] = set()
         self.port = 0
         self.server: RemotingServer | None = None
@@ -204,7 +205,9 @@ class FakeBroker:
         props = h.properties or ""
         if h.batch:
             ids, first = [], None
-            for flag, body, eprops in msgcodec.decode_batch_body(cmd.body):
+            elements = msgcodec.decode_batch_body(cmd.body)
+            self.batch_sizes.append(len(elements))
+            for flag, body, eprops in elements:
                 off, phys = self._append(h.topic, qid, flag, body, eprops, h.sys_flag, h.born_timestamp)
                 first = off if first is None else first
                 ids.append(msgcodec.offset_msg_id(b"\x7f\x00\x00\x01", self.port, phys))

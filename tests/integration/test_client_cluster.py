@@ -121,6 +121,34 @@ async def test_every_send_mode_round_trips(cluster):
         assert plain.topic == topic
 
 
+async def test_concurrent_sends_coalesced_round_trip(cluster):
+    """200 concurrent sends: the producer merges them into SEND_BATCH_MESSAGE requests, and
+    each SendResult still names the stored message (queue, queue offset, both ids)."""
+    async with asyncio.timeout(60):
+        topic = uniq("Coalesced")
+        await create_topic(cluster, topic, 4)
+        mqs = [MessageQueue(topic, "broker-a", i) for i in range(4)]
+        groups = []
+
+        class CountingProducer(Producer):
+            async def _send_group(self, key, items):
+                groups.append(len(items))
+                return await super()._send_group(key, items)
+
+        async with CountingProducer("ItCoalesce", cluster.namesrv_addr, instance_name=uniq("pc")) as p:
+            msgs = [Message(topic, f"c-{i}".encode(), tags=f"T{i % 2}", keys=(f"k{i}",), properties={"i": str(i)})
+                    for i in range(200)]
+            results = await asyncio.gather(*(p.send(m) for m in msgs))
+        assert max(groups) > 1 and sum(groups) < 200
+        got = await drain_lite(cluster.namesrv_addr, uniq("CoalesceReader"), mqs, 200)
+        assert len(got) == 200
+        at = {(m.queue_id, m.queue_offset): m for m in got}
+        for i, r in enumerate(results):
+            m = at[(r.queue.queue_id, r.queue_offset)]
+            assert m.body == f"c-{i}".encode() and m.msg_id == r.msg_id and m.offset_msg_id == r.offset_msg_id
+            assert m.tags == f"T{i % 2}" and m.keys == (f"k{i}",) and m.user_properties == {"i": str(i)}
+
+
 async def test_three_push_consumers_split_and_rebalance(cluster):
     async with asyncio.timeout(90):
         topic = uniq("Split")

@@ -124,7 +124,7 @@ async def test_our_producer_to_cpp_push_consumer(cluster, home):
         topic = "PyToCpp"
         await create_topic(cluster, topic, 4)
         agent = start_agent(home, "push", "--ns", cluster.namesrv_addr, "--group", "CppFromPy", "--topic", topic,
-                            "--expect", "20", "--seconds", "60", "--linger", "2")
+                            "--expect", "30", "--seconds", "60", "--linger", "2")
         await asyncio.sleep(3)   # let the C++ consumer start and rebalance
         sent = {}
         async with Producer("PyToCppProducer", cluster.namesrv_addr) as p:
@@ -135,15 +135,27 @@ async def test_our_producer_to_cpp_push_consumer(cluster, home):
             for r in await p.send_batch([Message(topic, f"py-b{i}".encode(), tags="TagP", keys=f"kb{i}",
                                                  properties={"idx": f"b{i}", "origin": "py"}) for i in range(5)]):
                 pass
+            # concurrent sends: coalesced into SEND_BATCH_MESSAGE, each with its own result
+            rs = await asyncio.gather(*(p.send(Message(topic, f"py-c{i}".encode(), tags="TagC", keys=f"kc{i}",
+                                                       properties={"idx": f"c{i}", "origin": "py"}))
+                                        for i in range(10)))
+            for i, r in enumerate(rs):
+                sent[f"py-c{i}"] = r
         ev = await finish_agent(agent)
         msgs = {e["body"]: e for e in ev if e["event"] == "msg"}
-        assert len(msgs) == 20, sorted(msgs)
+        assert len(msgs) == 30, sorted(msgs)
         for i in range(15):
             e = msgs[f"py-{i}"]
             assert e["tags"] == "TagP" and e["keys"] == f"k{i} common"
             assert e["props"]["idx"] == str(i) and e["props"]["origin"] == "py"
             assert e["props"]["UNIQ_KEY"] == sent[f"py-{i}"].msg_id
         assert msgs["py-b3"]["keys"] == "kb3" and msgs["py-b3"]["props"]["idx"] == "b3"
+        for i in range(10):
+            e = msgs[f"py-c{i}"]
+            assert e["tags"] == "TagC" and e["keys"] == f"kc{i}" and e["props"]["idx"] == f"c{i}"
+            assert e["props"]["UNIQ_KEY"] == sent[f"py-c{i}"].msg_id
+            assert (e["queue_id"], e["queue_offset"]) == (sent[f"py-c{i}"].queue.queue_id,
+                                                          sent[f"py-c{i}"].queue_offset)
 
 
 async def test_mixed_group_splits_disjointly_exactly_once(cluster, home):

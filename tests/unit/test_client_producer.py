@@ -1,5 +1,6 @@
 """Producer against the in-process fake cluster (real TCP on 127.0.0.1, bounded by timeouts)."""
 import asyncio
+import contextlib
 import zlib
 
 import pytest
@@ -203,3 +204,136 @@ async def test_oneway_sends_are_paced_by_the_socket():
                             if conn.transport is not None:
                                 peak = max(peak, conn.transport.get_write_buffer_size())
                 assert peak < 4 * 1024 * 1024, peak
+
+
+# -- send coalescing -------------------------------------------------------------------------
+
+@contextlib.asynccontextmanager
+async def one_broker():
+    """A fake cluster of one broker with topic T (4 queues), bounded by a timeout."""
+    async with asyncio.timeout(20):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 4)
+            yield cluster, cluster.brokers[0]
+
+
+def record_at(broker, mq, offset):
+    return msgcodec.decode_record(broker.queues[(mq.topic, mq.queue_id)][offset])
+
+
+async def test_concurrent_sends_are_coalesced_with_a_result_per_message():
+    async with one_broker() as (cluster, b):
+        async with Producer("PG", cluster.namesrv_addr, instance_name="pc1") as p:
+            msgs = [Message("T", f"m{i}".encode(), tags=f"Tag{i % 3}", keys=(f"k{i}",),
+                            properties={"i": str(i)}, flag=i) for i in range(50)]
+            results = await asyncio.gather(*(p.send(m) for m in msgs))
+        # one request per send would be 50; groups of at most 16 after the first send
+        assert RequestCode.SEND_BATCH_MESSAGE in b.requests
+        assert len(b.requests) - b.requests.count(RequestCode.HEART_BEAT) < 50
+        assert b.batch_sizes and max(b.batch_sizes) <= 16 and sum(b.batch_sizes) <= 49
+        assert len({r.msg_id for r in results}) == 50
+        assert len({(r.queue, r.queue_offset) for r in results}) == 50
+        for i, r in enumerate(results):
+            assert r.ok and len(r.offset_msg_id) == 32
+            # the result names exactly where this message was stored
+            m = record_at(b, r.queue, r.queue_offset)
+            assert m.body == f"m{i}".encode() and m.flag == i
+            assert m.properties["UNIQ_KEY"] == r.msg_id
+            assert m.properties["TAGS"] == f"Tag{i % 3}" and m.properties["KEYS"] == f"k{i}"
+            assert m.properties["i"] == str(i) and m.properties["WAIT"] == "true"
+            assert r.offset_msg_id == msgcodec.offset_msg_id(b"\x7f\x00\x00\x01", b.port, m.commit_log_offset)
+
+
+async def test_lone_sends_and_coalesce_off_use_one_request_per_send():
+    async with one_broker() as (cluster, b):
+        async with Producer("PG", cluster.namesrv_addr, instance_name="pc2") as p:
+            for i in range(10):
+                await p.send(Message("T", b"x"))
+        async with Producer("PG2", cluster.namesrv_addr, instance_name="pc3", coalesce_sends=False) as p:
+            await asyncio.gather(*(p.send(Message("T", b"y")) for _ in range(20)))
+        sends = [c for c in b.requests if c in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)]
+        assert sends == [RequestCode.SEND_MESSAGE_V2] * 30
+
+
+async def test_messages_a_batch_cannot_carry_are_sent_alone():
+    async with one_broker() as (cluster, b):
+        mq = MessageQueue("T", "broker-a", 3)
+        async with Producer("PG", cluster.namesrv_addr, instance_name="pc4") as p:
+            await p.send(Message("T", b"warm-up"))
+            b.requests.clear()
+            # each pair: a plain send (goes out at once) and one that must not join a batch
+            for second in (p.send(Message("T", b"late", delay_level=3)),
+                           p.send(Message("T", b"z" * 10000)),          # compressed
+                           p.send(Message("T", b"q"), queue=mq),
+                           p.send(Message("T", b"s"), sharding_key="order-1"),
+                           p.send(Message("%RETRY%G", b"r"))):
+                rs = await asyncio.gather(p.send(Message("T", b"plain")), second)
+                assert all(r.ok for r in rs)
+            # while a send is in flight, two plain ones do share a batch
+            await asyncio.gather(*(p.send(Message("T", b"plain")) for _ in range(3)))
+        sends = [c for c in b.requests if c in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)]
+        assert sends == [RequestCode.SEND_MESSAGE_V2] * 11 + [RequestCode.SEND_BATCH_MESSAGE]
+        assert b.batch_sizes == [2]
+        got = {m.body: m for m in stored(b, "T")}
+        assert got[b"late"].properties["DELAY"] == "3"
+        assert got[b"z" * 10000].sys_flag & msgcodec.MessageSysFlag.COMPRESSED_FLAG
+        assert [m.body for m in stored(b, "%RETRY%G")] == [b"r"]
+
+
+async def test_groups_are_bounded_by_count_and_batch_body_size():
+    async with one_broker() as (cluster, b):
+        async with Producer("PG", cluster.namesrv_addr, instance_name="pc5", coalesce_max_messages=4) as p:
+            await asyncio.gather(*(p.send(Message("T", b"x")) for _ in range(13)))
+            assert b.batch_sizes == [4, 4, 4]          # the first send went alone
+        b.batch_sizes.clear()
+        # 300 B bodies + properties (~60 B) + 22 B element head: 4 fit in 2,000 bytes, 5 do not
+        async with Producer("PG2", cluster.namesrv_addr, instance_name="pc6", max_message_size_bytes=2000,
+                            coalesce_max_messages=100) as p:
+            rs = await asyncio.gather(*(p.send(Message("T", b"y" * 300)) for _ in range(13)))
+            assert all(r.ok for r in rs)
+        assert b.batch_sizes and max(b.batch_sizes) <= 5 and sum(b.batch_sizes) == 12
+        assert all(4 <= n <= 5 for n in b.batch_sizes[:-1])
+        with pytest.raises(errors.InvalidArgumentError):
+            Producer("PG3", cluster.namesrv_addr, coalesce_max_messages=0)
+
+
+async def test_a_failed_group_fails_every_send_in_it_with_the_typed_error():
+    async with one_broker() as (cluster, b):
+        async with Producer("PG", cluster.namesrv_addr, instance_name="pc7") as p:
+            await p.send(Message("T", b"ok"))
+            b.fail_sends = ResponseCode.MESSAGE_ILLEGAL
+            rs = await asyncio.gather(*(p.send(Message("T", b"x")) for _ in range(6)), return_exceptions=True)
+            assert all(isinstance(r, errors.MessageIllegalError) for r in rs), rs
+            assert b.requests.count(RequestCode.SEND_BATCH_MESSAGE) == 1   # one alone, five in a batch
+            b.fail_sends = None
+            rs = await asyncio.gather(*(p.send(Message("T", b"x")) for _ in range(6)))
+            assert all(r.ok for r in rs)
+
+
+async def test_close_sends_what_was_coalesced_and_a_cancelled_send_spares_its_group():
+    async with one_broker() as (cluster, b):
+        p = await Producer("PG", cluster.namesrv_addr, instance_name="pc8").start()
+        tasks = [asyncio.create_task(p.send(Message("T", f"c{i}".encode()))) for i in range(6)]
+        await asyncio.sleep(0)          # all six are in send(): one in flight, five grouped
+        tasks[3].cancel()
+        await p.close()
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        assert isinstance(done[3], asyncio.CancelledError)
+        assert all(r.ok for i, r in enumerate(done) if i != 3)
+        # a cancelled caller does not take back a message already handed over (like a
+        # send cancelled after its request was written)
+        assert sorted(m.body for m in stored(b, "T")) == [f"c{i}".encode() for i in range(6)]
+
+
+def test_split_batch_result():
+    from client.message import SendResult
+    from client.producer import split_batch_result
+    mq = MessageQueue("T", "b", 1)
+    r = SendResult(SendStatus.SEND_OK, "U1,U2,U3", "A,B,C", mq, 7)
+    assert [(x.msg_id, x.offset_msg_id, x.queue_offset) for x in split_batch_result(r, ["U1", "U2", "U3"])] \
+        == [("U1", "A", 7), ("U2", "B", 8), ("U3", "C", 9)]
+    # a broker that answers with something else: no ids rather than wrong ones
+    r = SendResult(SendStatus.FLUSH_DISK_TIMEOUT, "U1,U2", "A", mq, -1)
+    out = split_batch_result(r, ["U1", "U2"])
+    assert [(x.offset_msg_id, x.queue_offset, x.status) for x in out] == \
+        [("", -1, SendStatus.FLUSH_DISK_TIMEOUT)] * 2
