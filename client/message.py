@@ -1,7 +1,11 @@
 """Typed messages of the client: Message (to send), MessageExt (received), SendResult.
 
-Message and SendResult are frozen dataclasses; MessageExt is an immutable tuple-based
-value with lazily decoded properties. Properties are read-only mappings. System
+Message and SendResult are frozen dataclasses. MessageExt is an immutable tuple-based
+value with lazily decoded properties that presents itself to `dataclasses` as a frozen
+dataclass (is_dataclass, fields, asdict, replace work); a tuple because a pull body
+becomes thousands of them per second and most listeners read a few fields.
+Properties are FrozenProperties: dicts that refuse mutation (a dict, not a
+MappingProxyType, so deepcopy, pickle, asdict and json.dumps work). System
 property keys are RocketMQ's (MessageConst); the wire form of properties is
 `name\\x01value\\x02...` (protocol reference 5.5).
 """
@@ -17,7 +21,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from operator import itemgetter
-from types import MappingProxyType
 
 from protocol import message as msgcodec
 from protocol.bodies import MessageQueue
@@ -64,15 +67,38 @@ DELAY_LEVEL_MAX = 18
 _WIRE_KEYS = frozenset({"TAGS", "KEYS", "DELAY", "WAIT", "UNIQ_KEY"})
 
 
-_NO_PROPS: Mapping[str, str] = MappingProxyType({})
+class FrozenProperties(dict):
+    """Message properties: a dict whose mutators raise TypeError."""
+    __slots__ = ()
+
+    def _read_only(self, *args, **kwargs):
+        raise TypeError("message properties are read-only")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    setdefault = pop = popitem = clear = update = _read_only
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        return FrozenProperties, (dict(self),)
+
+    def __repr__(self) -> str:
+        return f"FrozenProperties({dict.__repr__(self)})"
+
+
+_NO_PROPS: Mapping[str, str] = FrozenProperties()
 
 
 def _frozen_props(props) -> Mapping[str, str]:
-    if type(props) is MappingProxyType:
+    if type(props) is FrozenProperties:
         return props
     if not props:
         return _NO_PROPS
-    return MappingProxyType({str(k): str(v) for k, v in props.items()})
+    return FrozenProperties({str(k): str(v) for k, v in props.items()})
 
 
 def _keys_tuple(keys) -> tuple[str, ...]:
@@ -110,7 +136,7 @@ class Message:
         if self.keys != ():
             object.__setattr__(self, "keys", _keys_tuple(self.keys))
         props = self.properties
-        if type(props) is not MappingProxyType:
+        if type(props) is not FrozenProperties:
             object.__setattr__(self, "properties", _frozen_props(props))
 
     __hash__ = None  # properties is a mapping
@@ -180,7 +206,8 @@ class MessageExt(tuple):
     listener may never read: `properties` is made from the stored properties text
     on first access, `born_host` / `store_host` are formatted on first access.
     Fields are read-only (assigning raises dataclasses.FrozenInstanceError);
-    equality compares the field values, like the frozen dataclass it replaces.
+    equality compares the field values; `dataclasses` sees the fields of
+    _MessageExtFields (below), so fields(), asdict() and replace() work.
     """
     # Storage: a tuple in the field order of _FIELDS (properties and hosts possibly raw);
     # values computed lazily are cached in the instance __dict__.
@@ -219,7 +246,7 @@ class MessageExt(tuple):
             d = self.__dict__
             cached = d.get("properties")
             if cached is None:
-                cached = d["properties"] = MappingProxyType(decode_properties(p)) if p else _NO_PROPS
+                cached = d["properties"] = FrozenProperties(decode_properties(p)) if p else _NO_PROPS
             return cached
         return p
 
@@ -257,7 +284,7 @@ class MessageExt(tuple):
         topic = rec.topic
         if topic.startswith("%RETRY%"):
             topic = props.get(PropertyKey.RETRY_TOPIC) or topic
-        return cls(topic, rec.body, rec.queue_id, rec.queue_offset, broker_name, MappingProxyType(props), rec.flag, rec.sys_flag, rec.commit_log_offset,
+        return cls(topic, rec.body, rec.queue_id, rec.queue_offset, broker_name, FrozenProperties(props), rec.flag, rec.sys_flag, rec.commit_log_offset,
                    rec.born_timestamp, rec.born_host, rec.store_timestamp, rec.store_host,
                    rec.reconsume_times, rec.prepared_transaction_offset, rec.body_crc, rec.store_size,
                    rec.topic)
@@ -330,6 +357,35 @@ class MessageExt(tuple):
     def queue(self) -> MessageQueue:
         """The queue this message was pulled from."""
         return MessageQueue(self[17] or self[0], self[16], self[2])
+
+
+@dataclass(frozen=True)
+class _MessageExtFields:
+    """MessageExt's fields as `dataclasses` sees them (same names and order as
+    MessageExt's constructor)."""
+    topic: str
+    body: bytes
+    queue_id: int
+    queue_offset: int
+    broker_name: str = ""
+    properties: Mapping[str, str] | None = None
+    flag: int = 0
+    sys_flag: int = 0
+    commit_log_offset: int = 0
+    born_timestamp: int = 0
+    born_host: str = ""
+    store_timestamp: int = 0
+    store_host: str = ""
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    body_crc: int = 0
+    store_size: int = 0
+    real_topic: str = ""
+
+
+type.__setattr__(MessageExt, "__dataclass_fields__", _MessageExtFields.__dataclass_fields__)
+type.__setattr__(MessageExt, "__dataclass_params__", _MessageExtFields.__dataclass_params__)
+type.__setattr__(MessageExt, "__match_args__", _MessageExtFields.__match_args__)
 
 
 def _message_ext_from_fields(values: tuple) -> MessageExt:

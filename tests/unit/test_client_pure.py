@@ -126,3 +126,36 @@ def test_uniq_ids_are_unique_hex_and_time_ordered():
     assert len(set(ids)) == 1000
     assert all(len(i) == 32 and i == i.upper() for i in ids)
     assert ids[0].startswith("0A0000011234")
+
+
+def test_message_types_work_with_dataclasses_copy_pickle_and_json():
+    import copy
+    import json
+    import pickle
+
+    from client.message import FrozenProperties, MessageExt, SendResult, SendStatus
+    from protocol.bodies import MessageQueue
+    mq = MessageQueue("T", "broker-a", 1)
+    m = Message("T", b"x", tags="A", properties={"a": "1"})
+    ext = MessageExt("T", b"b", 1, 2, "broker-a", {"TAGS": "A", "u": "2"}, store_host="127.0.0.1:10911")
+    r = SendResult(SendStatus.SEND_OK, "U", "O", mq, 5)
+    for obj in (m, ext, r, mq):
+        assert dataclasses.is_dataclass(obj)
+        assert copy.deepcopy(obj) == obj and pickle.loads(pickle.dumps(obj)) == obj
+    assert [f.name for f in dataclasses.fields(ext)][:6] == ["topic", "body", "queue_id", "queue_offset",
+                                                              "broker_name", "properties"]
+    d = dataclasses.asdict(ext)
+    assert d["properties"] == {"TAGS": "A", "u": "2"} and d["store_host"] == "127.0.0.1:10911"
+    assert json.dumps(dataclasses.asdict(m)["properties"]) == '{"a": "1"}'
+    ext2 = dataclasses.replace(ext, body=b"new")
+    assert type(ext2) is MessageExt and ext2.body == b"new" and ext2.tags == "A" and ext2 != ext
+    assert dataclasses.replace(ext2, body=b"b") == ext
+    m2 = dataclasses.replace(m, body=b"y")
+    assert m2.properties == {"a": "1"} and type(m2.properties) is FrozenProperties
+    for props in (m.properties, ext.properties):
+        with pytest.raises(TypeError):
+            props.update(x="1")  # type: ignore[attr-defined]
+        with pytest.raises(TypeError):
+            props.pop("a", None)  # type: ignore[attr-defined]
+        with pytest.raises(TypeError):
+            del props["a"]  # type: ignore[attr-defined]
