@@ -64,8 +64,11 @@ from protocol.bodies import (
     build_subscription,
 )
 
-# Set inside consume workers: a listener that calls close()/drain() must not wait for itself.
-_IN_WORKER: contextvars.ContextVar[bool] = contextvars.ContextVar("pocketmq_in_worker", default=False)
+# The consumer whose worker runs the current code (a worker task, and the executor thread
+# running a plain listener for it): a listener that calls close()/drain() of its own
+# consumer must not wait for itself.
+_IN_WORKER: contextvars.ContextVar[PushConsumer | None] = contextvars.ContextVar("pocketmq_in_worker",
+                                                                                  default=None)
 
 log = logging.getLogger("pocketmq.client.consumer")
 
@@ -362,9 +365,14 @@ class PushConsumer:
             # Its own task, outside any worker's context, so it can wait for every worker.
             self._drain_task = asyncio.get_running_loop().create_task(
                 self._drain(timeout_s), name=f"{self.group}:drain", context=contextvars.Context())
-        if _IN_WORKER.get():
+        if _IN_WORKER.get() is self:
             return False
         return await asyncio.shield(self._drain_task)
+
+    def in_own_listener(self) -> bool:
+        """True when called from one of this consumer's listeners (also in the thread
+        running a plain listener): the blocking facade must not wait for the drain there."""
+        return _IN_WORKER.get() is self
 
     async def _drain(self, timeout_s: float) -> bool:
         self.state = "DRAINING"
@@ -620,7 +628,7 @@ class PushConsumer:
     WORKER_ITEMS_PER_TURN = 64
 
     async def _worker(self) -> None:
-        _IN_WORKER.set(True)   # this task's own context
+        _IN_WORKER.set(self)   # this task's own context
         work = self._work
         items = work.items
         idle = work.idle
@@ -681,7 +689,9 @@ class PushConsumer:
             if self._listener_is_async:
                 r = await fn(arg)
             elif self._executor is not None:
-                r = await asyncio.get_running_loop().run_in_executor(self._executor, fn, arg)
+                # in the worker's context (like asyncio.to_thread), so in_own_listener() holds
+                r = await asyncio.get_running_loop().run_in_executor(
+                    self._executor, contextvars.copy_context().run, fn, arg)
                 if inspect.isawaitable(r):   # a plain wrapper around an async function
                     r = await r
             else:

@@ -81,3 +81,41 @@ def test_facade_works_in_a_forked_child():
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_close_from_inside_a_plain_listener_returns_and_loses_nothing(cluster):
+    """close() called by the listener itself: the drain must wait for that very listener, so
+    the call starts it and returns; the consumer then commits the listener's message too."""
+    with Producer("PG", cluster.namesrv_addr, instance_name="s4") as p:
+        for i in range(20):
+            p.send(Message("T", f"c{i}".encode()))
+    got, close_took = [], []
+    done = threading.Event()
+
+    def listener(msg):
+        got.append(msg.body)
+        if len(got) == 5:
+            t = time.monotonic()
+            c.close()
+            close_took.append(time.monotonic() - t)
+            done.set()
+
+    c = PushConsumer("SC", cluster.namesrv_addr, listener=listener, instance_name="s5",
+                     consume_from_where="FIRST_OFFSET", consume_concurrency=1, pull_batch_size=1)
+    c.subscribe("T")
+    c.start()
+    assert done.wait(10)
+    assert close_took[0] < 1.0
+    c.close()          # from outside: waits for the drain the listener started
+    assert c.impl.state == "CLOSED"
+    first = list(got)
+    again = []
+    c2 = PushConsumer("SC", cluster.namesrv_addr, listener=lambda m: again.append(m.body), instance_name="s6",
+                      consume_from_where="FIRST_OFFSET")
+    c2.subscribe("T")
+    with c2:
+        end = time.monotonic() + 10
+        while len(first) + len(again) < 20 and time.monotonic() < end:
+            time.sleep(0.02)
+        time.sleep(0.3)
+    assert sorted(first + again) == sorted(f"c{i}".encode() for i in range(20))   # nothing twice
