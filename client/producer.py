@@ -22,7 +22,9 @@ so message i of the group has queue_offset first + i and the i-th offsetMsgId. A
 with nothing else in flight (one send at a time) goes out at once as SEND_MESSAGE_V2,
 so coalescing never delays a lone send; only sends the broker would accept in a batch
 join (no explicit queue, selector or sharding key, no delay level, not compressed, not
-to a %RETRY% topic). A group fails or is retried as a whole, like one send.
+to a %RETRY% topic). A group fails or is retried as a whole, like one send, except
+that a batch refused as such (MESSAGE_ILLEGAL, REQUEST_CODE_NOT_SUPPORTED) is re-sent
+one message per request.
 Why: with many sends in flight both the client and the broker spend most of their
 time on per-request work (frame, header, response, future); see docs/client.md.
 """
@@ -38,10 +40,12 @@ from collections.abc import Callable, Iterable, Sequence
 from client.errors import (
     ClientStateError,
     InvalidArgumentError,
+    MessageIllegalError,
     MessageTooLargeError,
     MQClientError,
     NoRouteError,
     RemotingFailure,
+    RequestCodeNotSupportedError,
 )
 from client.fault import LatencyFaultTolerance
 from client.instance import (
@@ -375,16 +379,24 @@ class Producer:
         try:
             inst = self._inst()
             if len(items) == 1:
-                flag, body, pb, uniq, fut = items[0]
-                r = await self._send_with_retry(inst, topic, pb.decode(), body, 0, flag, uniq, None,
-                                                batch=False, timeout_s=timeout_s)
-                if not fut.done():
-                    fut.set_result(r)
+                await self._send_each(inst, topic, timeout_s, items)
                 return
             body = encode_batch_elements([(it[0], it[1], it[2]) for it in items])
-            r = await self._send_with_retry(
-                inst, topic, "WAIT\x01true" if wait else "WAIT\x01false", body, 0, 0,
-                ",".join(it[3] for it in items), None, batch=True, timeout_s=timeout_s)
+            try:
+                r = await self._send_with_retry(
+                    inst, topic, "WAIT\x01true" if wait else "WAIT\x01false", body, 0, 0,
+                    ",".join(it[3] for it in items), None, batch=True, timeout_s=timeout_s)
+            except (MessageIllegalError, RequestCodeNotSupportedError) as e:
+                # The batch refused as such (a size or format rule of that broker, or no
+                # SEND_BATCH_MESSAGE at all) says nothing about each message: they go one
+                # per request and each gets its own answer. A broker without batches is
+                # not asked again.
+                if isinstance(e, RequestCodeNotSupportedError):
+                    log.warning("%s: the broker does not take batches (%s); sends are no longer coalesced",
+                                self.group, e)
+                    self.coalesce_sends = False
+                await self._send_each(inst, topic, timeout_s, items)
+                return
         except Exception as e:
             for it in items:
                 if not it[4].done():
@@ -400,6 +412,21 @@ class Producer:
             fut = items[i][4]
             if not fut.done():
                 fut.set_result(r1)
+
+    async def _send_each(self, inst, topic: str, timeout_s: float, items: list) -> None:
+        """Grouped sends as one SEND_MESSAGE_V2 each, concurrently; every future gets its own
+        result or error."""
+        async def one(flag, body, pb, uniq, fut):
+            try:
+                r = await self._send_with_retry(inst, topic, pb.decode(), body, 0, flag, uniq, None,
+                                                batch=False, timeout_s=timeout_s)
+            except Exception as e:
+                if not fut.done():
+                    fut.set_exception(e)
+                return
+            if not fut.done():
+                fut.set_result(r)
+        await asyncio.gather(*(one(*it) for it in items))
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None,
                           sharding_key: str | None = None) -> None:

@@ -9,7 +9,8 @@ sends (single and batch), pulls with long polling and tag filtering, offsets,
 timestamp search, consumer lists and CONSUMER_SEND_MSG_BACK (re-delivered at
 once to `%RETRY%<group>`, no delay levels). Messages live in memory as
 encoded stored records. Fault hooks: `broker.fail_sends` (a response code to
-answer sends with), `broker.stop()` / `broker.start()` to simulate a restart
+answer sends with), `broker.refuse_batches` (the same for batch sends
+only), `broker.stop()` / `broker.start()` to simulate a restart
 on the same port (offsets and messages survive, client registrations do not).
 
 It is not the pocketmq broker: it exists so client logic can be tested
@@ -80,6 +81,7 @@ class FakeBroker:
         self._phys = itertools.count(1000, 1)
         self.perm = 6
         self.fail_sends: int | None = None
+        self.refuse_batches: int | None = None   # a response code for SEND_BATCH_MESSAGE only
         self.sends = 0
         self.requests: list[int] = []
         self.batch_sizes: list[int] = []      # messages per SEND_BATCH_MESSAGE, in arrival order
@@ -193,6 +195,8 @@ class FakeBroker:
         ext = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
         if self.fail_sends is not None:
             return cmd.response(self.fail_sends, "injected failure", ext_fields=ext)
+        if self.refuse_batches is not None and cmd.code == RequestCode.SEND_BATCH_MESSAGE:
+            return cmd.response(self.refuse_batches, "injected batch refusal", ext_fields=ext)
         if h.topic not in self.topics:
             if h.default_topic in self.topics or h.topic.startswith("%RETRY%"):
                 self.topics[h.topic] = min(h.default_topic_queue_nums, self.default_queue_nums)

@@ -301,9 +301,9 @@ async def test_a_failed_group_fails_every_send_in_it_with_the_typed_error():
     async with one_broker() as (cluster, b):
         async with Producer("PG", cluster.namesrv_addr, instance_name="pc7") as p:
             await p.send(Message("T", b"ok"))
-            b.fail_sends = ResponseCode.MESSAGE_ILLEGAL
+            b.fail_sends = ResponseCode.SYSTEM_BUSY     # not retried, nor a refusal of batches
             rs = await asyncio.gather(*(p.send(Message("T", b"x")) for _ in range(6)), return_exceptions=True)
-            assert all(isinstance(r, errors.MessageIllegalError) for r in rs), rs
+            assert all(isinstance(r, errors.SystemBusyError) for r in rs), rs
             assert b.requests.count(RequestCode.SEND_BATCH_MESSAGE) == 1   # one alone, five in a batch
             b.fail_sends = None
             rs = await asyncio.gather(*(p.send(Message("T", b"x")) for _ in range(6)))
@@ -337,3 +337,20 @@ def test_split_batch_result():
     out = split_batch_result(r, ["U1", "U2"])
     assert [(x.offset_msg_id, x.queue_offset, x.status) for x in out] == \
         [("", -1, SendStatus.FLUSH_DISK_TIMEOUT)] * 2
+
+
+@pytest.mark.parametrize("code", [ResponseCode.MESSAGE_ILLEGAL, ResponseCode.REQUEST_CODE_NOT_SUPPORTED])
+async def test_a_refused_batch_is_sent_one_message_per_request(code):
+    async with one_broker() as (cluster, b):
+        b.refuse_batches = code
+        async with Producer("PG", cluster.namesrv_addr, instance_name="pc9") as p:
+            rs = await asyncio.gather(*(p.send(Message("T", f"r{i}".encode())) for i in range(8)))
+            assert all(r.ok for r in rs)
+            assert sorted(m.body for m in stored(b, "T")) == sorted(f"r{i}".encode() for i in range(8))
+            for r in rs:
+                assert record_at(b, r.queue, r.queue_offset).properties["UNIQ_KEY"] == r.msg_id
+            assert b.requests.count(RequestCode.SEND_BATCH_MESSAGE) == 1
+            # a broker without batches is not asked again; an illegal batch is no such sign
+            await asyncio.gather(*(p.send(Message("T", b"again")) for _ in range(8)))
+            expected = 1 if code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED else 2
+            assert b.requests.count(RequestCode.SEND_BATCH_MESSAGE) == expected
