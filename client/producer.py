@@ -169,6 +169,15 @@ def split_batch(msgs: Sequence[Message], props: list, size_limit: int) -> list[l
     return groups
 
 
+# What one element of a coalesced group counts against max_message_size_bytes: its stored
+# record (91 bytes of fixed fields with IPv4 hosts, 24 more with IPv6; topic, body and
+# properties, to which the broker appends the batch's own properties: 128 allowed). A
+# Java 4.9 broker refuses a batch whose stored total exceeds its maxMessageSize (a
+# SYSTEM_ERROR for the whole group); the batch body (22 + body + properties per element,
+# which our broker bounds) is always smaller.
+_STORED_ELEMENT_OVERHEAD = 91 + 24 + 128
+
+
 class _SendGroup:
     """Coalesced sends waiting to leave together: (flag, body, properties bytes, UNIQ_KEY,
     future of the SendResult) per send, and the batch-body bytes they will take."""
@@ -243,23 +252,31 @@ class Producer:
         return self
 
     async def close(self) -> None:
+        """Stop taking sends, wait (up to the send timeout) for the sends in flight,
+        coalesced or not, then unregister and release the client instance."""
         if self._closed:
             return
         self._closed = True
-        # Sends already waiting in a coalesced group still go out (their callers were
-        # accepted before close); wait for them like for any send in flight.
-        self._launch_groups()
-        if self._group_tasks:
-            await asyncio.wait(list(self._group_tasks), timeout=self.send_timeout_ms / 1000 + 1)
-        inst, self.instance = self.instance, None
-        if inst is None:
-            return
-        inst.unregister_producer(self.group)
         try:
-            await asyncio.wait_for(inst.unregister_client(producer_group=self.group), 5)
-        except (TimeoutError, MQClientError):
-            pass
-        await inst.release()
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.send_timeout_ms / 1000 + 1
+            while self._groups or self._group_tasks or self._sends_in_flight:
+                self._launch_groups()
+                if loop.time() >= deadline:
+                    log.warning("%s: closing with %d sends still in flight", self.group, self._sends_in_flight)
+                    break
+                await asyncio.sleep(0.005)
+        finally:
+            # also when the wait above is cancelled: a closed producer never keeps its instance
+            inst, self.instance = self.instance, None
+            if inst is not None:
+                inst.unregister_producer(self.group)
+                try:
+                    await asyncio.wait_for(inst.unregister_client(producer_group=self.group), 5)
+                except (TimeoutError, MQClientError):
+                    pass
+                finally:
+                    await inst.release()
 
     async def __aenter__(self) -> Producer:
         return await self.start()
@@ -268,7 +285,7 @@ class Producer:
         await self.close()
 
     def _inst(self):
-        if self.instance is None:
+        if self.instance is None or self._closed:
             raise ClientStateError("producer not started" if not self._closed else "producer closed")
         return self.instance
 
@@ -339,9 +356,9 @@ class Producer:
         if topic.startswith("%RETRY%"):
             return None
         pb = props.encode()
-        # the broker's batch-body bound covers the whole group: an element that would not
-        # fit one on its own, or properties a batch element cannot carry, go alone
-        size = msgcodec.BATCH_ELEMENT_OVERHEAD + len(body) + len(pb)
+        # The broker's size bound covers the whole group: an element that would not fit
+        # one on its own, or properties a batch element cannot carry, go alone.
+        size = _STORED_ELEMENT_OVERHEAD + len(topic) + len(body) + len(pb)
         limit = self.max_message_size_bytes
         if len(pb) > msgcodec.PROPERTIES_LENGTH_BYTES_MAX or size > limit:
             return None
@@ -369,15 +386,23 @@ class Producer:
 
     def _launch(self, key: tuple) -> None:
         group = self._groups.pop(key)
-        task = asyncio.get_running_loop().create_task(self._send_group(key, group.items))
+        items = group.items
+        task = asyncio.get_running_loop().create_task(self._send_group(self.instance, key, items))
         self._group_tasks.add(task)
-        task.add_done_callback(self._group_tasks.discard)
 
-    async def _send_group(self, key: tuple, items: list) -> None:
+        def done(t: asyncio.Task) -> None:
+            self._group_tasks.discard(t)
+            # a task cancelled before its first step never ran its own clean-up
+            for it in items:
+                if not it[4].done():
+                    it[4].cancel()
+        task.add_done_callback(done)
+
+    async def _send_group(self, inst, key: tuple, items: list) -> None:
         topic, wait, timeout_s = key
+        deadline = asyncio.get_running_loop().time() + timeout_s
         self._sends_in_flight += 1
         try:
-            inst = self._inst()
             if len(items) == 1:
                 await self._send_each(inst, topic, timeout_s, items)
                 return
@@ -395,7 +420,11 @@ class Producer:
                     log.warning("%s: the broker does not take batches (%s); sends are no longer coalesced",
                                 self.group, e)
                     self.coalesce_sends = False
-                await self._send_each(inst, topic, timeout_s, items)
+                # within what is left of the group's time, not a fresh timeout each
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    raise
+                await self._send_each(inst, topic, remaining, items)
                 return
         except Exception as e:
             for it in items:

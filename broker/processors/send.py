@@ -109,7 +109,8 @@ def process_send(broker, conn, cmd):
                                           extra, reconsume_times, cfg.maxMessageSize)
         except ValueError as e:
             return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}")
-        wait = True
+        # like Java, the batch's WAIT is the one in the request header's properties
+        wait = "WAIT\x01false" not in props
     else:
         p = props + "\x02" + batch_props if props and not props.endswith("\x02") else props + batch_props
         store_topic, store_qid = topic, queue_id

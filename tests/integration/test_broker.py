@@ -323,3 +323,24 @@ async def test_topic_admin_round_trip(env):
     r = await c.invoke(broker.addr, RemotingCommand(R.GET_ALL_TOPIC_CONFIG))
     assert "Adm" not in json.loads(r.body)["topicConfigTable"]
     assert (await c.invoke(broker.addr, pull_cmd("Adm", 0, 0))).code == C.TOPIC_NOT_EXIST
+
+
+async def test_sync_flush_batch_honours_the_header_wait_flag(tmp_path):
+    """SYNC_FLUSH: a batch whose header says WAIT=false is answered without waiting for
+    the flush (like a single message), one with WAIT=true waits (here: times out)."""
+    async with local_cluster(str(tmp_path), "--flushDiskType=SYNC_FLUSH") as (_, broker):
+        async def never_flushed(end_offset, timeout_s):
+            await asyncio.sleep(0.05)
+            return False
+        broker.flush_service.wait_flushed = never_flushed
+        rc = RemotingClient()
+        try:
+            addr = broker.addr
+            body = encode_batch_body([(0, b"a", {"UNIQ_KEY": "U1"}), (0, b"b", {"UNIQ_KEY": "U2"})])
+            for wait, expected in (("false", C.SUCCESS), ("true", C.FLUSH_DISK_TIMEOUT)):
+                r = await rc.invoke(addr, send_cmd("WaitFlagTopic", body, tags=None, code=R.SEND_BATCH_MESSAGE,
+                                                   batch=True, props={"WAIT": wait}), 5)
+                assert r.code == expected, (wait, r.code, r.remark)
+                assert len(r.ext_fields["msgId"].split(",")) == 2
+        finally:
+            await rc.close()
