@@ -4,7 +4,7 @@
     mqadmin help [<command>]
 
 Commands: updateTopic, deleteTopic, topicList, topicRoute, topicStatus,
-clusterList, consumerProgress, sendMessage, queryMsgById.
+clusterList, consumerProgress, resetOffsetByTime, sendMessage, queryMsgById.
 
 `-n` defaults to the NAMESRV_ADDR environment variable. Exit codes: 0 success,
 1 the operation failed (unreachable server, error response, not found),
@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from client import admin_tables as tables
-from protocol.bodies import MessageQueue, TopicRouteData, decode_cluster_info, loads
+from protocol.bodies import MessageQueue, TopicRouteData, decode_cluster_info, decode_reset_offset_body, loads
 from protocol.codes import PermName, RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import BodyError
@@ -644,6 +644,52 @@ async def cmd_query_msg_by_id(admin: Admin, a, out: Out) -> None:
     out("\n\n".join(views))
 
 
+# -- offsets ---------------------------------------------------------------------------------
+
+def _reset_timestamp(s: str) -> int:
+    """Java's resetOffsetByTime -s: now | milliseconds | yyyy-MM-dd#HH:mm:ss:SSS (local
+    time); -1 means the end of each queue."""
+    v = s.strip()
+    if v == "now":
+        return int(time.time() * 1000)
+    try:
+        n = int(v)
+    except ValueError:
+        pass
+    else:
+        if n < -1:
+            raise argparse.ArgumentTypeError(f"bad timestamp {s!r}: milliseconds must be >= -1")
+        return n
+    try:
+        day, _, clock = v.partition("#")
+        hms, _, millis = clock.rpartition(":")
+        t = time.mktime(time.strptime(f"{day} {hms}", "%Y-%m-%d %H:%M:%S"))
+        return int(t) * 1000 + int(millis)
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(
+            f"bad timestamp {s!r}: use now, milliseconds or yyyy-MM-dd#HH:mm:ss:SSS") from None
+
+
+async def cmd_reset_offset_by_time(admin: Admin, a, out: Out) -> None:
+    route = await admin.route(a.topic)
+    masters = route_masters(route)
+    if not masters:
+        raise AdminError(f"topic {a.topic} has no master broker in its route")
+    ext = {"topic": a.topic, "group": a.group, "timestamp": a.timestamp, "isForce": "true" if a.force else "false"}
+    rows = []
+    for name, addr in masters.items():
+        resp = await admin.call(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext)
+        admin.check(resp, f"reset offsets of {a.group} on {a.topic}", f"broker {name} {addr}")
+        try:
+            table = decode_reset_offset_body(resp.body_bytes())
+        except BodyError as e:
+            raise AdminError(f"unreadable reset result from broker {name} {addr}: {e}") from None
+        rows.extend((mq.broker_name, mq.queue_id, off) for mq, off in sorted(table.items()))
+    out(f"rollback consumer offset by specified group[{a.group}], topic[{a.topic}], "
+        f"force[{'true' if a.force else 'false'}], timestamp(long)[{a.timestamp}]")
+    out(tables.format_table(["#brokerName", "#queueId", "#offset"], rows))
+
+
 # --------------------------------------------------------------------------- command table
 
 _N = Opt("n", "namesrvAddr", "Name server address list, eg: '192.168.0.1:9876;192.168.0.2:9876' "
@@ -677,6 +723,14 @@ COMMANDS: dict[str, Command] = {c.name: c for c in [
         Opt("g", "groupName", "consumer group name (without it: list the groups)", type=_stripped),
         Opt("t", "topicName", "only this topic", type=_stripped, dest="topic"),
     ], cmd_consumer_progress),
+    Command("resetOffsetByTime", "Reset consumer offset by timestamp(without client restart).", [
+        Opt("g", "group", "set the consumer group", required=True, type=_stripped),
+        Opt("t", "topic", "set the topic", required=True, type=_stripped),
+        Opt("s", "timestamp", "set the timestamp[now|currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]; -1: the end",
+            required=True, type=_reset_timestamp),
+        Opt("f", "force", "set the force rollback by timestamp switch[true|false] (default true; false only "
+                          "moves offsets back)", type=_java_bool, default=True),
+    ], cmd_reset_offset_by_time),
     Command("sendMessage", "Send a message", [
         Opt("t", "topic", "Topic name", required=True, type=_stripped),
         Opt("p", "body", "UTF-8 string format of the message body", required=True),

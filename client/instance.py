@@ -46,6 +46,7 @@ from protocol.bodies import (
     MessageQueue,
     TopicRouteData,
     decode_mq_set,
+    decode_reset_offset_body,
     dumps,
     encode_lock_body,
     loads,
@@ -59,6 +60,7 @@ from protocol.codes import (
     SerializeType,
 )
 from protocol.command import RemotingCommand
+from protocol.errors import BodyError
 from protocol.headers.typed import (
     PullMessageRequestHeader,
     SendMessageRequestHeader,
@@ -235,6 +237,7 @@ class ClientInstance:
         self.started = False
         self.closed = False
         self._tasks: list[asyncio.Task] = []
+        self._reset_tasks: set[asyncio.Task] = set()     # broker-initiated offset resets
         self._rebalance_wakeup = asyncio.Event()
         self._start_lock = asyncio.Lock()
         self._route_locks: dict[str, asyncio.Lock] = {}
@@ -273,9 +276,9 @@ class ClientInstance:
         if self.closed:
             return
         self.closed = True
-        for t in self._tasks:
+        for t in self._tasks + list(self._reset_tasks):
             t.cancel()
-        for t in self._tasks:
+        for t in self._tasks + list(self._reset_tasks):
             try:
                 await t
             except BaseException:
@@ -342,11 +345,7 @@ class ClientInstance:
             self.rebalance_now()
             return None
         if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
-            group = cmd.ext_fields.get("group")
-            consumer = self.consumers.get(group or "")
-            if consumer is not None and hasattr(consumer, "reset_offsets_from_broker"):
-                return consumer.reset_offsets_from_broker(cmd)
-            return None
+            return self._on_reset_offset(cmd)
         if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
             group = cmd.ext_fields.get("consumerGroup", "")
             consumer = self.consumers.get(group)
@@ -357,6 +356,35 @@ class ClientInstance:
             return cmd.response(ResponseCode.SUCCESS, body=dumps(info))
         return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                             f" request type {cmd.code} not supported")
+
+    def _on_reset_offset(self, cmd: RemotingCommand):
+        """RESET_CONSUMER_CLIENT_OFFSET (mqadmin resetOffsetByTime through the broker): the
+        group's consumer restarts the listed queues it owns at the given offsets. Java
+        brokers send it oneway; a request expecting an answer gets one."""
+        group = cmd.ext_fields.get("group") or ""
+        topic = cmd.ext_fields.get("topic") or ""
+        consumer = self.consumers.get(group)
+        try:
+            table = decode_reset_offset_body(cmd.body) if cmd.body else {}
+        except BodyError as e:
+            log.warning("%s: unreadable offset reset for %s: %s", self.client_id, group, e)
+            return None if cmd.is_oneway else cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        if consumer is None:
+            return None if cmd.is_oneway else cmd.response(
+                ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer")
+        table = {mq: off for mq, off in table.items() if mq.topic == topic} if topic else table
+        log.info("%s: %s offsets reset by the broker: %s", self.client_id, group,
+                 {f"{mq.broker_name}:{mq.queue_id}": off for mq, off in sorted(table.items())})
+        task = asyncio.get_running_loop().create_task(consumer.reset_offsets(table),
+                                                      name=f"{group}:reset-offsets")
+        self._reset_tasks.add(task)
+        task.add_done_callback(self._reset_done)
+        return None if cmd.is_oneway else cmd.response(ResponseCode.SUCCESS)
+
+    def _reset_done(self, task: asyncio.Task) -> None:
+        self._reset_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("%s: offset reset failed: %r", self.client_id, task.exception())
 
     # -- rebalance timer ------------------------------------------------------------------
     def rebalance_now(self) -> None:

@@ -412,6 +412,18 @@ class LitePullConsumer:
         st.consume_offset = offset
         self._start_task(st)      # abandon a held pull at the old position
 
+    async def reset_offsets(self, table: dict[MessageQueue, int]) -> None:
+        """A broker-initiated reset (mqadmin resetOffsetByTime): the assigned queues of
+        `table` seek to the given offsets, which are committed at once (what was polled
+        before and not committed is not committed over them)."""
+        if self.state != "RUNNING":
+            return
+        moved = {mq: off for mq, off in table.items() if mq in self.assigned}
+        for mq, off in moved.items():
+            self.seek(mq, off)
+        if moved:
+            await self.commit(moved)
+
     async def seek_to_begin(self, mq: MessageQueue) -> None:
         self.seek(mq, await self.instance.min_offset(mq))
 

@@ -509,7 +509,9 @@ class PushConsumer:
         self._pull_tasks[mq] = asyncio.create_task(self._pull_loop(mq, pq, offset),
                                                    name=f"{self.group}:pull:{mq.topic}:{mq.broker_name}:{mq.queue_id}")
 
-    async def _remove_queue(self, mq: MessageQueue, wait_s: float = 10.0) -> None:
+    async def _remove_queue(self, mq: MessageQueue, wait_s: float = 10.0, commit: bool = True) -> None:
+        """Stop consuming `mq`: no more pulls, wait (up to wait_s) for its listeners, then
+        commit what was consumed (unless `commit` is False: an offset reset replaces it)."""
         pq = self.pqs.get(mq)
         if pq is None:
             return
@@ -521,16 +523,38 @@ class PushConsumer:
         deadline = mono_ms() + int(wait_s * 1000)
         while pq.in_flight and mono_ms() < deadline:
             await asyncio.sleep(0.005)
-        off = pq.commit_offset()
-        if off >= 0:
-            self.offset_store.update(mq, off, increase_only=True)
-        try:
-            await self.offset_store.persist([mq])
-        except Exception as e:
-            log.warning("%s: commit of removed queue %s failed: %s", self.group, mq, e)
+        if commit:
+            off = pq.commit_offset()
+            if off >= 0:
+                self.offset_store.update(mq, off, increase_only=True)
+            try:
+                await self.offset_store.persist([mq])
+            except Exception as e:
+                log.warning("%s: commit of removed queue %s failed: %s", self.group, mq, e)
         if self.pqs.get(mq) is pq:
             del self.pqs[mq]
         self.offset_store.remove(mq)
+
+    async def reset_offsets(self, table: dict[MessageQueue, int]) -> None:
+        """A broker-initiated reset (mqadmin resetOffsetByTime): each queue of `table` this
+        consumer owns stops (its listeners finish, nothing is committed over the reset),
+        the new offset is committed, and the queue restarts there, like Java's
+        resetOffset. Queues owned by other members are theirs to reset."""
+        if self.state != "RUNNING":
+            return
+        async with self._rebalance_lock:
+            owned = [mq for mq in table if mq in self.pqs]
+            if not owned:
+                return
+            await asyncio.gather(*(self._remove_queue(mq, commit=False) for mq in owned))
+            for mq in owned:
+                self.offset_store.update(mq, table[mq], increase_only=False)
+            await self.offset_store.persist(owned)
+            if self.state != "RUNNING":
+                return
+            # _add_queue reads the start offset back from the offset store (the broker's
+            # table in clustering mode, the local file in broadcasting mode).
+            await asyncio.gather(*(self._add_queue(mq) for mq in owned))
 
     # -- pulling --------------------------------------------------------------------------
     async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int) -> None:

@@ -550,3 +550,38 @@ def encode_mq_set(key: str, mqs) -> bytes:
 def decode_mq_set(body, key: str) -> list:
     d = loads(body)
     return [MessageQueue.from_json(m) for m in (d.get(key) or [])]
+
+
+# --- offset reset (INVOKE_BROKER_TO_RESET_OFFSET 222 / RESET_CONSUMER_CLIENT_OFFSET 220) -------
+
+def encode_reset_offset_body(table: dict) -> bytes:
+    """ResetOffsetBody {MessageQueue: offset} in fastjson's object-keyed form (Java clients,
+    admin replies): {"offsetTable":{{"brokerName":..,"queueId":..,"topic":..}:42}}."""
+    return ('{"offsetTable":' + dumps_object_keyed(dict(sorted(table.items()))) + "}").encode()
+
+
+def encode_reset_offset_body_for_c(table: dict) -> bytes:
+    """ResetOffsetBodyForC: what the C++ client parses, an array of MessageQueueForC."""
+    return dumps({"offsetTable": [dict(mq.to_json(), offset=off) for mq, off in sorted(table.items())]})
+
+
+def decode_reset_offset_body(body) -> dict:
+    """Either form above -> {MessageQueue: offset}. Raises BodyError when malformed."""
+    d = loads(body)
+    table = d.get("offsetTable") if isinstance(d, dict) else None
+    out = {}
+    if isinstance(table, list):                       # ForC
+        for e in table:
+            if not isinstance(e, dict):
+                raise BodyError(f"bad reset offset entry {e!r}")
+            out[MessageQueue.from_json(e)] = _int(e.get("offset"), "offset", -1)
+    elif isinstance(table, dict):                     # object keys (parsed as tuples of items)
+        for k, v in table.items():
+            if isinstance(k, str):
+                k = loads(k)
+            out[MessageQueue.from_json(k)] = _int(v, "offset", -1)
+    elif table is not None:
+        raise BodyError("reset offset body: offsetTable is neither an object nor an array")
+    if any(off < 0 for off in out.values()):
+        raise BodyError("reset offset body: negative offset")
+    return out

@@ -11,6 +11,19 @@ import json
 from protocol.bodies import loads
 
 
+def reset_table(committed: dict[int, int], by_time: dict[int, int], force: bool) -> dict[int, int]:
+    """The offsets a reset moves a group to (Java Broker2Client.resetOffset's rule): each
+    queue goes to its offset at the requested time when forced, or when that is behind
+    its committed offset (a reset without force only rewinds). `committed` lacks the
+    queues the group never committed; those move to the time's offset."""
+    out = {}
+    for qid, target in by_time.items():
+        target = max(0, target)
+        cur = committed.get(qid, -1)
+        out[qid] = target if force or cur < 0 or target < cur else cur
+    return out
+
+
 class ConsumerOffsetManager:
     def __init__(self):
         self.table: dict[str, dict[int, int]] = {}

@@ -2,11 +2,21 @@
 (reference 3.3, 3.7, 3.9, 4.9)."""
 from __future__ import annotations
 
+import logging
+
+from broker.core.offsets import reset_table
 from broker.core.topics import validate_topic
 from protocol import bodies
 from protocol.bodies import MessageQueue, TopicConfig, dumps_object_keyed
-from protocol.codes import ResponseCode
+from protocol.codes import LanguageCode, RequestCode, ResponseCode
+from protocol.command import RemotingCommand
 from protocol.headers.typed import opt_int, opt_str, parse_bool, req_int, req_str
+
+
+log = logging.getLogger("pocketmq.broker.admin")
+
+# Clients older than this (Java's MQVersion V3_0_7_SNAPSHOT) do not understand the push.
+RESET_OFFSET_MIN_CLIENT_VERSION = 28
 
 
 def _topic_queue(cmd):
@@ -125,7 +135,6 @@ def process_get_consumer_connection_list(broker, conn, cmd):
     g = broker.consumers.get(group)
     if g is None or not g.channels:
         return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
-    from protocol.codes import LanguageCode
     conns = [{"clientAddr": c.remote_addr, "clientId": c.client_id,
               "language": LanguageCode(c.language).name if c.language in LanguageCode._value2member_map_ else "OTHER",
               "version": c.version} for c in g.channels.values()]
@@ -152,3 +161,54 @@ def process_get_all_consumer_offset(broker, conn, cmd):
 
 def process_get_all_subscription_group(broker, conn, cmd):
     return cmd.response(ResponseCode.SUCCESS, body=broker.groups.encode())
+
+
+def process_invoke_broker_to_reset_offset(broker, conn, cmd):
+    """INVOKE_BROKER_TO_RESET_OFFSET (mqadmin resetOffsetByTime): move a group's offsets on
+    this broker's queues of a topic to a point in time (-1: the end), and push the new
+    offsets to the group's online consumers (RESET_CONSUMER_CLIENT_OFFSET, oneway), which
+    restart those queues there. Unlike Java's broker, the offsets are also committed here,
+    so the reset holds for members that are offline or join later (Java answers
+    CONSUMER_NOT_ONLINE then and its mqadmin falls back to committing them itself)."""
+    e = cmd.ext_fields
+    topic, group = req_str(e, "topic"), req_str(e, "group")
+    ts = req_int(e, "timestamp")
+    force = parse_bool(e.get("isForce"), True)
+    tc = broker.topics.get(topic)
+    if tc is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR,
+                            f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}")
+    g = broker.consumers.get(group)
+    online = list(g.channels.items()) if g is not None else []
+    if not online and group not in broker.offsets.groups_of_topic(topic):
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"THe consumer group <{group}> not exist")
+    st = broker.store
+    qids = range(tc.read_queue_nums)
+    by_time = {q: (st.get_max_offset_in_queue(topic, q) if ts == -1 else st.get_offset_in_queue_by_time(topic, q, ts))
+               for q in qids}
+    committed = {q: broker.offsets.query(group, topic, q) for q in qids}
+    committed = {q: o for q, o in committed.items() if o >= 0}
+    moved = reset_table(committed, by_time, force)
+    for q, off in moved.items():
+        broker.offsets.commit(group, topic, q, off)
+    name = broker.config.brokerName
+    table = {MessageQueue(topic, name, q): off for q, off in moved.items()}
+    header = {"topic": topic, "group": group, "timestamp": str(ts), "isForce": "true" if force else "false"}
+    body_java = body_c = None
+    for channel, info in online:
+        if info.version < RESET_OFFSET_MIN_CLIENT_VERSION:
+            log.info("reset of %s: client %s (version %d) cannot take the push", group, info.client_id,
+                     info.version)
+            continue
+        if info.language == LanguageCode.CPP:
+            body = body_c = body_c or bodies.encode_reset_offset_body_for_c(table)
+        else:
+            body = body_java = body_java or bodies.encode_reset_offset_body(table)
+        try:
+            channel.oneway(RemotingCommand(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, ext_fields=dict(header),
+                                           body=body))
+        except Exception as ex:       # a closing connection: that member re-reads the committed offsets
+            log.info("reset push to %s failed: %s", info.client_id, ex)
+    log.info("reset offsets of %s on %s to %s (force=%s): %s", group, topic, ts, force,
+             {q: o for q, o in sorted(moved.items())})
+    return cmd.response(ResponseCode.SUCCESS, body=bodies.encode_reset_offset_body(table))

@@ -17,6 +17,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from remoting.client import RemotingClient
 from tests.support.daemons import Cluster
+from tests.support.workloads import produce_around_a_timestamp, run_mqadmin
 
 pytestmark = pytest.mark.slow
 
@@ -296,3 +297,83 @@ async def test_broker_restart_mid_stream(tmp_path):
                 await wait_for(lambda: sent <= got, 40, "every sent message consumed")
         finally:
             cl.stop()
+
+
+
+async def test_reset_offset_by_time_rewinds_online_and_offline_consumers(cluster):
+    """mqadmin resetOffsetByTime -> INVOKE_BROKER_TO_RESET_OFFSET -> the broker commits and
+    pushes RESET_CONSUMER_CLIENT_OFFSET: a running push consumer and a running lite pull
+    consumer consume again from the timestamp, an offline group starts there."""
+    async with asyncio.timeout(90):
+        topic = uniq("Reset")
+        await create_topic(cluster, topic, 4)
+        ns = cluster.namesrv_addr
+        t_mid = await produce_around_a_timestamp(ns, topic)
+        new = {f"new-{i}".encode() for i in range(10)}
+        everything = new | {f"old-{i}".encode() for i in range(10)}
+
+        async def reset(group, *extra, ts=t_mid):
+            r = await asyncio.to_thread(run_mqadmin, "resetOffsetByTime", "-n", ns, "-g", group, "-t", topic,
+                                        "-s", str(ts), *extra)
+            assert r.returncode == 0, r.stderr
+            rows = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("broker-a")]
+            return {int(q): int(o) for _, q, o in rows}
+
+        # a push consumer that has consumed everything
+        seen = collections.Counter()
+
+        async def listener(msg):
+            seen[msg.body] += 1
+        push_group = uniq("ResetPush")
+        c = PushConsumer(push_group, ns, listener=listener, instance_name=uniq("rp"),
+                         consume_from_where="FIRST_OFFSET", persist_interval_s=0.2)
+        c.subscribe(topic)
+        # a lite pull consumer (subscribe mode) that has polled everything
+        lite_group = uniq("ResetLite")
+        lite = LitePullConsumer(lite_group, ns, instance_name=uniq("rl"), consume_from_where="FIRST_OFFSET",
+                                auto_commit_interval_s=0.2, max_poll_records=100)
+        lite.subscribe(topic)
+        polled = []
+        async with c, lite:
+            await wait_for(lambda: set(seen) == everything, 20, "20 messages pushed")
+            while len(polled) < 20:
+                polled.extend(m.body for m in await lite.poll(1))
+            await asyncio.sleep(0.6)        # both have committed the end of every queue
+            table = await reset(push_group)
+            assert len(table) == 4 and sum(table.values()) == 10   # the 10 old messages stay behind
+            await wait_for(lambda: all(seen[b] == 2 for b in new), 20, "the new messages once more")
+            await asyncio.sleep(0.3)
+            assert all(seen[b] == 1 for b in everything - new), seen
+            assert await reset(lite_group) == table
+            again = []
+            end = asyncio.get_running_loop().time() + 20
+            while len(again) < 10 and asyncio.get_running_loop().time() < end:
+                again.extend(m.body for m in await lite.poll(1))
+            assert sorted(again) == sorted(new)
+
+        # an offline group: committed everything, then left
+        off_group = uniq("ResetOffline")
+        mqs = [MessageQueue(topic, "broker-a", i) for i in range(4)]
+        got = await drain_lite(ns, off_group, mqs, 20)
+        done = LitePullConsumer(off_group, ns, auto_commit=False)
+        done.assign(mqs)
+        async with done:
+            await done.commit({m.queue: m.queue_offset + 1 for m in got})
+        # without force a reset only moves offsets back: to t_mid, then not forward to the end
+        assert await reset(off_group, "-f", "false") == table
+        assert await reset(off_group, "-f", "false", ts=-1) == table
+        later = []
+
+        async def listener2(msg):
+            later.append(msg.body)
+        c2 = PushConsumer(off_group, ns, listener=listener2, instance_name=uniq("ro"),
+                          consume_from_where="FIRST_OFFSET")
+        c2.subscribe(topic)
+        async with c2:
+            await wait_for(lambda: len(later) >= 10, 20, "the offline group's new messages")
+            await asyncio.sleep(0.3)
+        assert sorted(later) == sorted(new)
+
+        r = await asyncio.to_thread(run_mqadmin, "resetOffsetByTime", "-n", ns, "-g", uniq("NoSuchGroup"), "-t", topic,
+                                    "-s", "now")
+        assert r.returncode == 1 and "not exist" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -11,6 +11,7 @@ temp dir (librocketmq writes logs under ~/logs).
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import subprocess
@@ -23,6 +24,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from remoting.client import RemotingClient
 from tests.support.daemons import Cluster
+from tests.support.workloads import produce_around_a_timestamp, run_mqadmin
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -196,3 +198,42 @@ async def test_mixed_group_splits_disjointly_exactly_once(cluster, home):
         cpp_queues = {q for _, q in cpp_got}
         assert py_queues <= ours and not py_queues & cpp_queues
         assert py_bodies and cpp_bodies
+
+
+async def committed_total(cluster, group: str, topic: str, queues: int) -> int:
+    rc = RemotingClient()
+    try:
+        total = 0
+        for q in range(queues):
+            r = await rc.invoke(cluster.broker_addr, RemotingCommand(
+                RequestCode.QUERY_CONSUMER_OFFSET,
+                ext_fields={"consumerGroup": group, "topic": topic, "queueId": str(q)}), 3)
+            total += int(r.ext_fields.get("offset", "0")) if r.code == ResponseCode.SUCCESS else 0
+        return total
+    finally:
+        await rc.close()
+
+
+async def test_reset_offset_reaches_the_cpp_push_consumer(cluster, home):
+    """resetOffsetByTime with a C++ consumer online: the broker pushes ResetOffsetBodyForC
+    (the array form the C++ client parses) and the C++ consumer consumes again from there."""
+    async with asyncio.timeout(150):
+        topic, group = "CppReset", "CppResetGroup"
+        await create_topic(cluster, topic, 4)
+        t_mid = await produce_around_a_timestamp(cluster.namesrv_addr, topic)
+        agent = start_agent(home, "push", "--ns", cluster.namesrv_addr, "--group", group, "--topic", topic,
+                            "--expect", "30", "--seconds", "90", "--linger", "3", "--instance", "cppreset")
+        total = 0
+        for _ in range(400):    # the C++ client commits every 5 s
+            total = await committed_total(cluster, group, topic, 4)
+            if total >= 20:
+                break
+            await asyncio.sleep(0.1)
+        assert total == 20, total
+        r = await asyncio.to_thread(run_mqadmin, "resetOffsetByTime", "-n", cluster.namesrv_addr, "-g", group,
+                                    "-t", topic, "-s", str(t_mid))
+        assert r.returncode == 0, r.stderr
+        ev = await finish_agent(agent)
+        bodies = collections.Counter(e["body"] for e in ev if e["event"] == "msg")
+        assert sum(bodies.values()) == 30, bodies
+        assert all(bodies[f"new-{i}"] == 2 and bodies[f"old-{i}"] == 1 for i in range(10)), bodies

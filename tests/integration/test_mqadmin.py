@@ -189,6 +189,24 @@ class TestCommandLine:
         assert admin_main(["updateTopic", "-n", "127.0.0.1:9", "-t", "T", "-c", "C", "-w", "0"]) == 2
         assert admin_main(["updateTopic", "-n", "127.0.0.1:9", "-t", "T", "-c", "C", "-p", "99"]) == 2
 
+    def test_reset_timestamps(self, capsys, monkeypatch):
+        import time as _time
+
+        from client.admin_cli import _reset_timestamp
+        monkeypatch.setenv("TZ", "UTC")
+        _time.tzset()
+        try:
+            assert _reset_timestamp("1700000000123") == 1700000000123
+            assert _reset_timestamp("-1") == -1
+            assert _reset_timestamp("2023-11-14#22:13:20:123") == 1700000000123
+            assert abs(_reset_timestamp("now") - _time.time() * 1000) < 5000
+        finally:
+            monkeypatch.delenv("TZ")
+            _time.tzset()
+        for bad in ("-2", "yesterday", "2023-11-14 22:13:20", "2023-13-01#00:00:00:000"):
+            assert admin_main(["resetOffsetByTime", "-n", "127.0.0.1:9", "-g", "G", "-t", "T", "-s", bad]) == 2
+            assert "bad timestamp" in capsys.readouterr().err
+
     def test_update_topic_needs_a_target(self, capsys):
         assert admin_main(["updateTopic", "-n", "127.0.0.1:9", "-t", "T"]) == 2
         assert "-c clusterName or -b brokerAddr" in capsys.readouterr().err

@@ -154,3 +154,12 @@ def test_subscription_groups_auto_create_and_persist():
     assert h.find("G") is None
     h.load(g.encode())
     assert h.find("G").groupName == "G"
+
+
+def test_reset_table_rule():
+    from broker.core.offsets import reset_table
+    by_time = {0: 5, 1: 5, 2: 5, 3: -1}
+    committed = {0: 3, 1: 9, 3: 4}          # queue 2 never committed
+    assert reset_table(committed, by_time, force=True) == {0: 5, 1: 5, 2: 5, 3: 0}
+    # without force only backwards (and a queue without an offset takes the time's)
+    assert reset_table(committed, by_time, force=False) == {0: 3, 1: 5, 2: 5, 3: 0}

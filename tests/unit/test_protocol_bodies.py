@@ -85,3 +85,20 @@ def test_route_data_is_compact_standard_json_with_both_flag_spellings():
 def test_message_queue_sorts_like_java():
     mqs = [bodies.MessageQueue("T", "b", 1), bodies.MessageQueue("T", "a", 2), bodies.MessageQueue("S", "z", 0)]
     assert sorted(mqs) == [mqs[2], mqs[1], mqs[0]]
+
+
+def test_reset_offset_bodies_both_forms_round_trip():
+    from protocol.bodies import (MessageQueue, decode_reset_offset_body, encode_reset_offset_body,
+                                 encode_reset_offset_body_for_c)
+    from protocol.errors import BodyError
+    t = {MessageQueue("T", "broker-a", 1): 5, MessageQueue("T", "broker-a", 0): 0, MessageQueue("T", "b", 0): 9}
+    java = encode_reset_offset_body(t)
+    assert java.startswith(b'{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:9,')
+    c = encode_reset_offset_body_for_c(t)
+    assert b'{"brokerName":"broker-a","offset":5,"queueId":1,"topic":"T"}' in c
+    assert decode_reset_offset_body(java) == t == decode_reset_offset_body(c)
+    assert decode_reset_offset_body(b'{"offsetTable":{}}') == {}
+    for bad in (b'{"offsetTable":[{"topic":"T","brokerName":"b","queueId":0,"offset":-2}]}',
+                b'{"offsetTable":[{"topic":"T","queueId":0,"offset":1}]}', b'{"offsetTable":7}', b'[', b'{"offsetTable":[1]}'):
+        with pytest.raises(BodyError):
+            decode_reset_offset_body(bad)

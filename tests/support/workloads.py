@@ -1,0 +1,33 @@
+"""Helpers shared by the offset-reset tests: a topic with messages on both sides of a
+timestamp, and the `mqadmin` CLI run as a subprocess."""
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+from client import Message, Producer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+async def produce_around_a_timestamp(namesrv_addr: str, topic: str, n: int = 10) -> int:
+    """Send old-0..old-{n-1}, then new-0..new-{n-1} at least 50 ms after the returned
+    timestamp (ms) and 300 ms after the old ones."""
+    async with Producer("WorkloadProducer", namesrv_addr, instance_name=f"workload-{os.getpid()}") as p:
+        for i in range(n):
+            await p.send(Message(topic, f"old-{i}".encode()))
+        await asyncio.sleep(0.3)
+        t_mid = int(time.time() * 1000)
+        await asyncio.sleep(0.05)
+        for i in range(n):
+            await p.send(Message(topic, f"new-{i}".encode()))
+    return t_mid
+
+
+def run_mqadmin(*args: str, timeout_s: float = 30) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "client.admin_cli", *args], capture_output=True, text=True,
+                          timeout=timeout_s, cwd=ROOT, env=env, check=False)
