@@ -132,9 +132,9 @@ async def test_concurrent_sends_coalesced_round_trip(cluster):
         groups = []
 
         class CountingProducer(Producer):
-            async def _send_group(self, key, items):
+            async def _send_group(self, inst, key, items):
                 groups.append(len(items))
-                return await super()._send_group(key, items)
+                return await super()._send_group(inst, key, items)
 
         async with CountingProducer("ItCoalesce", cluster.namesrv_addr, instance_name=uniq("pc")) as p:
             msgs = [Message(topic, f"c-{i}".encode(), tags=f"T{i % 2}", keys=(f"k{i}",), properties={"i": str(i)})
