@@ -15,7 +15,7 @@ Send coalescing (``coalesce_sends``, on by default): a ``send()`` made while ano
 send of this producer is waiting for its response does not get a request of its own.
 It joins the topic's open group, and the group leaves as one SEND_BATCH_MESSAGE when
 the event loop finishes its current iteration or the group is full
-(``coalesce_max_messages``, or max_message_size_bytes of batch body). Each send still
+(``coalesce_max_messages``, or max_message_size_bytes of stored messages). Each send still
 gets its own SendResult: the broker stores a batch in one queue at consecutive queue
 offsets and answers with the comma-joined offsetMsgIds (RocketMQ 4.x batch semantics),
 so message i of the group has queue_offset first + i and the i-th offsetMsgId. A send
@@ -180,7 +180,8 @@ _STORED_ELEMENT_OVERHEAD = 91 + 24 + 128
 
 class _SendGroup:
     """Coalesced sends waiting to leave together: (flag, body, properties bytes, UNIQ_KEY,
-    future of the SendResult) per send, and the batch-body bytes they will take."""
+    future of the SendResult) per send, and the bytes they count against
+    max_message_size_bytes (_STORED_ELEMENT_OVERHEAD)."""
     __slots__ = ("items", "size")
 
     def __init__(self):
