@@ -205,6 +205,11 @@ def main(argv=None):
     except ImportError:
         pass
 
+    # The host's speed drifts (shared VM): a bare loopback round trip before and after the
+    # run says what state it was in; read the figures against it.
+    from bench.bench_broker import loopback_echo_rtt_us
+    before = loopback_echo_rtt_us()
+    print(f"calibration before: loopback_echo_rtt_us={before:.1f}", flush=True)
     if args.fake:
         from client.testing import FakeCluster
 
@@ -223,6 +228,9 @@ def main(argv=None):
         finally:
             cluster.stop()
             shutil.rmtree(root, ignore_errors=True)
+    after = loopback_echo_rtt_us()
+    print(f"calibration after: loopback_echo_rtt_us={after:.1f}", flush=True)
+    result["calibration_rtt_us"] = {"before": before, "after": after}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
