@@ -369,11 +369,6 @@ class PushConsumer:
             return False
         return await asyncio.shield(self._drain_task)
 
-    def in_own_listener(self) -> bool:
-        """True when called from one of this consumer's listeners (also in the thread
-        running a plain listener): the blocking facade must not wait for the drain there."""
-        return _IN_WORKER.get() is self
-
     async def _drain(self, timeout_s: float) -> bool:
         self.state = "DRAINING"
         async with self._rebalance_lock:
@@ -713,7 +708,8 @@ class PushConsumer:
             if self._listener_is_async:
                 r = await fn(arg)
             elif self._executor is not None:
-                # in the worker's context (like asyncio.to_thread), so in_own_listener() holds
+                # in the worker's context (like asyncio.to_thread): a listener closing its
+                # own consumer through the sync facade is then seen as inside a worker
                 r = await asyncio.get_running_loop().run_in_executor(
                     self._executor, contextvars.copy_context().run, fn, arg)
                 if inspect.isawaitable(r):   # a plain wrapper around an async function

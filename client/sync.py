@@ -13,12 +13,13 @@ PushConsumer run in its worker thread pool (plain functions) or on the
 private loop (async functions). Do not call facade methods from inside that
 private loop (for instance from an async listener): use the asyncio client there.
 A plain listener may call its own consumer's close() / drain(): the call starts the
-drain and returns at once (the drain has to wait for that listener to return).
+drain and returns at once (the drain has to wait for that listener to return); this
+works because run() schedules the coroutine in a copy of the caller's context, and a
+plain listener's thread carries its consumer's worker context.
 """
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import threading
 
@@ -28,8 +29,6 @@ from client.producer import Producer as _AsyncProducer
 from client.push_consumer import PushConsumer as _AsyncPush
 
 __all__ = ["LitePullConsumer", "Producer", "PushConsumer", "run"]
-
-log = logging.getLogger("pocketmq.client.sync")
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -124,26 +123,7 @@ class PushConsumer(_Facade):
         self._impl.register_listener(listener)
 
     def drain(self, timeout_s: float = 30.0) -> bool:
-        if self._impl.in_own_listener():
-            self._start_drain(self._impl.drain(timeout_s))
-            return False
         return run(self._impl.drain(timeout_s))
-
-    def close(self) -> None:
-        if self._impl.in_own_listener():
-            self._start_drain(self._impl.close())
-            return
-        run(self._impl.close())
-
-    @staticmethod
-    def _start_drain(coro) -> None:
-        # Called from a listener thread: waiting here would wait for ourselves.
-        fut = asyncio.run_coroutine_threadsafe(coro, _get_loop())
-
-        def logged(f):
-            if not f.cancelled() and f.exception() is not None:
-                log.error("closing the consumer from its listener failed: %r", f.exception())
-        fut.add_done_callback(logged)
 
     @property
     def client_id(self) -> str:
