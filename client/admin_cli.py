@@ -24,7 +24,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from client import admin_tables as tables
-from protocol.bodies import MessageQueue, TopicRouteData, decode_cluster_info, decode_reset_offset_body, loads
+from protocol.bodies import (MessageQueue, TopicRouteData, decode_cluster_info, decode_reset_offset_body, loads,
+                             object_keyed_items)
 from protocol.codes import PermName, RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import BodyError
@@ -246,17 +247,13 @@ def route_masters(route: TopicRouteData) -> dict[str, str]:
 def _object_keyed_table(d, what: str, where: str) -> dict:
     """{MessageQueue-object-key: value} (fastjson form) -> {MessageQueue: value}."""
     table = d.get("offsetTable") if isinstance(d, dict) else None
-    out = {}
-    for k, v in (table or {}).items():
-        try:
-            if isinstance(k, str):      # tolerate a JSON-encoded key
-                k = loads(k)
-            mq = MessageQueue.from_json(k)
-        except (BodyError, ValueError) as e:
-            raise AdminError(f"unreadable {what} from {where}: {e}") from None
+    try:
+        out = dict(object_keyed_items(table or {}))
+    except (BodyError, ValueError) as e:
+        raise AdminError(f"unreadable {what} from {where}: {e}") from None
+    for v in out.values():
         if not isinstance(v, dict):
             raise AdminError(f"unreadable {what} from {where}: entry {v!r} is not an object")
-        out[mq] = v
     return out
 
 

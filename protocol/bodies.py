@@ -565,6 +565,15 @@ def encode_reset_offset_body_for_c(table: dict) -> bytes:
     return dumps({"offsetTable": [dict(mq.to_json(), offset=off) for mq, off in sorted(table.items())]})
 
 
+def object_keyed_items(table: dict):
+    """(MessageQueue, value) of a fastjson Map<MessageQueue, V> as parsed by loads() (keys
+    as tuples of items, or JSON text). Raises BodyError for a key that is no MessageQueue."""
+    for k, v in table.items():
+        if isinstance(k, str):      # tolerate a JSON-encoded key
+            k = loads(k)
+        yield MessageQueue.from_json(k), v
+
+
 def decode_reset_offset_body(body) -> dict:
     """Either form above -> {MessageQueue: offset}. Raises BodyError when malformed."""
     d = loads(body)
@@ -575,11 +584,9 @@ def decode_reset_offset_body(body) -> dict:
             if not isinstance(e, dict):
                 raise BodyError(f"bad reset offset entry {e!r}")
             out[MessageQueue.from_json(e)] = _int(e.get("offset"), "offset", -1)
-    elif isinstance(table, dict):                     # object keys (parsed as tuples of items)
-        for k, v in table.items():
-            if isinstance(k, str):
-                k = loads(k)
-            out[MessageQueue.from_json(k)] = _int(v, "offset", -1)
+    elif isinstance(table, dict):                     # object keys
+        for mq, v in object_keyed_items(table):
+            out[mq] = _int(v, "offset", -1)
     elif table is not None:
         raise BodyError("reset offset body: offsetTable is neither an object nor an array")
     if any(off < 0 for off in out.values()):
