@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -19,21 +17,15 @@ from client import admin_tables as T
 from client.admin_cli import main as admin_main
 from client.admin_cli import transport_reason
 from tests.support.daemons import Cluster, free_port
+from tests.support.workloads import run_mqadmin
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLI_TIMEOUT_S = 30
 TOPIC = "MqadminTopic"
 GROUP = "mqadmin_group"
 
 
 def run_cli(*args, env_extra=None, timeout=CLI_TIMEOUT_S):
-    env = dict(os.environ)
-    env.pop("NAMESRV_ADDR", None)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    if env_extra:
-        env.update(env_extra)
-    return subprocess.run([sys.executable, "-m", "client.admin_cli", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT, env=env, check=False)
+    return run_mqadmin(*args, env_extra=env_extra, timeout_s=timeout)
 
 
 def assert_clean_failure(r, *needles):

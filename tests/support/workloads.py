@@ -27,7 +27,12 @@ async def produce_around_a_timestamp(namesrv_addr: str, topic: str, n: int = 10)
     return t_mid
 
 
-def run_mqadmin(*args: str, timeout_s: float = 30) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+def run_mqadmin(*args: str, env_extra: dict | None = None, timeout_s: float = 30) -> subprocess.CompletedProcess:
+    """`python -m client.admin_cli ARGS` from the repository root, without the caller's
+    NAMESRV_ADDR (pass it in env_extra to test it)."""
+    env = dict(os.environ)
+    env.pop("NAMESRV_ADDR", None)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(env_extra or {})
     return subprocess.run([sys.executable, "-m", "client.admin_cli", *args], capture_output=True, text=True,
                           timeout=timeout_s, cwd=ROOT, env=env, check=False)
