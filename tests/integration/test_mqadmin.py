@@ -7,7 +7,6 @@ module-scoped cluster and run in file order (create -> send -> inspect -> delete
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 from types import SimpleNamespace
 
