@@ -58,7 +58,6 @@ from client.message import Message, SendResult, SendStatus, UniqIdGenerator
 from protocol import message as msgcodec
 from protocol.bodies import MessageQueue
 from protocol.codes import ResponseCode
-from protocol.headers.typed import SendMessageRequestHeader
 
 log = logging.getLogger("pocketmq.client.producer")
 
@@ -512,15 +511,6 @@ class Producer:
                 inst, topic, batch_props, body, 0, 0, ",".join(uniqs[i] for i in idx), queue,
                 batch=True, timeout_s=timeout_s))
         return results
-
-    def _header(self, topic: str, queue_id: int, sys_flag: int, flag: int, props: dict | str, *,
-                batch: bool) -> SendMessageRequestHeader:
-        return SendMessageRequestHeader(
-            producer_group=self.group, topic=topic, default_topic=DEFAULT_TOPIC,
-            default_topic_queue_nums=DEFAULT_TOPIC_QUEUE_NUMS, queue_id=queue_id, sys_flag=sys_flag,
-            born_timestamp=time.time_ns() // 1_000_000, flag=flag,
-            properties=props if isinstance(props, str) else msgcodec.encode_properties(props),
-            reconsume_times=0, unit_mode=False, batch=batch, max_reconsume_times=None)
 
     async def _send_with_retry(self, inst, topic: str, props: str, body: bytes, sys_flag: int, flag: int,
                                uniq: str, queue: MessageQueue | None, *, batch: bool,
