@@ -23,10 +23,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from protocol.codes import PullSysFlag, RequestCode as R, SerializeType  # noqa: E402
-from protocol.command import RemotingCommand, encode  # noqa: E402
-from protocol.headers.typed import SendMessageRequestHeader, encode_send_header  # noqa: E402
-from protocol.message import encode_batch_body, encode_properties  # noqa: E402
+from pocketmq.protocol.codes import PullSysFlag, RequestCode as R, SerializeType  # noqa: E402
+from pocketmq.protocol.command import RemotingCommand, encode  # noqa: E402
+from pocketmq.protocol.headers.typed import SendMessageRequestHeader, encode_send_header  # noqa: E402
+from pocketmq.protocol.message import encode_batch_body, encode_properties  # noqa: E402
 from tests.support.daemons import Cluster  # noqa: E402
 
 BODY = b"x" * 128
@@ -42,7 +42,7 @@ class Raw(asyncio.Protocol):
     """Counts responses by opaque; parses only the 8-byte prefix and the header."""
 
     def __init__(self):
-        from protocol.command import FrameDecoder
+        from pocketmq.protocol.command import FrameDecoder
         self.dec = FrameDecoder(64 << 20)
         self.waiters = {}
         self.transport = None

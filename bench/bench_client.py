@@ -27,8 +27,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from client import Message, Producer, PushConsumer
-from protocol.codes import SerializeType
+from pocketmq.client import Message, Producer, PushConsumer
+from pocketmq.protocol.codes import SerializeType
 
 
 def pct(values, p):
@@ -211,7 +211,7 @@ def main(argv=None):
     before = loopback_echo_rtt_us()
     print(f"calibration before: loopback_echo_rtt_us={before:.1f}", flush=True)
     if args.fake:
-        from client.testing import FakeCluster
+        from pocketmq.client.testing import FakeCluster
 
         async def fake():
             async with FakeCluster() as cluster:

@@ -17,10 +17,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from broker.store.api import MessageBatchToStore, MessageToStore  # noqa: E402
-from broker.store.store import MessageStore  # noqa: E402
-from broker.store.store_config import StoreConfig  # noqa: E402
-from protocol.message import tags_code  # noqa: E402
+from pocketmq.broker.store.api import MessageBatchToStore, MessageToStore  # noqa: E402
+from pocketmq.broker.store.store import MessageStore  # noqa: E402
+from pocketmq.broker.store.store_config import StoreConfig  # noqa: E402
+from pocketmq.protocol.message import tags_code  # noqa: E402
 
 HOST = (bytes([192, 168, 0, 10]), 50000)
 

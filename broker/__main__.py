@@ -10,8 +10,8 @@ import sys
 
 
 def main(argv=None) -> int:
-    from broker.config import ConfigError, parse_args
-    from remoting.daemon import install_uvloop, run_until_signal, setup_logging
+    from pocketmq.broker.config import ConfigError, parse_args
+    from pocketmq.remoting.daemon import install_uvloop, run_until_signal, setup_logging
     argv = sys.argv[1:] if argv is None else argv
     try:
         parsed = parse_args(argv)  # -h/-p/-m print and raise SystemExit(0)
@@ -26,10 +26,10 @@ def main(argv=None) -> int:
     for line in (report.unused_line(), *report.notes):
         if line:
             log.info("%s", line)
-    from broker.app import Broker
+    from pocketmq.broker.app import Broker
     install_uvloop()
-    from broker.app import MetadataError
-    from broker.store.api import StoreError
+    from pocketmq.broker.app import MetadataError
+    from pocketmq.broker.store.api import StoreError
     try:
         asyncio.run(run_until_signal(Broker(config)))
     except (OSError, StoreError, MetadataError) as e:

@@ -15,26 +15,26 @@ import logging
 import os
 import time
 
-from broker.core.clients import ConsumerManager, ProducerManager
-from broker.core.delay import SCHEDULE_TOPIC_NAME, ScheduleCursors
-from broker.core.held_pulls import HeldPullTable
-from broker.core.locks import RebalanceLockManager
-from broker.core.offsets import ConsumerOffsetManager
-from broker.core.subscription_groups import SubscriptionGroupManager
-from broker.core.topics import TopicConfigManager
-from broker.processors import build_processor_table
-from broker.processors.client_manage import notify_command
-from broker.services.flush import FlushService
-from broker.services.hold import HoldService
-from broker.services.schedule import ScheduleService
-from broker.store.api import PutMessageStatus
-from broker.store.safe_write import write_file_atomic
-from protocol import bodies
-from protocol import message as msgcodec
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from remoting.client import RemotingClient
-from remoting.server import RemotingServer
+from pocketmq.broker.core.clients import ConsumerManager, ProducerManager
+from pocketmq.broker.core.delay import SCHEDULE_TOPIC_NAME, ScheduleCursors
+from pocketmq.broker.core.held_pulls import HeldPullTable
+from pocketmq.broker.core.locks import RebalanceLockManager
+from pocketmq.broker.core.offsets import ConsumerOffsetManager
+from pocketmq.broker.core.subscription_groups import SubscriptionGroupManager
+from pocketmq.broker.core.topics import TopicConfigManager
+from pocketmq.broker.processors import build_processor_table
+from pocketmq.broker.processors.client_manage import notify_command
+from pocketmq.broker.services.flush import FlushService
+from pocketmq.broker.services.hold import HoldService
+from pocketmq.broker.services.schedule import ScheduleService
+from pocketmq.broker.store.api import PutMessageStatus
+from pocketmq.broker.store.safe_write import write_file_atomic
+from pocketmq.protocol import bodies
+from pocketmq.protocol import message as msgcodec
+from pocketmq.protocol.codes import RequestCode, ResponseCode
+from pocketmq.protocol.command import RemotingCommand
+from pocketmq.remoting.client import RemotingClient
+from pocketmq.remoting.server import RemotingServer
 
 log = logging.getLogger("pocketmq.broker")
 
@@ -154,8 +154,8 @@ class Broker:
                  cfg.brokerName, self.addr, cfg.namesrvAddr)
 
     def _open_store(self) -> None:
-        from broker.store.store import MessageStore
-        from broker.store.store_config import StoreConfig
+        from pocketmq.broker.store.store import MessageStore
+        from pocketmq.broker.store.store_config import StoreConfig
         cfg = self.config
         kwargs = cfg.store_config_kwargs()
         kwargs["store_host"] = self.store_host
@@ -250,7 +250,7 @@ class Broker:
     # -- hooks used by processors -------------------------------------------------------
     def store_message(self, topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
                       reconsume_times, now_ms):
-        from broker.store.api import MessageToStore
+        from pocketmq.broker.store.api import MessageToStore
         return MessageToStore(topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
                               now_ms, reconsume_times, 0)
 

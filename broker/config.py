@@ -51,7 +51,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from protocol.properties_file import (
+from pocketmq.protocol.properties_file import (
     LAYER_COMMAND_LINE,
     LAYER_FILE,
     CliOption,

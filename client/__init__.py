@@ -1,8 +1,8 @@
 """pocketmq's Python client for RocketMQ 4.x brokers: asyncio first, blocking facade in client.sync.
 
-    from client import Producer, PushConsumer, LitePullConsumer, Message
+    from pocketmq.client import Producer, PushConsumer, LitePullConsumer, Message
 """
-from client.errors import (
+from pocketmq.client.errors import (
                            BrokerError,
                            ClientStateError,
                            InvalidArgumentError,
@@ -12,24 +12,24 @@ from client.errors import (
                            RemotingFailure,
                            RequestTimeoutError,
 )
-from client.lite_pull_consumer import LitePullConsumer
-from client.message import Message, MessageExt, SendResult, SendStatus
-from client.process_queue import FlowLimits
-from client.producer import Producer
-from client.push_consumer import (
+from pocketmq.client.lite_pull_consumer import LitePullConsumer
+from pocketmq.client.message import Message, MessageExt, SendResult, SendStatus
+from pocketmq.client.process_queue import FlowLimits
+from pocketmq.client.producer import Producer
+from pocketmq.client.push_consumer import (
                            CONSUME_SUCCESS,
                            RECONSUME_LATER,
                            ConsumeStatus,
                            PushConsumer,
 )
-from client.rebalance import (
+from pocketmq.client.rebalance import (
                            AllocateAveragely,
                            AllocateAveragelyByCircle,
                            AllocateByConfig,
                            AllocateByMachineRoom,
                            AllocateConsistentHash,
 )
-from protocol.bodies import MessageQueue
+from pocketmq.protocol.bodies import MessageQueue
 
 __all__ = [
                            "CONSUME_SUCCESS",

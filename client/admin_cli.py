@@ -23,14 +23,14 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from client import admin_tables as tables
-from protocol.bodies import (MessageQueue, TopicRouteData, decode_cluster_info, decode_reset_offset_body, loads,
+from pocketmq.client import admin_tables as tables
+from pocketmq.protocol.bodies import (MessageQueue, TopicRouteData, decode_cluster_info, decode_reset_offset_body, loads,
                              object_keyed_items)
-from protocol.codes import PermName, RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from protocol.errors import BodyError
-from protocol.headers.typed import SendMessageRequestHeader, encode_send_header
-from protocol.message import (
+from pocketmq.protocol.codes import PermName, RequestCode, ResponseCode
+from pocketmq.protocol.command import RemotingCommand
+from pocketmq.protocol.errors import BodyError
+from pocketmq.protocol.headers.typed import SendMessageRequestHeader, encode_send_header
+from pocketmq.protocol.message import (
     decode_offset_msg_id,
     decode_record,
     encode_properties,
@@ -38,8 +38,8 @@ from protocol.message import (
     offset_msg_id,
     parse_host,
 )
-from remoting.client import RemotingClient, split_addr
-from remoting.connection import RemotingError, RequestTimeout
+from pocketmq.remoting.client import RemotingClient, split_addr
+from pocketmq.remoting.connection import RemotingError, RequestTimeout
 
 PROG = "mqadmin"
 CONNECT_TIMEOUT_S = 3.0
@@ -66,7 +66,7 @@ class UsageError(AdminError):
 
 def _uniq_id_source() -> Callable[[], str]:
     try:
-        from client.message import UniqIdGenerator
+        from pocketmq.client.message import UniqIdGenerator
         return UniqIdGenerator().next_id
     except Exception:  # noqa: BLE001 - any failure there must not break mqadmin
         return _FallbackUniqId().next_id

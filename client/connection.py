@@ -24,10 +24,10 @@ import struct
 
 import msgpack
 
-from protocol.codes import SerializeType
-from protocol.command import RemotingCommand, encode_parts
-from remoting.client import RemotingClient
-from remoting.connection import Connection
+from pocketmq.protocol.codes import SerializeType
+from pocketmq.protocol.command import RemotingCommand, encode_parts
+from pocketmq.remoting.client import RemotingClient
+from pocketmq.remoting.connection import Connection
 
 _PREFIX = struct.Struct(">ii")
 _MSGPACK = int(SerializeType.MSGPACK)

@@ -7,7 +7,7 @@ broker (Java's retryResponseCodes plus connection problems).
 """
 from __future__ import annotations
 
-from protocol.codes import ResponseCode
+from pocketmq.protocol.codes import ResponseCode
 
 
 class MQClientError(Exception):
@@ -136,7 +136,7 @@ def error_for(code: int, remark: str | None = None, addr: str | None = None) -> 
 
 def wrap_remoting(e: Exception, addr: str | None = None) -> MQClientError:
     """Turn a remoting-layer exception into a client exception."""
-    from remoting.connection import RequestTimeout
+    from pocketmq.remoting.connection import RequestTimeout
     if isinstance(e, MQClientError):
         return e
     where = f" ({addr})" if addr else ""

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from client.route import TopicPublishInfo
-from protocol.bodies import MessageQueue
+from pocketmq.client.route import TopicPublishInfo
+from pocketmq.protocol.bodies import MessageQueue
 
 LATENCY_MAX_MS = (50, 100, 550, 1000, 2000, 3000, 15000)
 NOT_AVAILABLE_DURATION_MS = (0, 0, 30000, 60000, 120000, 180000, 600000)

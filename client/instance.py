@@ -21,8 +21,8 @@ import struct
 import time
 import weakref
 
-from client.connection import ClientRemoting
-from client.errors import (
+from pocketmq.client.connection import ClientRemoting
+from pocketmq.client.errors import (
     BrokerError,
     ClientStateError,
     MQClientError,
@@ -32,15 +32,15 @@ from client.errors import (
     error_for,
     wrap_remoting,
 )
-from client.message import _local_ipv4_bytes
-from client.route import (
+from pocketmq.client.message import _local_ipv4_bytes
+from pocketmq.client.route import (
     BrokerAddrTable,
     TopicPublishInfo,
     publish_info,
     subscribe_queues,
 )
-from protocol import message as msgcodec
-from protocol.bodies import (
+from pocketmq.protocol import message as msgcodec
+from pocketmq.protocol.bodies import (
     ConsumerData,
     HeartbeatData,
     MessageQueue,
@@ -51,7 +51,7 @@ from protocol.bodies import (
     encode_lock_body,
     loads,
 )
-from protocol.codes import (
+from pocketmq.protocol.codes import (
     CURRENT_VERSION,
     LanguageCode,
     PullSysFlag,
@@ -59,15 +59,15 @@ from protocol.codes import (
     ResponseCode,
     SerializeType,
 )
-from protocol.command import RemotingCommand
-from protocol.errors import BodyError
-from protocol.headers.typed import (
+from pocketmq.protocol.command import RemotingCommand
+from pocketmq.protocol.errors import BodyError
+from pocketmq.protocol.headers.typed import (
     PullMessageRequestHeader,
     SendMessageRequestHeader,
     encode_pull_header,
     encode_send_header,
 )
-from remoting.connection import RemotingError
+from pocketmq.remoting.connection import RemotingError
 
 log = logging.getLogger("pocketmq.client")
 

@@ -30,24 +30,24 @@ import logging
 from collections import deque
 from collections.abc import Iterable
 
-from client.errors import (
+from pocketmq.client.errors import (
     ClientStateError,
     InvalidArgumentError,
     MQClientError,
     SubscriptionError,
 )
-from client.instance import PullResult, acquire_consumer_instance, now_ms, pull_sys_flag
-from client.message import MessageExt
-from client.offset_store import RemoteOffsetStore
-from client.producer import check_group, check_topic
-from client.push_consumer import (
+from pocketmq.client.instance import PullResult, acquire_consumer_instance, now_ms, pull_sys_flag
+from pocketmq.client.message import MessageExt
+from pocketmq.client.offset_store import RemoteOffsetStore
+from pocketmq.client.producer import check_group, check_topic
+from pocketmq.client.push_consumer import (
     CONSUME_FROM,
     RouteRetry,
     compute_pull_from_where,
     tag_filter,
 )
-from client.rebalance import AllocateAveragely, AllocateStrategy, plan_clustering
-from protocol.bodies import (
+from pocketmq.client.rebalance import AllocateAveragely, AllocateStrategy, plan_clustering
+from pocketmq.protocol.bodies import (
     ConsumerData,
     MessageQueue,
     SubscriptionData,

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from operator import itemgetter
 
-from protocol import message as msgcodec
-from protocol.bodies import MessageQueue
-from protocol.message import decode_properties, encode_properties  # noqa: F401 (re-exported)
+from pocketmq.protocol import message as msgcodec
+from pocketmq.protocol.bodies import MessageQueue
+from pocketmq.protocol.message import decode_properties, encode_properties  # noqa: F401 (re-exported)
 
 __all__ = ["Message", "MessageExt", "MessageQueue", "PropertyKey", "SendResult", "SendStatus"]
 

@@ -16,8 +16,8 @@ import json
 import logging
 import os
 
-from client.errors import MQClientError
-from protocol.bodies import MessageQueue
+from pocketmq.client.errors import MQClientError
+from pocketmq.protocol.bodies import MessageQueue
 
 log = logging.getLogger("pocketmq.client.offset")
 

@@ -37,7 +37,7 @@ import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from client.errors import (
+from pocketmq.client.errors import (
     ClientStateError,
     InvalidArgumentError,
     MessageIllegalError,
@@ -47,17 +47,17 @@ from client.errors import (
     RemotingFailure,
     RequestCodeNotSupportedError,
 )
-from client.fault import LatencyFaultTolerance
-from client.instance import (
+from pocketmq.client.fault import LatencyFaultTolerance
+from pocketmq.client.instance import (
     DEFAULT_TOPIC,
     DEFAULT_TOPIC_QUEUE_NUMS,
     acquire_instance,
     mono_ms,
 )
-from client.message import Message, SendResult, SendStatus, UniqIdGenerator
-from protocol import message as msgcodec
-from protocol.bodies import MessageQueue
-from protocol.codes import ResponseCode
+from pocketmq.client.message import Message, SendResult, SendStatus, UniqIdGenerator
+from pocketmq.protocol import message as msgcodec
+from pocketmq.protocol.bodies import MessageQueue
+from pocketmq.protocol.codes import ResponseCode
 
 log = logging.getLogger("pocketmq.client.producer")
 
@@ -573,5 +573,5 @@ class Producer:
                               ext.get("TRACE_ON", "true") != "false")
         if last_error is not None:
             raise last_error
-        from client.errors import RequestTimeoutError
+        from pocketmq.client.errors import RequestTimeoutError
         raise RequestTimeoutError(f"send to {topic} timed out after {timeout_s}s")

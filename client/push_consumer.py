@@ -39,25 +39,25 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 
-from client.errors import (
+from pocketmq.client.errors import (
     ClientStateError,
     InvalidArgumentError,
     MQClientError,
     SubscriptionError,
 )
-from client.instance import PullResult, acquire_consumer_instance, mono_ms, now_ms, pull_sys_flag
-from client.message import MessageExt
-from client.offset_store import LocalOffsetStore, RemoteOffsetStore
-from client.process_queue import FLOW_CONTROL_DELAY_MS, FlowLimits, ProcessQueue
-from client.producer import check_group, check_topic
-from client.rebalance import (
+from pocketmq.client.instance import PullResult, acquire_consumer_instance, mono_ms, now_ms, pull_sys_flag
+from pocketmq.client.message import MessageExt
+from pocketmq.client.offset_store import LocalOffsetStore, RemoteOffsetStore
+from pocketmq.client.process_queue import FLOW_CONTROL_DELAY_MS, FlowLimits, ProcessQueue
+from pocketmq.client.producer import check_group, check_topic
+from pocketmq.client.rebalance import (
     AllocateAveragely,
     AllocateStrategy,
     plan_broadcasting,
     plan_clustering,
 )
-from protocol.message import property_value
-from protocol.bodies import (
+from pocketmq.protocol.message import property_value
+from pocketmq.protocol.bodies import (
     ConsumerData,
     MessageQueue,
     SubscriptionData,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from protocol.bodies import MessageQueue, TopicRouteData
-from protocol.codes import PermName
+from pocketmq.protocol.bodies import MessageQueue, TopicRouteData
+from pocketmq.protocol.codes import PermName
 
 MASTER_ID = 0
 

@@ -1,6 +1,6 @@
 """Blocking facade: the same clients for code without asyncio.
 
-    from client.sync import Producer, PushConsumer, LitePullConsumer
+    from pocketmq.client.sync import Producer, PushConsumer, LitePullConsumer
 
     with Producer("PG", "127.0.0.1:9876") as p:
         p.send(Message("T", b"hello"))
@@ -23,10 +23,10 @@ import asyncio
 import os
 import threading
 
-from client.errors import ClientStateError
-from client.lite_pull_consumer import LitePullConsumer as _AsyncLite
-from client.producer import Producer as _AsyncProducer
-from client.push_consumer import PushConsumer as _AsyncPush
+from pocketmq.client.errors import ClientStateError
+from pocketmq.client.lite_pull_consumer import LitePullConsumer as _AsyncLite
+from pocketmq.client.producer import Producer as _AsyncProducer
+from pocketmq.client.push_consumer import PushConsumer as _AsyncPush
 
 __all__ = ["LitePullConsumer", "Producer", "PushConsumer", "run"]
 

@@ -22,8 +22,8 @@ import asyncio
 import itertools
 import time
 
-from protocol import message as msgcodec
-from protocol.bodies import (
+from pocketmq.protocol import message as msgcodec
+from pocketmq.protocol.bodies import (
     BrokerData,
     QueueData,
     TopicRouteData,
@@ -31,10 +31,10 @@ from protocol.bodies import (
     dumps,
     parse_heartbeat,
 )
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from protocol.headers.typed import decode_pull_header, decode_send_header
-from remoting.server import RemotingServer
+from pocketmq.protocol.codes import RequestCode, ResponseCode
+from pocketmq.protocol.command import RemotingCommand
+from pocketmq.protocol.headers.typed import decode_pull_header, decode_send_header
+from pocketmq.remoting.server import RemotingServer
 
 _now = lambda: time.time_ns() // 1_000_000
 

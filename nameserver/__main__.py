@@ -31,8 +31,8 @@ def _report_lines(report) -> list[str]:
 
 
 def main(argv=None) -> int:
-    from nameserver.config import ConfigError, parse_args
-    from remoting.daemon import install_uvloop, run_until_signal, setup_logging
+    from pocketmq.nameserver.config import ConfigError, parse_args
+    from pocketmq.remoting.daemon import install_uvloop, run_until_signal, setup_logging
 
     try:
         config, report = parse_args(sys.argv[1:] if argv is None else list(argv))
@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     setup_logging()
     for line in _report_lines(report):
         log.info("%s", line)
-    from nameserver.app import NameServer
+    from pocketmq.nameserver.app import NameServer
     install_uvloop()
     try:
         asyncio.run(run_until_signal(NameServer(config)))

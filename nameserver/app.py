@@ -35,10 +35,10 @@ import logging
 import os
 import time
 
-from nameserver.processors import NamesrvState, build_processor_table, config_value
-from nameserver.route import BROKER_CHANNEL_EXPIRED_MS, KVConfig, RemovedBroker, RouteInfoManager
-from protocol.errors import BodyError
-from remoting.server import RemotingServer
+from pocketmq.nameserver.processors import NamesrvState, build_processor_table, config_value
+from pocketmq.nameserver.route import BROKER_CHANNEL_EXPIRED_MS, KVConfig, RemovedBroker, RouteInfoManager
+from pocketmq.protocol.errors import BodyError
+from pocketmq.remoting.server import RemotingServer
 
 log = logging.getLogger("pocketmq.namesrv")
 

@@ -18,11 +18,11 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Callable
 
-from protocol.bodies import DataVersion, decode_register_broker_body, dumps, encode_cluster_info, loads
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from protocol.headers.typed import opt_int, opt_str, parse_bool, req_int, req_str
-from nameserver.route import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfig, RouteInfoManager, RouteTableFull
+from pocketmq.protocol.bodies import DataVersion, decode_register_broker_body, dumps, encode_cluster_info, loads
+from pocketmq.protocol.codes import RequestCode, ResponseCode
+from pocketmq.protocol.command import RemotingCommand
+from pocketmq.protocol.headers.typed import opt_int, opt_str, parse_bool, req_int, req_str
+from pocketmq.nameserver.route import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfig, RouteInfoManager, RouteTableFull
 
 log = logging.getLogger("pocketmq.namesrv")
 

@@ -45,9 +45,9 @@ import json
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from protocol.bodies import BrokerData, DataVersion, QueueData, TopicConfig, TopicRouteData, loads
-from protocol.codes import PermName
-from protocol.errors import BodyError
+from pocketmq.protocol.bodies import BrokerData, DataVersion, QueueData, TopicConfig, TopicRouteData, loads
+from pocketmq.protocol.codes import PermName
+from pocketmq.protocol.errors import BodyError
 
 MASTER_ID = 0
 BROKER_CHANNEL_EXPIRED_MS = 120_000

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from protocol.errors import BodyError
+from pocketmq.protocol.errors import BodyError
 
 SUB_ALL = "*"
 
@@ -266,7 +266,7 @@ class SubscriptionData:
 def build_subscription(topic: str, sub_string: str | None, expression_type: str | None = "TAG",
                        sub_version: int = 0) -> SubscriptionData:
     """Parse a TAG expression ("*", "A || B") the way FilterAPI does; codes are Java hashes."""
-    from protocol.message import java_string_hash
+    from pocketmq.protocol.message import java_string_hash
     et = (expression_type or "TAG").upper()
     s = (sub_string or "").strip()
     if et != "TAG":
@@ -290,7 +290,7 @@ def subscription_from_json(d: dict) -> SubscriptionData:
                              _int(d.get("subVersion"), "subVersion"))
     tags = d.get("tagsSet")
     if sub.expression_type == "TAG" and not sub.is_all and tags:
-        from protocol.message import java_string_hash
+        from pocketmq.protocol.message import java_string_hash
         sub.tags_set = [str(t) for t in tags]
         sub.code_set = [java_string_hash(str(t)) for t in tags]
     sub.class_filter_mode = bool(d.get("classFilterMode", False))

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import struct
 
-from protocol.codes import (CURRENT_VERSION, FLAG_ONEWAY, FLAG_RESPONSE,
+from pocketmq.protocol.codes import (CURRENT_VERSION, FLAG_ONEWAY, FLAG_RESPONSE,
                             LanguageCode, SerializeType)
-from protocol.errors import ProtocolError
-from protocol.headers.codec import DECODERS, ENCODERS
+from pocketmq.protocol.errors import ProtocolError
+from pocketmq.protocol.headers.codec import DECODERS, ENCODERS
 
 FRAME_SIZE_BYTES_MAX_DEFAULT = 16 * 1024 * 1024
 _PREFIX = struct.Struct(">ii")

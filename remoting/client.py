@@ -4,9 +4,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from protocol.codes import LanguageCode, ResponseCode, SerializeType
-from protocol.command import RemotingCommand
-from remoting.connection import Connection, ConnectionClosed, RemotingError
+from pocketmq.protocol.codes import LanguageCode, ResponseCode, SerializeType
+from pocketmq.protocol.command import RemotingCommand
+from pocketmq.remoting.connection import Connection, ConnectionClosed, RemotingError
 
 log = logging.getLogger("pocketmq.remoting")
 
@@ -30,7 +30,7 @@ class RemotingClient:
         self.language = language
         self.serialize_type = serialize_type
         self.frame_size_bytes_max = frame_size_bytes_max
-        from remoting.busy_poll import BusyPoll
+        from pocketmq.remoting.busy_poll import BusyPoll
         self.busy_poll = BusyPoll(busy_poll_us) if busy_poll_us > 0 else None
         self.connections: dict[str, Connection] = {}
         self._locks: dict[str, asyncio.Lock] = {}

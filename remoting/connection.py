@@ -18,9 +18,9 @@ import logging
 import traceback
 from time import monotonic as _monotonic
 
-from protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
-from protocol.command import FrameDecoder, RemotingCommand, encode_parts
-from protocol.errors import HeaderError, ProtocolError, BodyError
+from pocketmq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
+from pocketmq.protocol.command import FrameDecoder, RemotingCommand, encode_parts
+from pocketmq.protocol.errors import HeaderError, ProtocolError, BodyError
 
 log = logging.getLogger("pocketmq.remoting")
 

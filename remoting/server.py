@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from remoting.connection import Connection
+from pocketmq.remoting.connection import Connection
 
 log = logging.getLogger("pocketmq.remoting")
 
@@ -25,7 +25,7 @@ class RemotingServer:
         self.name = name
         self.on_connection_close = on_connection_close
         self.handlers_in_flight_max = handlers_in_flight_max
-        from remoting.busy_poll import BusyPoll
+        from pocketmq.remoting.busy_poll import BusyPoll
         self.busy_poll = BusyPoll(busy_poll_us, adaptive=True) if busy_poll_us > 0 else None
         self.connections: set[Connection] = set()
         self._server: asyncio.base_events.Server | None = None

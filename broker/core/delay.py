@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 
-from protocol.bodies import loads
-from protocol.message import (DELAY, ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RETRY_TOPIC, SCHEDULE_TOPIC,
+from pocketmq.protocol.bodies import loads
+from pocketmq.protocol.message import (DELAY, ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RETRY_TOPIC, SCHEDULE_TOPIC,
                               WAIT, decode_properties, encode_properties, property_value)
 
 SCHEDULE_TOPIC_NAME = SCHEDULE_TOPIC

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from protocol.bodies import loads
+from pocketmq.protocol.bodies import loads
 
 
 def reset_table(committed: dict[int, int], by_time: dict[int, int], force: bool) -> dict[int, int]:

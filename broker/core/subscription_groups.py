@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, asdict
 
-from protocol.bodies import DataVersion, loads
+from pocketmq.protocol.bodies import DataVersion, loads
 
 
 @dataclass(slots=True)

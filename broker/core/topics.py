@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from protocol.bodies import DataVersion, TopicConfig, decode_topic_config_wrapper, encode_topic_config_wrapper, loads
-from protocol.codes import PermName
+from pocketmq.protocol.bodies import DataVersion, TopicConfig, decode_topic_config_wrapper, encode_topic_config_wrapper, loads
+from pocketmq.protocol.codes import PermName
 
 TOPIC_MAX_LENGTH = 127
 _VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from functools import partial
 
-from protocol.codes import RequestCode as R
+from pocketmq.protocol.codes import RequestCode as R
 
 
 def build_processor_table(broker) -> dict:
-    from broker.processors import admin, client_manage as cm, pull, send, send_back
+    from pocketmq.broker.processors import admin, client_manage as cm, pull, send, send_back
     table = {
         R.SEND_MESSAGE: send.process_send,
         R.SEND_MESSAGE_V2: send.process_send,

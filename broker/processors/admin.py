@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 
-from broker.core.offsets import reset_table
-from broker.core.topics import validate_topic
-from protocol import bodies
-from protocol.bodies import MessageQueue, TopicConfig, dumps_object_keyed
-from protocol.codes import LanguageCode, RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from protocol.headers.typed import opt_int, opt_str, parse_bool, req_int, req_str
+from pocketmq.broker.core.offsets import reset_table
+from pocketmq.broker.core.topics import validate_topic
+from pocketmq.protocol import bodies
+from pocketmq.protocol.bodies import MessageQueue, TopicConfig, dumps_object_keyed
+from pocketmq.protocol.codes import LanguageCode, RequestCode, ResponseCode
+from pocketmq.protocol.command import RemotingCommand
+from pocketmq.protocol.headers.typed import opt_int, opt_str, parse_bool, req_int, req_str
 
 
 log = logging.getLogger("pocketmq.broker.admin")

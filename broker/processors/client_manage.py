@@ -2,12 +2,12 @@
 consumer offsets, queue locks (reference 3.3, 3.4, 4.4-4.6)."""
 from __future__ import annotations
 
-from broker.core.clients import ClientChannelInfo
-from broker.core.topics import retry_topic
-from protocol import bodies
-from protocol.codes import PermName, RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from protocol.headers.typed import opt_str, req_int, req_str
+from pocketmq.broker.core.clients import ClientChannelInfo
+from pocketmq.broker.core.topics import retry_topic
+from pocketmq.protocol import bodies
+from pocketmq.protocol.codes import PermName, RequestCode, ResponseCode
+from pocketmq.protocol.command import RemotingCommand
+from pocketmq.protocol.headers.typed import opt_str, req_int, req_str
 
 
 def process_heartbeat(broker, conn, cmd):

@@ -9,11 +9,11 @@ stores a matching message or its suspend time runs out.
 """
 from __future__ import annotations
 
-from broker.core.held_pulls import HeldPull
-from protocol.bodies import build_subscription
-from protocol.codes import PermName, PullSysFlag, ResponseCode
-from protocol.errors import BodyError
-from protocol.headers.typed import decode_pull_header
+from pocketmq.broker.core.held_pulls import HeldPull
+from pocketmq.protocol.bodies import build_subscription
+from pocketmq.protocol.codes import PermName, PullSysFlag, ResponseCode
+from pocketmq.protocol.errors import BodyError
+from pocketmq.protocol.headers.typed import decode_pull_header
 
 # GetMessageStatus name -> (response code). nextBeginOffset comes from the store.
 _STATUS_CODE = {

@@ -12,13 +12,13 @@ from __future__ import annotations
 import random
 import zlib
 
-from broker.core.delay import delay_level, to_schedule
-from broker.store.api import PutMessageStatus
-from broker.core.topics import (DLQ_GROUP_TOPIC_PREFIX as DLQ_PREFIX, NOT_ALLOWED_SEND_TOPICS,
+from pocketmq.broker.core.delay import delay_level, to_schedule
+from pocketmq.broker.store.api import PutMessageStatus
+from pocketmq.broker.core.topics import (DLQ_GROUP_TOPIC_PREFIX as DLQ_PREFIX, NOT_ALLOWED_SEND_TOPICS,
                                 RETRY_GROUP_TOPIC_PREFIX, dlq_topic, validate_topic)
-from protocol.codes import PermName, ResponseCode
-from protocol.headers.typed import decode_send_fields
-from protocol import message as msgcodec
+from pocketmq.protocol.codes import PermName, ResponseCode
+from pocketmq.protocol.headers.typed import decode_send_fields
+from pocketmq.protocol import message as msgcodec
 
 PROPERTIES_MAX_BYTES = 32767
 _PUT_OK = PutMessageStatus.PUT_OK

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import random
 
-from broker.core.delay import send_back_properties, to_schedule
-from broker.core.topics import dlq_topic, retry_topic
-from protocol import message as msgcodec
-from protocol.codes import PermName, ResponseCode
-from protocol.headers.typed import opt_int, opt_str, req_int, req_str
+from pocketmq.broker.core.delay import send_back_properties, to_schedule
+from pocketmq.broker.core.topics import dlq_topic, retry_topic
+from pocketmq.protocol import message as msgcodec
+from pocketmq.protocol.codes import PermName, ResponseCode
+from pocketmq.protocol.headers.typed import opt_int, opt_str, req_int, req_str
 
 MAX_RECONSUME_TIMES_DEFAULT = 16
 

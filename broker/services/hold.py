@@ -49,7 +49,7 @@ class HoldService:
     def _flush_notify(self) -> None:
         self._notify_scheduled = False
         pending, self._pending_notify = self._pending_notify, {}
-        from broker.processors.pull import replay
+        from pocketmq.broker.processors.pull import replay
         for (topic, qid), (max_offset, codes) in pending.items():
             woken = []
             if len(codes) == 1:
@@ -65,7 +65,7 @@ class HoldService:
                 replay(self.broker, p)
 
     async def _run(self) -> None:
-        from broker.processors.pull import replay
+        from pocketmq.broker.processors.pull import replay
         last_rescan = time.monotonic()
         while True:
             now_ms = self.broker.mono_ms()
@@ -95,6 +95,6 @@ class HoldService:
             except asyncio.CancelledError:
                 pass
         # Answer everything still held so clients re-pull elsewhere instead of timing out.
-        from broker.processors.pull import replay
+        from pocketmq.broker.processors.pull import replay
         for p in self.table.drain_all():
             replay(self.broker, p)

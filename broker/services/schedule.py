@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from broker.core.delay import SCHEDULE_TOPIC_NAME, from_schedule, is_due
-from protocol import message as msgcodec
+from pocketmq.broker.core.delay import SCHEDULE_TOPIC_NAME, from_schedule, is_due
+from pocketmq.protocol import message as msgcodec
 
 log = logging.getLogger("pocketmq.broker.schedule")
 

@@ -21,7 +21,7 @@ import struct
 import zlib
 from typing import NamedTuple
 
-from broker.store.safe_write import read_file, write_file_atomic
+from pocketmq.broker.store.safe_write import read_file, write_file_atomic
 
 __all__ = ["Checkpoint", "read_checkpoint", "write_checkpoint", "CHECKPOINT_FILE_SIZE"]
 

@@ -31,9 +31,9 @@ import struct
 import zlib
 from typing import NamedTuple
 
-from protocol.message import (BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, SCHEDULE_TOPIC,
+from pocketmq.protocol.message import (BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, SCHEDULE_TOPIC,
                               TOPIC_LENGTH_BYTES_MAX, head_struct, tags_code_of_properties)
-from broker.store.mapped_file import FileOps, MappedFile, MappedFileQueue
+from pocketmq.broker.store.mapped_file import FileOps, MappedFile, MappedFileQueue
 
 __all__ = ["CommitLog", "DispatchRequest", "check_record", "RECORD", "BLANK", "END", "CORRUPT",
            "BLANK_MARKER_SIZE"]

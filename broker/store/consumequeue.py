@@ -25,8 +25,8 @@ import os
 import shutil
 import struct
 
-from broker.store.api import CQ_FILLER_SIZE
-from broker.store.mapped_file import FileOps, MappedFile, MappedFileQueue
+from pocketmq.broker.store.api import CQ_FILLER_SIZE
+from pocketmq.broker.store.mapped_file import FileOps, MappedFile, MappedFileQueue
 
 __all__ = ["ConsumeQueue", "CQ_UNIT", "FILLER_UNIT", "EXISTS", "APPENDED", "FILLED"]
 

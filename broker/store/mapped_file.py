@@ -25,7 +25,7 @@ import mmap
 import os
 import re
 
-from broker.store.api import StoreError
+from pocketmq.broker.store.api import StoreError
 
 __all__ = ["FileOps", "MappedFile", "MappedFileQueue", "offset_file_name"]
 

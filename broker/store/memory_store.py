@@ -15,14 +15,14 @@ from __future__ import annotations
 import logging
 import struct
 
-from protocol.message import (MAX_INT, decode_batch_body, PROPERTIES_LENGTH_BYTES_MAX, SCHEDULE_TOPIC, TAGS,
+from pocketmq.protocol.message import (MAX_INT, decode_batch_body, PROPERTIES_LENGTH_BYTES_MAX, SCHEDULE_TOPIC, TAGS,
                               decode_properties, decode_record, encode_record, head_struct,
                               offset_msg_id, store_timestamp_pos, tags_code)
-from broker.store.api import (GetMessageResult, GetMessageStatus, MessageBatchToStore,
+from pocketmq.broker.store.api import (GetMessageResult, GetMessageStatus, MessageBatchToStore,
                               MessageToStore, PutMessageResult, PutMessageStatus, RecoveryReport)
-from broker.store.commitlog import schedule_tags_code
-from broker.store.store import CleanResult, valid_topic
-from broker.store.store_config import StoreConfig
+from pocketmq.broker.store.commitlog import schedule_tags_code
+from pocketmq.broker.store.store import CleanResult, valid_topic
+from pocketmq.broker.store.store_config import StoreConfig
 
 __all__ = ["MemoryStore"]
 

@@ -23,17 +23,17 @@ import threading
 import time
 import zlib
 
-from protocol.message import (MAX_INT, MESSAGE_MAGIC_CODE, PROPERTIES_LENGTH_BYTES_MAX, SCHEDULE_TOPIC,
+from pocketmq.protocol.message import (MAX_INT, MESSAGE_MAGIC_CODE, PROPERTIES_LENGTH_BYTES_MAX, SCHEDULE_TOPIC,
                               TOPIC_LENGTH_BYTES_MAX, decode_batch_body, encode_record_into, head_struct,
                               offset_msg_id_prefix, store_timestamp_pos, tags_code_of_properties)
-from broker.store.api import (CQ_FILLER_SIZE, DispatchListener, GetMessageResult,
+from pocketmq.broker.store.api import (CQ_FILLER_SIZE, DispatchListener, GetMessageResult,
                               GetMessageStatus, MessageBatchToStore, MessageFilter,
                               MessageToStore, PutMessageResult, PutMessageStatus,
                               RecoveryReport, StoreError)
-from broker.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
-from broker.store.commitlog import BLANK_MARKER_SIZE, CommitLog, DispatchRequest, schedule_tags_code
-from broker.store.consumequeue import CQ_UNIT, CQ_UNIT_SIZE, EXISTS, ConsumeQueue
-from broker.store.mapped_file import FileOps
+from pocketmq.broker.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from pocketmq.broker.store.commitlog import BLANK_MARKER_SIZE, CommitLog, DispatchRequest, schedule_tags_code
+from pocketmq.broker.store.consumequeue import CQ_UNIT, CQ_UNIT_SIZE, EXISTS, ConsumeQueue
+from pocketmq.broker.store.mapped_file import FileOps
 
 _crc32 = zlib.crc32
 _H_PACK = struct.Struct(">h").pack
@@ -44,7 +44,7 @@ _BATCH_HEAD = struct.Struct(">iiiii")
 _HEAD_FIRST = struct.Struct(">iiiiiqq")
 _BATCH_FLAG_BODYLEN = struct.Struct(">ii")     # at +12 in a batch element
 _POS_SYSFLAG = 36   # a batch element's head (protocol.message)
-from broker.store.store_config import StoreConfig
+from pocketmq.broker.store.store_config import StoreConfig
 
 __all__ = ["MessageStore", "CleanResult"]
 

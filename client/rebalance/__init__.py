@@ -1,5 +1,5 @@
 """Rebalance: pure allocation strategies and the per-topic plan."""
-from client.rebalance.allocate import (  # noqa: F401
+from pocketmq.client.rebalance.allocate import (  # noqa: F401
                                        AllocateAveragely,
                                        AllocateAveragelyByCircle,
                                        AllocateByConfig,
@@ -9,4 +9,4 @@ from client.rebalance.allocate import (  # noqa: F401
                                        AllocateStrategy,
                                        strategy_by_name,
 )
-from client.rebalance.plan import RebalancePlan, plan_broadcasting, plan_clustering  # noqa: F401
+from pocketmq.client.rebalance.plan import RebalancePlan, plan_broadcasting, plan_clustering  # noqa: F401

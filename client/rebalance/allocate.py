@@ -24,7 +24,7 @@ import hashlib
 import logging
 from collections.abc import Iterable, Sequence
 
-from protocol.bodies import MessageQueue
+from pocketmq.protocol.bodies import MessageQueue
 
 log = logging.getLogger("pocketmq.client.rebalance")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from client.rebalance.allocate import AllocateStrategy
-from protocol.bodies import MessageQueue
+from pocketmq.client.rebalance.allocate import AllocateStrategy
+from pocketmq.protocol.bodies import MessageQueue
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,8 +33,8 @@ import struct
 
 import msgpack
 
-from protocol.codes import LanguageCode, SerializeType
-from protocol.errors import ProtocolError
+from pocketmq.protocol.codes import LanguageCode, SerializeType
+from pocketmq.protocol.errors import ProtocolError
 
 _LANG_BY_NAME = {m.name: int(m) for m in LanguageCode}
 _LANG_NAME = {int(m): m.name for m in LanguageCode}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from protocol.codes import RequestCode
-from protocol.errors import HeaderError
+from pocketmq.protocol.codes import RequestCode
+from pocketmq.protocol.errors import HeaderError
 
 
 def req_str(ext: dict, name: str) -> str:

@@ -5,12 +5,12 @@ import time
 
 import pytest
 
-from protocol import bodies
-from protocol.codes import PullSysFlag, RequestCode as R, ResponseCode as C
-from protocol.command import RemotingCommand
-from protocol.headers.typed import SendMessageRequestHeader, encode_send_header
-from protocol.message import decode_records, encode_batch_body, encode_properties
-from remoting.client import RemotingClient
+from pocketmq.protocol import bodies
+from pocketmq.protocol.codes import PullSysFlag, RequestCode as R, ResponseCode as C
+from pocketmq.protocol.command import RemotingCommand
+from pocketmq.protocol.headers.typed import SendMessageRequestHeader, encode_send_header
+from pocketmq.protocol.message import decode_records, encode_batch_body, encode_properties
+from pocketmq.remoting.client import RemotingClient
 from tests.support.local import local_cluster
 
 pytestmark = pytest.mark.asyncio
@@ -287,7 +287,7 @@ async def test_offset_and_time_queries_and_view_by_id(env):
                                                      ext_fields=dict(ext, timestamp=str(t_before - 1000))))
     assert (mx.ext_fields["offset"], mn.ext_fields["offset"], so.ext_fields["offset"]) == ("4", "0", "0")
     assert int(et.ext_fields["timestamp"]) >= t_before - 5
-    from protocol.message import decode_offset_msg_id
+    from pocketmq.protocol.message import decode_offset_msg_id
     _, _, phys = decode_offset_msg_id(offsets[2].ext_fields["msgId"])
     v = await c.invoke(broker.addr, RemotingCommand(R.VIEW_MESSAGE_BY_ID, ext_fields={"offset": str(phys)}))
     assert v.code == C.SUCCESS and decode_records(v.body)[0].body == b"q2"

@@ -4,10 +4,10 @@ import time
 
 import pytest
 
-from protocol.codes import RequestCode as R, ResponseCode as C
-from protocol.command import RemotingCommand
-from protocol.message import decode_records
-from remoting.client import RemotingClient
+from pocketmq.protocol.codes import RequestCode as R, ResponseCode as C
+from pocketmq.protocol.command import RemotingCommand
+from pocketmq.protocol.message import decode_records
+from pocketmq.remoting.client import RemotingClient
 from tests.integration.test_broker import pull_cmd, send_cmd
 from tests.support.local import local_cluster
 
@@ -103,7 +103,7 @@ async def test_send_back_retries_then_dead_letters(tmp_path):
 
 async def test_python_push_consumer_reconsume_later_goes_through_retry_topic(tmp_path):
     """RECONSUME_LATER -> CONSUMER_SEND_MSG_BACK -> SCHEDULE -> %RETRY%G -> listener again."""
-    from client import CONSUME_SUCCESS, RECONSUME_LATER, Message, Producer, PushConsumer
+    from pocketmq.client import CONSUME_SUCCESS, RECONSUME_LATER, Message, Producer, PushConsumer
     async with local_cluster(str(tmp_path), LEVELS) as (ns, broker):
         seen = []
         done = asyncio.Event()

@@ -5,11 +5,11 @@ import time
 
 import pytest
 
-from broker.app import MetadataError
-from protocol import bodies
-from protocol.codes import RequestCode as R, ResponseCode as C
-from protocol.command import RemotingCommand, encode
-from remoting.client import RemotingClient
+from pocketmq.broker.app import MetadataError
+from pocketmq.protocol import bodies
+from pocketmq.protocol.codes import RequestCode as R, ResponseCode as C
+from pocketmq.protocol.command import RemotingCommand, encode
+from pocketmq.remoting.client import RemotingClient
 from tests.integration.test_broker import send_cmd
 from tests.support.local import local_cluster
 

@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from client import CONSUME_SUCCESS, LitePullConsumer, Message, Producer, PushConsumer
-from protocol.bodies import MessageQueue
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from remoting.client import RemotingClient
+from pocketmq.client import CONSUME_SUCCESS, LitePullConsumer, Message, Producer, PushConsumer
+from pocketmq.protocol.bodies import MessageQueue
+from pocketmq.protocol.codes import RequestCode, ResponseCode
+from pocketmq.protocol.command import RemotingCommand
+from pocketmq.remoting.client import RemotingClient
 from tests.support.daemons import Cluster
 from tests.support.workloads import produce_around_a_timestamp, run_mqadmin
 

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from client import Message, Producer
+from pocketmq.client import Message, Producer
 from tests.support.daemons import READY_BROKER, READY_NS, Daemon, free_port
 
 pytestmark = pytest.mark.asyncio

@@ -3,9 +3,9 @@ import asyncio
 
 import pytest
 
-from client import CONSUME_SUCCESS, Message, Producer, PushConsumer
-from protocol.codes import ResponseCode as C
-from remoting.client import RemotingClient
+from pocketmq.client import CONSUME_SUCCESS, Message, Producer, PushConsumer
+from pocketmq.protocol.codes import ResponseCode as C
+from pocketmq.remoting.client import RemotingClient
 from tests.integration.test_broker import send_cmd
 from tests.support.local import local_cluster
 

@@ -6,16 +6,16 @@ import sys
 
 import pytest
 
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from remoting.client import RemotingClient
+from pocketmq.protocol.codes import RequestCode, ResponseCode
+from pocketmq.protocol.command import RemotingCommand
+from pocketmq.remoting.client import RemotingClient
 from tests.support.daemons import Cluster, free_port
 
 
 def _script(name):
     return [shutil.which(name)] if shutil.which(name) else [sys.executable, "-m",
-                                                             {"mqbroker": "broker", "mqnamesrv": "nameserver",
-                                                              "pocketmq": "pocketmq_cli"}[name]]
+                                                             {"mqbroker": "pocketmq.broker", "mqnamesrv": "pocketmq.nameserver",
+                                                              "pocketmq": "pocketmq"}[name]]
 
 
 def test_pocketmq_dev_demo(tmp_path):
@@ -55,7 +55,7 @@ def test_sigterm_shuts_down_cleanly_and_unregisters(tmp_path):
             try:
                 r = await cli.invoke(c.namesrv_addr, RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO))
                 assert r.code == ResponseCode.SUCCESS
-                from protocol.bodies import decode_cluster_info
+                from pocketmq.protocol.bodies import decode_cluster_info
                 return decode_cluster_info(r.body)[0]
             finally:
                 await cli.close()

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from client import admin_tables as T
-from client.admin_cli import main as admin_main
-from client.admin_cli import transport_reason
+from pocketmq.client import admin_tables as T
+from pocketmq.client.admin_cli import main as admin_main
+from pocketmq.client.admin_cli import transport_reason
 from tests.support.daemons import Cluster, free_port
 from tests.support.workloads import run_mqadmin
 
@@ -131,7 +131,7 @@ class TestTables:
         assert "mqadmin help <command>" in out
 
     def test_transport_reasons(self):
-        from remoting.connection import ConnectionClosed, RequestTimeout
+        from pocketmq.remoting.connection import ConnectionClosed, RequestTimeout
         assert transport_reason(ConnectionClosed(
             "cannot connect to 127.0.0.1:9: [Errno 111] Connect call failed ('127.0.0.1', 9)")) == "connection refused"
         assert transport_reason(ConnectionClosed("cannot connect to 1.2.3.4:9: timeout")).startswith("connect timed out")
@@ -183,7 +183,7 @@ class TestCommandLine:
     def test_reset_timestamps(self, capsys, monkeypatch):
         import time as _time
 
-        from client.admin_cli import _reset_timestamp
+        from pocketmq.client.admin_cli import _reset_timestamp
         monkeypatch.setenv("TZ", "UTC")
         _time.tzset()
         try:
@@ -222,7 +222,7 @@ class TestCommandLine:
         assert_clean_failure(r, f"127.0.0.1:{port}", "connection refused")
 
     def test_unreachable_broker_in_message_id(self):
-        from protocol.message import offset_msg_id
+        from pocketmq.protocol.message import offset_msg_id
         port = free_port()
         mid = offset_msg_id(b"\x7f\x00\x00\x01", port, 0)
         r = run_cli("queryMsgById", "-i", mid)
@@ -339,15 +339,15 @@ class TestAgainstCluster:
         assert fields["Message Body"] == "hello mqadmin"
 
     def test_query_msg_by_id_unknown_offset(self, cluster, state):
-        from protocol.message import offset_msg_id, parse_host
+        from pocketmq.protocol.message import offset_msg_id, parse_host
         host, port = parse_host(cluster.broker_addr)
         r = run_cli("queryMsgById", "-i", offset_msg_id(host, port, 10**9))
         assert_clean_failure(r, "not found on broker " + cluster.broker_addr)
 
     def test_consumer_progress(self, cluster):
-        from protocol.codes import RequestCode, ResponseCode
-        from protocol.command import RemotingCommand
-        from remoting.client import RemotingClient
+        from pocketmq.protocol.codes import RequestCode, ResponseCode
+        from pocketmq.protocol.command import RemotingCommand
+        from pocketmq.remoting.client import RemotingClient
 
         async def commit():
             client = RemotingClient()

@@ -14,12 +14,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from nameserver.app import NameServer
-from protocol.bodies import (DataVersion, TopicConfig, TopicRouteData, decode_cluster_info, dumps,
+from pocketmq.nameserver.app import NameServer
+from pocketmq.protocol.bodies import (DataVersion, TopicConfig, TopicRouteData, decode_cluster_info, dumps,
                              encode_register_broker_body, loads)
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from remoting.client import RemotingClient
+from pocketmq.protocol.codes import RequestCode, ResponseCode
+from pocketmq.protocol.command import RemotingCommand
+from pocketmq.remoting.client import RemotingClient
 
 TEST_TIMEOUT_S = 15
 CLUSTER = "DefaultCluster"
@@ -47,7 +47,7 @@ def make_config(tmp_path, **over):
              orderMessageEnable=False, rocketmqHome=str(tmp_path))
     d.update(over)
     try:
-        from nameserver.config import NamesrvConfig
+        from pocketmq.nameserver.config import NamesrvConfig
     except ImportError:  # stand-in with the same camelCase keys
         return SimpleNamespace(**d)
     return NamesrvConfig(**d)
@@ -376,8 +376,8 @@ async def test_idle_connection_closed_after_server_channel_max_idle_time(tmp_pat
 
 @bounded
 async def test_main_config_error_exits_2(capsys):
-    pytest.importorskip("nameserver.config")
-    from nameserver.__main__ import main
+    pytest.importorskip("pocketmq.nameserver.config")
+    from pocketmq.nameserver.__main__ import main
     assert main(["--noSuchKey=1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("mqnamesrv: ") and "noSuchKey" in err
@@ -385,7 +385,7 @@ async def test_main_config_error_exits_2(capsys):
 
 @bounded
 async def test_mqnamesrv_process_ready_line_and_sigterm(tmp_path):
-    pytest.importorskip("nameserver.config")
+    pytest.importorskip("pocketmq.nameserver.config")
     kv_path = tmp_path / "kv" / "kvConfig.json"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = await asyncio.create_subprocess_exec(

@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from remoting.client import RemotingClient
+from pocketmq.protocol.codes import RequestCode, ResponseCode
+from pocketmq.protocol.command import RemotingCommand
+from pocketmq.remoting.client import RemotingClient
 
 pytestmark = pytest.mark.interop
 

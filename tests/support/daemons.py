@@ -28,7 +28,7 @@ def _script(name: str) -> list[str]:
     path = shutil.which(name)
     if path:
         return [path]
-    module = {"mqnamesrv": "nameserver", "mqbroker": "broker"}[name]
+    module = {"mqnamesrv": "pocketmq.nameserver", "mqbroker": "pocketmq.broker"}[name]
     return [sys.executable, "-m", module]
 
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import contextlib
 
-from broker.app import Broker
-from broker.config import parse_args as broker_args
-from nameserver.app import NameServer
-from nameserver.config import parse_args as ns_args
+from pocketmq.broker.app import Broker
+from pocketmq.broker.config import parse_args as broker_args
+from pocketmq.nameserver.app import NameServer
+from pocketmq.nameserver.config import parse_args as ns_args
 
 
 @contextlib.asynccontextmanager

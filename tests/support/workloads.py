@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from client import Message, Producer
+from pocketmq.client import Message, Producer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -34,5 +34,5 @@ def run_mqadmin(*args: str, env_extra: dict | None = None, timeout_s: float = 30
     env.pop("NAMESRV_ADDR", None)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "client.admin_cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "pocketmq.client.admin_cli", *args], capture_output=True, text=True,
                           timeout=timeout_s, cwd=ROOT, env=env, check=False)

@@ -1,13 +1,13 @@
 """Pure broker rules with an integer clock: registries, held pulls, locks, topics, offsets."""
 from types import SimpleNamespace
 
-from broker.core.clients import ClientChannelInfo, ConsumerManager, ProducerManager
-from broker.core.held_pulls import HeldPull, HeldPullTable
-from broker.core.locks import RebalanceLockManager
-from broker.core.offsets import ConsumerOffsetManager
-from broker.core.subscription_groups import SubscriptionGroupManager
-from broker.core.topics import TopicConfigManager, validate_topic
-from protocol.bodies import MessageQueue, build_subscription
+from pocketmq.broker.core.clients import ClientChannelInfo, ConsumerManager, ProducerManager
+from pocketmq.broker.core.held_pulls import HeldPull, HeldPullTable
+from pocketmq.broker.core.locks import RebalanceLockManager
+from pocketmq.broker.core.offsets import ConsumerOffsetManager
+from pocketmq.broker.core.subscription_groups import SubscriptionGroupManager
+from pocketmq.broker.core.topics import TopicConfigManager, validate_topic
+from pocketmq.protocol.bodies import MessageQueue, build_subscription
 
 
 def info(cid, now):
@@ -68,7 +68,7 @@ def test_held_pulls_wake_on_matching_tag_only():
     c = _held("T", 1, 5, 10_000, "*")
     for p in (a, b, c):
         assert t.hold(p)
-    from protocol.message import tags_code
+    from pocketmq.protocol.message import tags_code
     assert t.notify("T", 0, 5, tags_code("TagA")) == []      # nothing past offset 5 yet
     assert t.notify("T", 0, 6, tags_code("TagB")) == [b]     # only the '*' pull matches TagB
     assert t.notify("T", 0, 7, tags_code("TagA")) == [a]
@@ -157,7 +157,7 @@ def test_subscription_groups_auto_create_and_persist():
 
 
 def test_reset_table_rule():
-    from broker.core.offsets import reset_table
+    from pocketmq.broker.core.offsets import reset_table
     by_time = {0: 5, 1: 5, 2: 5, 3: -1}
     committed = {0: 3, 1: 9, 3: 4}          # queue 2 never committed
     assert reset_table(committed, by_time, force=True) == {0: 5, 1: 5, 2: 5, 3: 0}

@@ -1,7 +1,7 @@
 """Delay / retry rules (pure)."""
-from broker.core.delay import (ScheduleCursors, delay_level, from_schedule, is_due, send_back_properties,
+from pocketmq.broker.core.delay import (ScheduleCursors, delay_level, from_schedule, is_due, send_back_properties,
                                to_schedule)
-from protocol.message import decode_properties, encode_properties
+from pocketmq.protocol.message import decode_properties, encode_properties
 
 
 def test_delay_level_parsing():

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from remoting.busy_poll import BusyPoll
+from pocketmq.remoting.busy_poll import BusyPoll
 
 pytestmark = pytest.mark.asyncio
 
@@ -49,8 +49,8 @@ async def test_adaptive_does_not_spin_after_long_work():
 
 
 async def test_server_spins_only_after_answering():
-    from protocol.command import RemotingCommand, encode
-    from remoting.connection import Connection
+    from pocketmq.protocol.command import RemotingCommand, encode
+    from pocketmq.remoting.connection import Connection
 
     class Transport:
         def get_extra_info(self, _k):

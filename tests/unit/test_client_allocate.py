@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 
-from client.rebalance import (
+from pocketmq.client.rebalance import (
     AllocateAveragely,
     AllocateAveragelyByCircle,
     AllocateByConfig,
@@ -19,8 +19,8 @@ from client.rebalance import (
     plan_clustering,
     strategy_by_name,
 )
-from client.rebalance.allocate import java_mq_string, md5_hash32
-from protocol.bodies import MessageQueue
+from pocketmq.client.rebalance.allocate import java_mq_string, md5_hash32
+from pocketmq.protocol.bodies import MessageQueue
 
 
 def mqs(n, topic="T", broker="broker-a"):

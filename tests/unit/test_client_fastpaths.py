@@ -5,13 +5,13 @@ import random
 
 import pytest
 
-from client.connection import ClientConnection, encode_frame_parts
-from client.message import Message
-from client.producer import send_ext_fields
-from protocol import message as msgcodec
-from protocol.codes import LanguageCode, RequestCode, SerializeType
-from protocol.command import FrameDecoder, RemotingCommand, encode_parts
-from protocol.headers.typed import SendMessageRequestHeader, encode_send_header
+from pocketmq.client.connection import ClientConnection, encode_frame_parts
+from pocketmq.client.message import Message
+from pocketmq.client.producer import send_ext_fields
+from pocketmq.protocol import message as msgcodec
+from pocketmq.protocol.codes import LanguageCode, RequestCode, SerializeType
+from pocketmq.protocol.command import FrameDecoder, RemotingCommand, encode_parts
+from pocketmq.protocol.headers.typed import SendMessageRequestHeader, encode_send_header
 
 
 @pytest.mark.parametrize("st", [SerializeType.JSON, SerializeType.MSGPACK, SerializeType.ROCKETMQ])
@@ -108,9 +108,9 @@ async def test_coalescing_groups_frames_keeps_order_and_flushes_on_close():
 
 # --- pull bodies: one-pass raw decode + lazy MessageExt == eager decode ------------------
 
-from client.message import MessageExt  # noqa: E402
-from client.push_consumer import WorkQueue, tag_filter  # noqa: E402
-from protocol.bodies import build_subscription  # noqa: E402
+from pocketmq.client.message import MessageExt  # noqa: E402
+from pocketmq.client.push_consumer import WorkQueue, tag_filter  # noqa: E402
+from pocketmq.protocol.bodies import build_subscription  # noqa: E402
 from tests.unit.test_message_codec import A3_HEX  # noqa: E402
 
 
@@ -233,8 +233,8 @@ async def test_work_queue_wakes_idle_workers_in_order():
 
 
 def test_batch_elements_equal_encode_batch_body_and_ids_sequential():
-    from client.message import UniqIdGenerator
-    from client.producer import encode_batch_elements, split_batch
+    from pocketmq.client.message import UniqIdGenerator
+    from pocketmq.client.producer import encode_batch_elements, split_batch
     rnd = random.Random(9)
     msgs = [Message("T", bytes(rnd.randrange(50)), tags=rnd.choice([None, "A"]), flag=rnd.randrange(9),
                     properties={"u": "é"} if rnd.random() < 0.3 else None) for _ in range(50)]

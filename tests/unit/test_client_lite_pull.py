@@ -1,11 +1,11 @@
 """LitePullConsumer against the in-process fake cluster."""
 import asyncio
 
-from client.lite_pull_consumer import LitePullConsumer
-from client.message import Message
-from client.producer import Producer
-from client.testing import FakeCluster
-from protocol.bodies import MessageQueue
+from pocketmq.client.lite_pull_consumer import LitePullConsumer
+from pocketmq.client.message import Message
+from pocketmq.client.producer import Producer
+from pocketmq.client.testing import FakeCluster
+from pocketmq.protocol.bodies import MessageQueue
 
 
 async def produce(addr, topic, n, start=0, queue=None, tags=None):

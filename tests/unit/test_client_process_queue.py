@@ -2,7 +2,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from client.process_queue import FlowControl, FlowLimits, ProcessQueue
+from pocketmq.client.process_queue import FlowControl, FlowLimits, ProcessQueue
 
 
 @dataclass

@@ -5,13 +5,13 @@ import zlib
 
 import pytest
 
-from client import errors
-from client.message import Message, SendStatus
-from client.producer import Producer, hash_selector
-from client.testing import FakeCluster
-from protocol import message as msgcodec
-from protocol.bodies import MessageQueue
-from protocol.codes import RequestCode, ResponseCode
+from pocketmq.client import errors
+from pocketmq.client.message import Message, SendStatus
+from pocketmq.client.producer import Producer, hash_selector
+from pocketmq.client.testing import FakeCluster
+from pocketmq.protocol import message as msgcodec
+from pocketmq.protocol.bodies import MessageQueue
+from pocketmq.protocol.codes import RequestCode, ResponseCode
 
 
 def stored(broker, topic):
@@ -326,8 +326,8 @@ async def test_close_sends_what_was_coalesced_and_a_cancelled_send_spares_its_gr
 
 
 def test_split_batch_result():
-    from client.message import SendResult
-    from client.producer import split_batch_result
+    from pocketmq.client.message import SendResult
+    from pocketmq.client.producer import split_batch_result
     mq = MessageQueue("T", "b", 1)
     r = SendResult(SendStatus.SEND_OK, "U1,U2,U3", "A,B,C", mq, 7)
     assert [(x.msg_id, x.offset_msg_id, x.queue_offset) for x in split_batch_result(r, ["U1", "U2", "U3"])] \

@@ -3,9 +3,9 @@ import dataclasses
 
 import pytest
 
-from client import errors
-from client.fault import LatencyFaultTolerance, not_available_duration_ms
-from client.message import (
+from pocketmq.client import errors
+from pocketmq.client.fault import LatencyFaultTolerance, not_available_duration_ms
+from pocketmq.client.message import (
     Message,
     MessageExt,
     SendResult,
@@ -14,9 +14,9 @@ from client.message import (
     decode_properties,
     encode_properties,
 )
-from client.route import BrokerAddrTable, publish_info, subscribe_queues
-from protocol.bodies import BrokerData, MessageQueue, QueueData, TopicRouteData
-from protocol.codes import ResponseCode
+from pocketmq.client.route import BrokerAddrTable, publish_info, subscribe_queues
+from pocketmq.protocol.bodies import BrokerData, MessageQueue, QueueData, TopicRouteData
+from pocketmq.protocol.codes import ResponseCode
 
 
 def test_error_table_maps_codes_to_classes():
@@ -34,7 +34,7 @@ def test_error_table_maps_codes_to_classes():
 
 
 def test_wrap_remoting():
-    from remoting.connection import ConnectionClosed, RequestTimeout
+    from pocketmq.remoting.connection import ConnectionClosed, RequestTimeout
     assert isinstance(errors.wrap_remoting(RequestTimeout("t")), errors.RequestTimeoutError)
     w = errors.wrap_remoting(ConnectionClosed("c"), "a:1")
     assert isinstance(w, errors.RemotingFailure) and w.retriable and "a:1" in str(w)
@@ -133,8 +133,8 @@ def test_message_types_work_with_dataclasses_copy_pickle_and_json():
     import json
     import pickle
 
-    from client.message import FrozenProperties, MessageExt, SendResult, SendStatus
-    from protocol.bodies import MessageQueue
+    from pocketmq.client.message import FrozenProperties, MessageExt, SendResult, SendStatus
+    from pocketmq.protocol.bodies import MessageQueue
     mq = MessageQueue("T", "broker-a", 1)
     m = Message("T", b"x", tags="A", properties={"a": "1"})
     ext = MessageExt("T", b"b", 1, 2, "broker-a", {"TAGS": "A", "u": "2"}, store_host="127.0.0.1:10911")

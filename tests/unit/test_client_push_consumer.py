@@ -5,11 +5,11 @@ import time
 
 import pytest
 
-from client.message import Message
-from client.process_queue import FlowLimits
-from client.producer import Producer
-from client.push_consumer import CONSUME_SUCCESS, RECONSUME_LATER, PushConsumer
-from client.testing import FakeCluster
+from pocketmq.client.message import Message
+from pocketmq.client.process_queue import FlowLimits
+from pocketmq.client.producer import Producer
+from pocketmq.client.push_consumer import CONSUME_SUCCESS, RECONSUME_LATER, PushConsumer
+from pocketmq.client.testing import FakeCluster
 
 
 async def wait_for(pred, timeout_s=10.0, what="condition"):
@@ -298,7 +298,7 @@ async def test_consume_from_where_for_a_new_group(where):
 
 async def test_broadcast_offsets_survive_a_restart_without_instance_name(tmp_path):
     """The local offsets file must not depend on the process id (the default instance name)."""
-    from client.offset_store import LocalOffsetStore
+    from pocketmq.client.offset_store import LocalOffsetStore
 
     class Inst:
         def __init__(self, cid):

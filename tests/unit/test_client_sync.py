@@ -4,10 +4,10 @@ import time
 
 import pytest
 
-from client import Message
-from client.errors import ClientStateError
-from client.sync import LitePullConsumer, Producer, PushConsumer, run
-from client.testing import FakeCluster
+from pocketmq.client import Message
+from pocketmq.client.errors import ClientStateError
+from pocketmq.client.sync import LitePullConsumer, Producer, PushConsumer, run
+from pocketmq.client.testing import FakeCluster
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_calling_the_facade_from_its_own_loop_is_refused(cluster):
 def test_facade_works_in_a_forked_child():
     """The child inherits the facade's loop object but not its thread."""
     import os
-    from client import sync
+    from pocketmq.client import sync
 
     async def forty_two():
         return 42

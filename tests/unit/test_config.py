@@ -7,11 +7,11 @@ import os
 import pytest
 from pydantic import ValidationError
 
-from broker import config as broker_config
-from broker.config import BrokerConfig, BrokerRole, FlushDiskType
-from nameserver import config as namesrv_config
-from nameserver.config import NamesrvConfig
-from protocol.properties_file import (
+from pocketmq.broker import config as broker_config
+from pocketmq.broker.config import BrokerConfig, BrokerRole, FlushDiskType
+from pocketmq.nameserver import config as namesrv_config
+from pocketmq.nameserver.config import NamesrvConfig
+from pocketmq.protocol.properties_file import (
     ConfigError,
     PropertyLine,
     closest_key,

@@ -7,8 +7,8 @@ import zlib
 
 import pytest
 
-from protocol import message as m
-from protocol.message import (BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MessageSysFlag,
+from pocketmq.protocol import message as m
+from pocketmq.protocol.message import (BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MessageSysFlag,
                               decode_batch_body, decode_offset_msg_id, decode_properties,
                               decode_record, decode_records, encode_batch_body,
                               encode_properties, encode_record, encode_record_into,
@@ -268,7 +268,7 @@ def test_decode_garbage_only_value_error():
 
 def test_batch_decode_appends_batch_properties_and_bounds_bodies():
     import pytest
-    from protocol.message import decode_batch_body, encode_batch_body
+    from pocketmq.protocol.message import decode_batch_body, encode_batch_body
     body = encode_batch_body([(1, b"a", "K\x01v"), (2, b"bb", ""), (3, b"c", "X\x01y\x02")])
     got = decode_batch_body(body, raw_properties=True, append_properties=b"CLUSTER\x01C")
     assert got == [(1, b"a", b"K\x01v\x02CLUSTER\x01C"), (2, b"bb", b"CLUSTER\x01C"),

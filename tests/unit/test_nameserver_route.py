@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from nameserver.route import (BROKER_CHANNEL_EXPIRED_MS, KVConfig, RouteInfoManager, RouteTableFull)
-from protocol.bodies import DataVersion, TopicConfig, TopicRouteData, dumps, loads
-from protocol.codes import PermName
-from protocol.errors import BodyError
+from pocketmq.nameserver.route import (BROKER_CHANNEL_EXPIRED_MS, KVConfig, RouteInfoManager, RouteTableFull)
+from pocketmq.protocol.bodies import DataVersion, TopicConfig, TopicRouteData, dumps, loads
+from pocketmq.protocol.codes import PermName
+from pocketmq.protocol.errors import BodyError
 
 CLUSTER = "DefaultCluster"
 A0 = "10.0.0.1:10911"   # broker-a master

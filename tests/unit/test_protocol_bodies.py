@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from protocol import bodies
-from protocol.errors import BodyError
+from pocketmq.protocol import bodies
+from pocketmq.protocol.errors import BodyError
 
 CPP_HEARTBEAT = (b'{"clientID":"4242-10.0.0.5@DEFAULT","consumerDataSet":[{"consumeFromWhere":0,"consumeType":1,'
                  b'"groupName":"G1","messageModel":1,"subscriptionDataSet":[{"codeSet":[0],"subString":"TagA || TagB",'
@@ -88,9 +88,9 @@ def test_message_queue_sorts_like_java():
 
 
 def test_reset_offset_bodies_both_forms_round_trip():
-    from protocol.bodies import (MessageQueue, decode_reset_offset_body, encode_reset_offset_body,
+    from pocketmq.protocol.bodies import (MessageQueue, decode_reset_offset_body, encode_reset_offset_body,
                                  encode_reset_offset_body_for_c)
-    from protocol.errors import BodyError
+    from pocketmq.protocol.errors import BodyError
     t = {MessageQueue("T", "broker-a", 1): 5, MessageQueue("T", "broker-a", 0): 0, MessageQueue("T", "b", 0): 9}
     java = encode_reset_offset_body(t)
     assert java.startswith(b'{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:9,')

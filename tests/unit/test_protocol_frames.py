@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from protocol.codes import LanguageCode, SerializeType
-from protocol.command import FrameDecoder, RemotingCommand, encode, encode_parts
-from protocol.errors import ProtocolError
-from protocol.headers.codec import decode_json, decode_rocketmq, encode_rocketmq
+from pocketmq.protocol.codes import LanguageCode, SerializeType
+from pocketmq.protocol.command import FrameDecoder, RemotingCommand, encode, encode_parts
+from pocketmq.protocol.errors import ProtocolError
+from pocketmq.protocol.headers.codec import decode_json, decode_rocketmq, encode_rocketmq
 
 JAVA_HB_RESPONSE = b'{"code":0,"flag":1,"language":"JAVA","opaque":3,"serializeTypeCurrentRPC":"JSON","version":401}'
 
@@ -126,7 +126,7 @@ def test_random_garbage_yields_only_protocol_errors():
     ({}, None), ({"a": "b", "中": "文\n\"q\""}, "some \x01 remark"), ({"n": 5, "t": True, "none": None}, ""),
 ])
 def test_fast_json_encoder_matches_reference(ext, remark):
-    from protocol.headers.codec import _encode_json_reference, encode_json
+    from pocketmq.protocol.headers.codec import _encode_json_reference, encode_json
     fast = encode_json(17, LanguageCode.JAVA, 401, 99, 1, remark, ext)
     ref = _encode_json_reference(17, LanguageCode.JAVA, 401, 99, 1, remark, ext)
     assert json.loads(fast) == json.loads(ref)
@@ -134,8 +134,8 @@ def test_fast_json_encoder_matches_reference(ext, remark):
 
 
 def test_send_header_fast_and_slow_paths_agree():
-    from protocol.errors import HeaderError
-    from protocol.headers.typed import SendMessageRequestHeader, decode_send_header, encode_send_header
+    from pocketmq.protocol.errors import HeaderError
+    from pocketmq.protocol.headers.typed import SendMessageRequestHeader, decode_send_header, encode_send_header
     h = SendMessageRequestHeader("pg", "T", "TBW102", 4, 1, 0, 1700000000000, 0, "a\x01b", 2, False, True, 16)
     for code, v2 in ((310, True), (320, True), (10, False)):
         assert decode_send_header(code, encode_send_header(h, v2=v2)) == h
@@ -161,6 +161,6 @@ def test_hostile_headers_are_protocol_errors():
 
 
 def test_topic_with_trailing_newline_is_invalid():
-    from broker.core.topics import validate_topic
-    from broker.store.store import valid_topic
+    from pocketmq.broker.core.topics import validate_topic
+    from pocketmq.broker.store.store import valid_topic
     assert validate_topic("Topic\n") and not valid_topic("Topic\n")

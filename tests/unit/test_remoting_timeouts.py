@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from protocol.command import RemotingCommand
-from remoting.connection import Connection, RequestTimeout
+from pocketmq.protocol.command import RemotingCommand
+from pocketmq.remoting.connection import Connection, RequestTimeout
 
 pytestmark = pytest.mark.asyncio
 

@@ -10,14 +10,14 @@ import threading
 
 import pytest
 
-from broker.store.api import (GetMessageStatus as GS, MessageBatchToStore, MessageToStore,
+from pocketmq.broker.store.api import (GetMessageStatus as GS, MessageBatchToStore, MessageToStore,
                               PutMessageStatus as PS, StoreError)
-from broker.store.checkpoint import Checkpoint, read_checkpoint
-from broker.store.mapped_file import FileOps
-from broker.store.safe_write import read_file, write_file_atomic
-from broker.store.store import MessageStore
-from broker.store.store_config import StoreConfig, parse_delay_levels
-from protocol.message import (BLANK_MAGIC_CODE, SCHEDULE_TOPIC, decode_batch_body, decode_record,
+from pocketmq.broker.store.checkpoint import Checkpoint, read_checkpoint
+from pocketmq.broker.store.mapped_file import FileOps
+from pocketmq.broker.store.safe_write import read_file, write_file_atomic
+from pocketmq.broker.store.store import MessageStore
+from pocketmq.broker.store.store_config import StoreConfig, parse_delay_levels
+from pocketmq.protocol.message import (BLANK_MAGIC_CODE, SCHEDULE_TOPIC, decode_batch_body, decode_record,
                               decode_records, encode_batch_body, java_string_hash, offset_msg_id)
 
 HOST = (bytes([10, 0, 0, 7]), 40000)

@@ -13,11 +13,11 @@ import shutil
 
 import pytest
 
-from broker.store.api import MessageBatchToStore, MessageToStore
-from broker.store.memory_store import MemoryStore
-from broker.store.store import MessageStore
-from broker.store.store_config import StoreConfig
-from protocol.message import SCHEDULE_TOPIC, encode_batch_body, head_struct, tags_code
+from pocketmq.broker.store.api import MessageBatchToStore, MessageToStore
+from pocketmq.broker.store.memory_store import MemoryStore
+from pocketmq.broker.store.store import MessageStore
+from pocketmq.broker.store.store_config import StoreConfig
+from pocketmq.protocol.message import SCHEDULE_TOPIC, encode_batch_body, head_struct, tags_code
 
 SEG = 4096
 N_SEEDS = int(os.environ.get("POCKETMQ_STORE_MODEL_SEEDS", "10"))

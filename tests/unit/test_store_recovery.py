@@ -7,10 +7,10 @@ import struct
 
 import pytest
 
-from broker.store.api import MessageToStore
-from broker.store.store import MessageStore
-from broker.store.store_config import StoreConfig
-from protocol.message import decode_record, decode_records
+from pocketmq.broker.store.api import MessageToStore
+from pocketmq.broker.store.store import MessageStore
+from pocketmq.broker.store.store_config import StoreConfig
+from pocketmq.protocol.message import decode_record, decode_records
 
 HOST = (bytes([10, 0, 0, 7]), 40000)
 SEG = 4096

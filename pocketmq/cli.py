@@ -27,9 +27,9 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _demo(namesrv_addr: str, broker_addr: str, count: int = 5) -> list:
     """Produce and consume through the wire protocol, as any RocketMQ client would."""
-    from client.lite_pull_consumer import LitePullConsumer
-    from client.message import Message
-    from client.producer import Producer
+    from pocketmq.client.lite_pull_consumer import LitePullConsumer
+    from pocketmq.client.message import Message
+    from pocketmq.client.producer import Producer
     topic = "DemoTopic"
     received = []
     async with Producer("demo_producer", namesrv_addr) as producer:
@@ -51,10 +51,10 @@ async def _demo(namesrv_addr: str, broker_addr: str, count: int = 5) -> list:
 
 
 async def _dev(args) -> int:
-    from broker.app import Broker
-    from broker.config import parse_args as broker_args
-    from nameserver.app import NameServer
-    from nameserver.config import parse_args as ns_args
+    from pocketmq.broker.app import Broker
+    from pocketmq.broker.config import parse_args as broker_args
+    from pocketmq.nameserver.app import NameServer
+    from pocketmq.nameserver.config import parse_args as ns_args
     store_dir = os.path.abspath(args.dir)
     os.makedirs(store_dir, exist_ok=True)
     print(f"pocketmq dev: store in {store_dir}", flush=True)
@@ -80,7 +80,7 @@ async def _dev(args) -> int:
                 got = await _demo(namesrv_addr, broker.addr)
                 print(f"pocketmq dev --demo: {len(got)} messages consumed", flush=True)
                 return 0 if got else 1
-            from remoting.daemon import run_until_signal
+            from pocketmq.remoting.daemon import run_until_signal
             await run_until_signal()
         finally:
             await broker.close()
@@ -91,12 +91,12 @@ async def _dev(args) -> int:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    from remoting.daemon import install_uvloop, setup_logging
+    from pocketmq.remoting.daemon import install_uvloop, setup_logging
     setup_logging("WARNING" if getattr(args, "demo", False) else "INFO")
     install_uvloop()
     if args.command == "dev":
-        from broker.app import MetadataError
-        from broker.store.api import StoreError
+        from pocketmq.broker.app import MetadataError
+        from pocketmq.broker.store.api import StoreError
         try:
             return asyncio.run(_dev(args))
         except (OSError, StoreError, MetadataError) as e:

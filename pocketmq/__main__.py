@@ -1,0 +1,6 @@
+"""`python -m pocketmq` is the `pocketmq` command."""
+import sys
+
+from pocketmq.cli import main
+
+sys.exit(main())
