@@ -211,7 +211,7 @@ def main(argv=None):
     before = loopback_echo_rtt_us()
     print(f"calibration before: loopback_echo_rtt_us={before:.1f}", flush=True)
     if args.fake:
-        from pocketmq.client.testing import FakeCluster
+        from tests.support.fake_broker import FakeCluster
 
         async def fake():
             async with FakeCluster() as cluster:

@@ -9,7 +9,7 @@ from pocketmq.client.message import Message
 from pocketmq.client.process_queue import FlowLimits
 from pocketmq.client.producer import Producer
 from pocketmq.client.push_consumer import CONSUME_SUCCESS, RECONSUME_LATER, PushConsumer
-from pocketmq.client.testing import FakeCluster
+from tests.support.fake_broker import FakeCluster
 
 
 async def wait_for(pred, timeout_s=10.0, what="condition"):

@@ -4,7 +4,7 @@ import asyncio
 from pocketmq.client.lite_pull_consumer import LitePullConsumer
 from pocketmq.client.message import Message
 from pocketmq.client.producer import Producer
-from pocketmq.client.testing import FakeCluster
+from tests.support.fake_broker import FakeCluster
 from pocketmq.protocol.bodies import MessageQueue
 
 

@@ -7,7 +7,7 @@ import pytest
 from pocketmq.client import Message
 from pocketmq.client.errors import ClientStateError
 from pocketmq.client.sync import LitePullConsumer, Producer, PushConsumer, run
-from pocketmq.client.testing import FakeCluster
+from tests.support.fake_broker import FakeCluster
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 from pocketmq.client import errors
 from pocketmq.client.message import Message, SendStatus
 from pocketmq.client.producer import Producer, hash_selector
-from pocketmq.client.testing import FakeCluster
+from tests.support.fake_broker import FakeCluster
 from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.bodies import MessageQueue
 from pocketmq.protocol.codes import RequestCode, ResponseCode

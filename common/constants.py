@@ -1,0 +1,71 @@
+"""Domain constants every role shares (RocketMQ's `common.MixAll`, `TopicValidator`, `UtilAll`).
+
+One owner: the broker, the nameserver, the client and the tools import these names;
+nobody retypes "%RETRY%" or 20. Pure: no I/O.
+"""
+from __future__ import annotations
+
+import re
+
+# --- system topics (RocketMQ 4.9 TopicValidator / MixAll) -------------------------------------
+AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"          # template of auto-created topics
+DEFAULT_TOPIC_QUEUE_NUMS = 4                    # a producer's queue count for an auto-created topic
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"          # delayed messages wait here, queue = level - 1
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+BENCHMARK_TOPIC = "BenchmarkTest"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+# Topics a client may not send to (the broker answers NO_PERMISSION).
+NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
+                                     TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
+TOPIC_MAX_LENGTH = 127
+DEFAULT_CONSUMER_GROUP = "DEFAULT_CONSUMER"
+
+
+def retry_topic(group: str) -> str:
+    """`%RETRY%<group>`: where a consumer group's failed messages wait for redelivery."""
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    """`%DLQ%<group>`: where messages go after the group's last retry."""
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+def is_retry_topic(topic: str) -> bool:
+    return topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+
+
+def is_dlq_topic(topic: str) -> bool:
+    return topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
+
+
+# --- store unit sizes -----------------------------------------------------------------------
+CQ_UNIT_SIZE = 20                 # one consume-queue unit: commit_log_offset q, size i, tags_code q
+CQ_FILLER_SIZE = 0x7FFFFFFF       # size field of a filler unit (a hole left by a truncated queue)
+
+# --- delay levels ---------------------------------------------------------------------------
+DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_DELAY_LEVEL_RE = re.compile(r"(\d+)([smhd])")
+_DELAY_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(spec: str) -> tuple[int, ...]:
+    """`messageDelayLevel` -> milliseconds: "1s 5s 1m 2h" -> (1000, 5000, 60000, 7200000).
+
+    Level n is element n-1. Raises ValueError naming the bad token (Java refuses to
+    start on one too), or when there is no level at all."""
+    levels = []
+    for token in spec.split():
+        match = _DELAY_LEVEL_RE.fullmatch(token)
+        if match is None:
+            raise ValueError(f"bad delay level {token!r}; expected e.g. '1s 5s 10s 30s 1m 2h 1d'")
+        levels.append(int(match.group(1)) * _DELAY_UNIT_MS[match.group(2)])
+    if not levels:
+        raise ValueError("needs at least one delay level")
+    return tuple(levels)
