@@ -15,8 +15,9 @@ import logging
 import os
 import time
 
+from pocketmq.common.constants import SCHEDULE_TOPIC
 from pocketmq.broker.core.clients import ConsumerManager, ProducerManager
-from pocketmq.broker.core.delay import SCHEDULE_TOPIC_NAME, ScheduleCursors
+from pocketmq.broker.core.delay import ScheduleCursors
 from pocketmq.broker.core.held_pulls import HeldPullTable
 from pocketmq.broker.core.locks import RebalanceLockManager
 from pocketmq.broker.core.offsets import ConsumerOffsetManager
@@ -28,7 +29,7 @@ from pocketmq.broker.services.flush import FlushService
 from pocketmq.broker.services.hold import HoldService
 from pocketmq.broker.services.schedule import ScheduleService
 from pocketmq.broker.store.api import PutMessageStatus
-from pocketmq.broker.store.safe_write import write_file_atomic
+from pocketmq.common.files import write_file_atomic
 from pocketmq.protocol import bodies
 from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.codes import RequestCode, ResponseCode
@@ -135,7 +136,7 @@ class Broker:
         hold_dispatch, schedule_wake = self.hold_service.on_dispatch, self.schedule_service.wake
 
         def on_dispatch(topic, queue_id, max_offset, tags_code, store_ts):
-            if topic == SCHEDULE_TOPIC_NAME:
+            if topic == SCHEDULE_TOPIC:
                 schedule_wake()
             hold_dispatch(topic, queue_id, max_offset, tags_code, store_ts)
         self.store.on_dispatch = on_dispatch

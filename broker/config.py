@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import socket
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -51,6 +50,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from pocketmq.common.constants import parse_delay_levels
 from pocketmq.protocol.properties_file import (
     LAYER_COMMAND_LINE,
     LAYER_FILE,
@@ -95,8 +95,6 @@ NonNegativeLong = Annotated[int, Field(ge=0, le=_LONG_MAX)]
 Name = Annotated[str, Field(min_length=1)]
 
 CQ_STORE_UNIT_SIZE = 20
-_DELAY_LEVEL_RE = re.compile(r"([0-9]+)([smhd])")
-_DELAY_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 class BrokerRole(StrEnum):
@@ -420,7 +418,7 @@ class BrokerConfig(BaseModel):
     @field_validator("messageDelayLevel")
     @classmethod
     def _check_delay_levels(cls, value: str) -> str:
-        _parse_delay_levels(value)
+        parse_delay_levels(value)
         return value
 
     @field_validator("aclEnable")
@@ -480,7 +478,7 @@ class BrokerConfig(BaseModel):
 
     def delay_levels_ms(self) -> tuple[int, ...]:
         """``messageDelayLevel`` in milliseconds; level N is element N-1."""
-        return _parse_delay_levels(self.messageDelayLevel)
+        return parse_delay_levels(self.messageDelayLevel)
 
     def delete_when_hours(self) -> tuple[int, ...]:
         """The hours of the day (0..23) at which expired files are deleted."""
@@ -528,18 +526,6 @@ def _split_addresses(value: str) -> tuple[str, ...]:
     if any(not part for part in parts):
         raise ValueError(f"empty address in {value!r}")
     return tuple(parts)
-
-
-def _parse_delay_levels(value: str) -> tuple[int, ...]:
-    levels = []
-    for token in value.split():
-        match = _DELAY_LEVEL_RE.fullmatch(token)
-        if match is None:
-            raise ValueError(f"bad delay level {token!r}; expected e.g. '1s 5s 10s 30s 1m 2h 1d'")
-        levels.append(int(match.group(1)) * _DELAY_UNIT_MS[match.group(2)])
-    if not levels:
-        raise ValueError("needs at least one delay level")
-    return tuple(levels)
 
 
 FIELD_TYPES: dict[str, object] = {

@@ -23,6 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from pocketmq.common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, RETRY_GROUP_TOPIC_PREFIX
 from pocketmq.client import admin_tables as tables
 from pocketmq.protocol.bodies import (MessageQueue, TopicRouteData, decode_cluster_info, decode_reset_offset_body, loads,
                              object_keyed_items)
@@ -44,8 +45,7 @@ from pocketmq.remoting.connection import RemotingError, RequestTimeout
 PROG = "mqadmin"
 CONNECT_TIMEOUT_S = 3.0
 REQUEST_TIMEOUT_S = 5.0
-DEFAULT_TOPIC = "TBW102"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DEFAULT_TOPIC = AUTO_CREATE_TOPIC_KEY_TOPIC
 ORDER_TOPIC_CONFIG_NAMESPACE = "ORDER_TOPIC_CONFIG"
 
 EXIT_OK = 0

@@ -22,6 +22,7 @@ import time
 import weakref
 
 from pocketmq.client.connection import ClientRemoting
+from pocketmq.common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
 from pocketmq.client.errors import (
     BrokerError,
     ClientStateError,
@@ -71,8 +72,7 @@ from pocketmq.remoting.connection import RemotingError
 
 log = logging.getLogger("pocketmq.client")
 
-DEFAULT_TOPIC = "TBW102"
-DEFAULT_TOPIC_QUEUE_NUMS = 4
+DEFAULT_TOPIC = AUTO_CREATE_TOPIC_KEY_TOPIC
 ROUTE_REFRESH_INTERVAL_S = 30.0
 HEARTBEAT_INTERVAL_S = 30.0
 REBALANCE_INTERVAL_S = 20.0

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from operator import itemgetter
 
+from pocketmq.common.constants import RETRY_GROUP_TOPIC_PREFIX
 from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.bodies import MessageQueue
 from pocketmq.protocol.message import decode_properties, encode_properties  # noqa: F401 (re-exported)
@@ -269,7 +270,7 @@ class MessageExt(tuple):
         """From one tuple of protocol.message.decode_records_raw. Messages redelivered
         through `%RETRY%<group>` get their original topic back (RETRY_TOPIC)."""
         topic = t[0]
-        if topic.startswith("%RETRY%"):
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             orig = msgcodec.property_value(t[4], PropertyKey.RETRY_TOPIC) if t[4] else None
             if orig:
                 return _tuple_new(cls, (orig,) + t[1:] + (broker_name, topic))
@@ -282,7 +283,7 @@ class MessageExt(tuple):
         (RETRY_TOPIC), like the Java client's resetRetryAndNamespace."""
         props = rec.properties
         topic = rec.topic
-        if topic.startswith("%RETRY%"):
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             topic = props.get(PropertyKey.RETRY_TOPIC) or topic
         return cls(topic, rec.body, rec.queue_id, rec.queue_offset, broker_name, FrozenProperties(props), rec.flag, rec.sys_flag, rec.commit_log_offset,
                    rec.born_timestamp, rec.born_host, rec.store_timestamp, rec.store_host,

@@ -37,6 +37,7 @@ import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 
+from pocketmq.common.constants import RETRY_GROUP_TOPIC_PREFIX
 from pocketmq.client.errors import (
     ClientStateError,
     InvalidArgumentError,
@@ -353,7 +354,7 @@ class Producer:
         """Put a send into its topic's open group; returns the future of its SendResult, or
         None when the message cannot travel in a batch (it is then sent on its own)."""
         topic = msg.topic
-        if topic.startswith("%RETRY%"):
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return None
         pb = props.encode()
         # The broker's size bound covers the whole group: an element that would not fit
@@ -490,7 +491,7 @@ class Producer:
             self._check_message(m)
             if m.topic != topic:
                 raise InvalidArgumentError("The topic of the messages in one batch should be the same")
-            if m.topic.startswith("%RETRY%"):
+            if m.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 raise InvalidArgumentError("Retry Group is not supported for batching")
             if m.delay_level > 0:
                 raise InvalidArgumentError("TimeDelayLevel is not supported for batching")

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 
+from pocketmq.common.constants import is_retry_topic, retry_topic
 from pocketmq.client.errors import (
     ClientStateError,
     InvalidArgumentError,
@@ -72,7 +73,6 @@ _IN_WORKER: contextvars.ContextVar[PushConsumer | None] = contextvars.ContextVar
 
 log = logging.getLogger("pocketmq.client.consumer")
 
-RETRY_PREFIX = "%RETRY%"
 
 
 class ConsumeStatus(Enum):
@@ -88,10 +88,6 @@ CONSUME_FROM = {
     "FIRST_OFFSET": "CONSUME_FROM_FIRST_OFFSET",
     "TIMESTAMP": "CONSUME_FROM_TIMESTAMP",
 }
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_PREFIX + group
 
 
 def tag_filter(sub: SubscriptionData):
@@ -178,7 +174,7 @@ async def compute_pull_from_where(instance, offset_store, group: str, mq: Messag
     last = await offset_store.read_store(mq)
     if last >= 0:
         return last
-    if mq.topic.startswith(RETRY_PREFIX):
+    if is_retry_topic(mq.topic):
         return 0
     if consume_from_where == "FIRST_OFFSET":
         return 0

@@ -10,7 +10,7 @@ and logs one readiness line:
     The Name Server boot success. serializeType=JSON, address 0.0.0.0:9876
 
 `close()` cancels the scan, closes the server and its connections, and writes
-kvConfig.json safely (tmp file, fsync, os.replace, fsync of the directory).
+kvConfig.json safely (common.files.write_file_atomic: tmp file, fsync, os.replace, fsync of the directory).
 KV changes are also persisted in the background soon after they happen, as
 the Java NameServer does after every PUT/DELETE_KV_CONFIG.
 
@@ -35,8 +35,18 @@ import logging
 import os
 import time
 
-from pocketmq.nameserver.processors import NamesrvState, build_processor_table, config_value
-from pocketmq.nameserver.route import BROKER_CHANNEL_EXPIRED_MS, KVConfig, RemovedBroker, RouteInfoManager
+from pocketmq.common.files import write_file_atomic
+from pocketmq.nameserver.processors import (
+    NamesrvState,
+    build_processor_table,
+    config_value,
+)
+from pocketmq.nameserver.route import (
+    BROKER_CHANNEL_EXPIRED_MS,
+    KVConfig,
+    RemovedBroker,
+    RouteInfoManager,
+)
 from pocketmq.protocol.errors import BodyError
 from pocketmq.remoting.server import RemotingServer
 
@@ -47,30 +57,6 @@ DEFAULT_LISTEN_PORT = 9876
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
-
-
-def write_file_safely(path: str, data: bytes) -> None:
-    # Same steps as broker.store.safe_write.write_file_atomic; kept here because the
-    # nameserver must not import the broker (architecture.md dependency rules).
-    """tmp -> write -> fsync -> os.replace -> fsync(dir): the file is old or new, never torn."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 class KVConfigFileError(Exception):
@@ -216,7 +202,7 @@ class NameServer:
             version = self.kv.version
             data = self.kv.to_json_bytes()
             try:
-                await asyncio.to_thread(write_file_safely, self.kv_config_path, data)
+                await asyncio.to_thread(write_file_atomic, self.kv_config_path, data)
             except OSError as e:
                 log.error("persist KV config to %s failed: %s", self.kv_config_path, e)
                 return

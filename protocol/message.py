@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 __all__ = [
-    "MESSAGE_MAGIC_CODE", "BLANK_MAGIC_CODE", "SCHEDULE_TOPIC", "MessageSysFlag",
+    "MESSAGE_MAGIC_CODE", "BLANK_MAGIC_CODE", "MessageSysFlag",
     "MessageExt", "java_string_hash", "tags_code", "encode_properties",
     "decode_properties", "encode_record", "encode_record_into", "patch_record",
     "record_size", "decode_record", "decode_records", "decode_records_raw", "offset_msg_id",
@@ -61,7 +61,6 @@ __all__ = [
 
 MESSAGE_MAGIC_CODE = -626843481          # 0xDAA320A7 as a signed int
 BLANK_MAGIC_CODE = -875286124            # 0xCBD43194 as a signed int
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TOPIC_LENGTH_BYTES_MAX = 127
 PROPERTIES_LENGTH_BYTES_MAX = 32767
 BATCH_ELEMENT_OVERHEAD = 22              # 4+4+4+4+4 + 2 (+ body + properties)

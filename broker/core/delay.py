@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 
+from pocketmq.common.constants import SCHEDULE_TOPIC
 from pocketmq.protocol.bodies import loads
-from pocketmq.protocol.message import (DELAY, ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RETRY_TOPIC, SCHEDULE_TOPIC,
+from pocketmq.protocol.message import (DELAY, ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RETRY_TOPIC,
                               WAIT, decode_properties, encode_properties, property_value)
 
-SCHEDULE_TOPIC_NAME = SCHEDULE_TOPIC
 
 
 def delay_level(props: str) -> int:

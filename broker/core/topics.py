@@ -10,22 +10,12 @@ from __future__ import annotations
 
 import re
 
+from pocketmq.common.constants import (AUTO_CREATE_TOPIC_KEY_TOPIC, BENCHMARK_TOPIC, NOT_ALLOWED_SEND_TOPICS, OFFSET_MOVED_EVENT, RETRY_GROUP_TOPIC_PREFIX,
+                                       SCHEDULE_TOPIC, SELF_TEST_TOPIC, TOPIC_MAX_LENGTH, TRACE_TOPIC)
 from pocketmq.protocol.bodies import DataVersion, TopicConfig, decode_topic_config_wrapper, encode_topic_config_wrapper, loads
 from pocketmq.protocol.codes import PermName
 
-TOPIC_MAX_LENGTH = 127
 _VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-
-AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
-BENCHMARK_TOPIC = "BenchmarkTest"
-OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-                                     "TRANS_CHECK_MAX_TIME_TOPIC", SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
 
 
 def validate_topic(topic: str | None) -> str | None:
@@ -37,14 +27,6 @@ def validate_topic(topic: str | None) -> str | None:
     if len(topic) > TOPIC_MAX_LENGTH:
         return "The specified topic is longer than topic max length."
     return None
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_GROUP_TOPIC_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_GROUP_TOPIC_PREFIX + group
 
 
 class TopicConfigManager:

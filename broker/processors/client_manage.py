@@ -3,7 +3,7 @@ consumer offsets, queue locks (reference 3.3, 3.4, 4.4-4.6)."""
 from __future__ import annotations
 
 from pocketmq.broker.core.clients import ClientChannelInfo
-from pocketmq.broker.core.topics import retry_topic
+from pocketmq.common.constants import retry_topic
 from pocketmq.protocol import bodies
 from pocketmq.protocol.codes import PermName, RequestCode, ResponseCode
 from pocketmq.protocol.command import RemotingCommand

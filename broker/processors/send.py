@@ -14,8 +14,9 @@ import zlib
 
 from pocketmq.broker.core.delay import delay_level, to_schedule
 from pocketmq.broker.store.api import PutMessageStatus
-from pocketmq.broker.core.topics import (DLQ_GROUP_TOPIC_PREFIX as DLQ_PREFIX, NOT_ALLOWED_SEND_TOPICS,
-                                RETRY_GROUP_TOPIC_PREFIX, dlq_topic, validate_topic)
+from pocketmq.broker.core.topics import validate_topic
+from pocketmq.common.constants import DLQ_GROUP_TOPIC_PREFIX as DLQ_PREFIX
+from pocketmq.common.constants import NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX, dlq_topic
 from pocketmq.protocol.codes import PermName, ResponseCode
 from pocketmq.protocol.headers.typed import decode_send_fields
 from pocketmq.protocol import message as msgcodec

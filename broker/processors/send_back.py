@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 from pocketmq.broker.core.delay import send_back_properties, to_schedule
-from pocketmq.broker.core.topics import dlq_topic, retry_topic
+from pocketmq.common.constants import dlq_topic, retry_topic
 from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.codes import PermName, ResponseCode
 from pocketmq.protocol.headers.typed import opt_int, opt_str, req_int, req_str

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from pocketmq.broker.core.delay import SCHEDULE_TOPIC_NAME, from_schedule, is_due
+from pocketmq.broker.core.delay import from_schedule, is_due
+from pocketmq.common.constants import SCHEDULE_TOPIC
 from pocketmq.protocol import message as msgcodec
 
 log = logging.getLogger("pocketmq.broker.schedule")
@@ -66,8 +67,8 @@ class ScheduleService:
         next_ms = 1000
         for level, delay_ms in enumerate(self.levels, start=1):
             qid = level - 1
-            offset = max(self.cursors.get(level), store.get_min_offset_in_queue(SCHEDULE_TOPIC_NAME, qid))
-            max_offset = store.get_max_offset_in_queue(SCHEDULE_TOPIC_NAME, qid)
+            offset = max(self.cursors.get(level), store.get_min_offset_in_queue(SCHEDULE_TOPIC, qid))
+            max_offset = store.get_max_offset_in_queue(SCHEDULE_TOPIC, qid)
             offset, next_ms, stop_all = self._deliver_level(store, level, qid, delay_ms, offset, max_offset,
                                                             now_ms, next_ms)
             self.cursors.advance(level, offset)
@@ -81,7 +82,7 @@ class ScheduleService:
         while offset < max_offset:
             if done >= PASS_MESSAGES_MAX:
                 return offset, 0, False
-            r = store.get_message(SCHEDULE_TOPIC_NAME, qid, offset, 32)
+            r = store.get_message(SCHEDULE_TOPIC, qid, offset, 32)
             if r.message_count == 0:
                 offset = r.next_begin_offset if r.next_begin_offset > offset else offset + 1
                 continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 from typing import Callable, NamedTuple, Protocol
+from pocketmq.common.constants import CQ_FILLER_SIZE
 
 __all__ = [
     "PutMessageStatus", "GetMessageStatus", "MessageToStore", "MessageBatchToStore",
@@ -12,8 +13,8 @@ __all__ = [
     "DispatchListener", "MessageFilter", "CQ_FILLER_SIZE", "Store",
 ]
 
-# A consume-queue unit (0, MAX_INT, 0) fills slots that have no message (RocketMQ's pre-blank).
-CQ_FILLER_SIZE = 0x7FFFFFFF
+# A consume-queue unit (0, CQ_FILLER_SIZE, 0) fills slots that have no message (RocketMQ's
+# pre-blank); the constant is common's, re-exported for the store's callers.
 
 
 class StoreError(Exception):

@@ -21,7 +21,7 @@ import struct
 import zlib
 from typing import NamedTuple
 
-from pocketmq.broker.store.safe_write import read_file, write_file_atomic
+from pocketmq.common.files import read_file, write_file_atomic
 
 __all__ = ["Checkpoint", "read_checkpoint", "write_checkpoint", "CHECKPOINT_FILE_SIZE"]
 

@@ -31,8 +31,8 @@ import struct
 import zlib
 from typing import NamedTuple
 
-from pocketmq.protocol.message import (BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, SCHEDULE_TOPIC,
-                              TOPIC_LENGTH_BYTES_MAX, head_struct, tags_code_of_properties)
+from pocketmq.common.constants import SCHEDULE_TOPIC
+from pocketmq.protocol.message import (BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, TOPIC_LENGTH_BYTES_MAX, head_struct, tags_code_of_properties)
 from pocketmq.broker.store.mapped_file import FileOps, MappedFile, MappedFileQueue
 
 __all__ = ["CommitLog", "DispatchRequest", "check_record", "RECORD", "BLANK", "END", "CORRUPT",

@@ -27,13 +27,14 @@ import struct
 
 from pocketmq.broker.store.api import CQ_FILLER_SIZE
 from pocketmq.broker.store.mapped_file import FileOps, MappedFile, MappedFileQueue
+from pocketmq.common.constants import CQ_UNIT_SIZE
 
 __all__ = ["ConsumeQueue", "CQ_UNIT", "FILLER_UNIT", "EXISTS", "APPENDED", "FILLED"]
 
 log = logging.getLogger("pocketmq.store")
 
-CQ_UNIT = struct.Struct(">qiq")
-CQ_UNIT_SIZE = 20
+CQ_UNIT = struct.Struct(">qiq")   # commit_log_offset, size, tags_code: CQ_UNIT_SIZE bytes
+assert CQ_UNIT.size == CQ_UNIT_SIZE
 FILLER_UNIT = CQ_UNIT.pack(0, CQ_FILLER_SIZE, 0)
 _ZERO_UNIT = bytes(CQ_UNIT_SIZE)
 _ZERO_CHUNK = bytes(1 << 20)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 import struct
 
-from pocketmq.protocol.message import (MAX_INT, decode_batch_body, PROPERTIES_LENGTH_BYTES_MAX, SCHEDULE_TOPIC, TAGS,
+from pocketmq.common.constants import SCHEDULE_TOPIC, CQ_UNIT_SIZE
+from pocketmq.protocol.message import (MAX_INT, decode_batch_body, PROPERTIES_LENGTH_BYTES_MAX, TAGS,
                               decode_properties, decode_record, encode_record, head_struct,
                               offset_msg_id, store_timestamp_pos, tags_code)
 from pocketmq.broker.store.api import (GetMessageResult, GetMessageStatus, MessageBatchToStore,
@@ -29,7 +30,7 @@ __all__ = ["MemoryStore"]
 log = logging.getLogger("pocketmq.store")
 
 _BLANK = 8
-_UNIT = 20
+_UNIT = CQ_UNIT_SIZE
 
 
 class _Queue:

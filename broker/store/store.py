@@ -23,8 +23,8 @@ import threading
 import time
 import zlib
 
-from pocketmq.protocol.message import (MAX_INT, MESSAGE_MAGIC_CODE, PROPERTIES_LENGTH_BYTES_MAX, SCHEDULE_TOPIC,
-                              TOPIC_LENGTH_BYTES_MAX, decode_batch_body, encode_record_into, head_struct,
+from pocketmq.common.constants import SCHEDULE_TOPIC
+from pocketmq.protocol.message import (MAX_INT, MESSAGE_MAGIC_CODE, PROPERTIES_LENGTH_BYTES_MAX, TOPIC_LENGTH_BYTES_MAX, decode_batch_body, encode_record_into, head_struct,
                               offset_msg_id_prefix, store_timestamp_pos, tags_code_of_properties)
 from pocketmq.broker.store.api import (CQ_FILLER_SIZE, DispatchListener, GetMessageResult,
                               GetMessageStatus, MessageBatchToStore, MessageFilter,

@@ -5,33 +5,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["StoreConfig", "parse_delay_levels", "DEFAULT_MESSAGE_DELAY_LEVEL", "ASYNC_FLUSH", "SYNC_FLUSH"]
+from pocketmq.common.constants import CQ_UNIT_SIZE, DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
 
-DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+__all__ = ["StoreConfig", "ASYNC_FLUSH", "SYNC_FLUSH"]
+
 ASYNC_FLUSH = "ASYNC_FLUSH"
 SYNC_FLUSH = "SYNC_FLUSH"
-CQ_UNIT_SIZE = 20
-
-_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def parse_delay_levels(spec: str) -> tuple[int, ...]:
-    """"1s 5s 1m 2h" -> (1000, 5000, 60000, 7200000); level n is element n-1.
-
-    Raises ValueError on an unknown unit or a bad number (Java refuses to start too)."""
-    out = []
-    for item in spec.split():
-        unit = item[-1:]
-        if unit not in _UNIT_MS:
-            raise ValueError(f"delay level {item!r}: unit must be one of s, m, h, d")
-        try:
-            n = int(item[:-1])
-        except ValueError:
-            raise ValueError(f"delay level {item!r} is not <number><unit>") from None
-        if n < 0:
-            raise ValueError(f"delay level {item!r} is negative")
-        out.append(n * _UNIT_MS[unit])
-    return tuple(out)
 
 
 def total_physical_memory_bytes() -> int:

@@ -38,7 +38,8 @@ def a3_record() -> bytes:
 def test_constants():
     assert MESSAGE_MAGIC_CODE == struct.unpack(">i", bytes.fromhex("DAA320A7"))[0]
     assert BLANK_MAGIC_CODE == struct.unpack(">i", bytes.fromhex("CBD43194"))[0]
-    assert m.SCHEDULE_TOPIC == "SCHEDULE_TOPIC_XXXX"
+    from pocketmq.common import constants
+    assert constants.SCHEDULE_TOPIC == "SCHEDULE_TOPIC_XXXX" and constants.CQ_UNIT_SIZE == 20
     assert MessageSysFlag.transaction_value(0x30C) == 0xC
 
 

@@ -14,10 +14,12 @@ from pocketmq.broker.store.api import (GetMessageStatus as GS, MessageBatchToSto
                               PutMessageStatus as PS, StoreError)
 from pocketmq.broker.store.checkpoint import Checkpoint, read_checkpoint
 from pocketmq.broker.store.mapped_file import FileOps
-from pocketmq.broker.store.safe_write import read_file, write_file_atomic
+from pocketmq.common.files import read_file, write_file_atomic
 from pocketmq.broker.store.store import MessageStore
-from pocketmq.broker.store.store_config import StoreConfig, parse_delay_levels
-from pocketmq.protocol.message import (BLANK_MAGIC_CODE, SCHEDULE_TOPIC, decode_batch_body, decode_record,
+from pocketmq.broker.store.store_config import StoreConfig
+from pocketmq.common.constants import parse_delay_levels
+from pocketmq.common.constants import SCHEDULE_TOPIC
+from pocketmq.protocol.message import (BLANK_MAGIC_CODE, decode_batch_body, decode_record,
                               decode_records, encode_batch_body, java_string_hash, offset_msg_id)
 
 HOST = (bytes([10, 0, 0, 7]), 40000)

@@ -17,7 +17,8 @@ from pocketmq.broker.store.api import MessageBatchToStore, MessageToStore
 from pocketmq.broker.store.memory_store import MemoryStore
 from pocketmq.broker.store.store import MessageStore
 from pocketmq.broker.store.store_config import StoreConfig
-from pocketmq.protocol.message import SCHEDULE_TOPIC, encode_batch_body, head_struct, tags_code
+from pocketmq.common.constants import SCHEDULE_TOPIC
+from pocketmq.protocol.message import encode_batch_body, head_struct, tags_code
 
 SEG = 4096
 N_SEEDS = int(os.environ.get("POCKETMQ_STORE_MODEL_SEEDS", "10"))

@@ -1,4 +1,4 @@
-"""Durable small-file writes for metadata (topics.json, consumerOffset.json, checkpoint, ...).
+"""Durable small-file writes for metadata (topics.json, consumerOffset.json, kvConfig.json, checkpoint...).
 
 `write_file_atomic(path, data)`: write a temp file in the same directory, fsync it,
 os.replace() it over `path`, then fsync the directory so the rename itself is durable.
