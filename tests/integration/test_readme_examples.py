@@ -24,10 +24,12 @@ def test_readme_has_client_examples():
 
 
 @pytest.mark.parametrize("idx", range(len(BLOCKS)))
-def test_readme_example_runs(cluster, idx):
+def test_readme_example_runs(cluster, idx, tmp_path):
     code = BLOCKS[idx].replace("127.0.0.1:9876", cluster.namesrv_addr)
     code = code.replace("asyncio.sleep(60)", "asyncio.sleep(2)")
     # A hang shows where it is stuck instead of only timing out.
     code = "import faulthandler; faulthandler.dump_traceback_later(40, exit=True)\n" + code
-    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    # Run outside the checkout, as a user's script would: only the installed `pocketmq`
+    # package is importable there (the checkout's top-level source folders are not).
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, f"README example {idx} failed:\n{code}\n--- stderr ---\n{p.stderr[-3000:]}"
