@@ -9,7 +9,7 @@ state that changes (closing) and clocks are callables, read at each call.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from pocketmq.broker.core.clients import ConsumerManager, ProducerManager
 from pocketmq.broker.core.held_pulls import HeldPullTable
@@ -21,7 +21,13 @@ from pocketmq.broker.store.api import PutMessageResult, Store
 
 if TYPE_CHECKING:
     from pocketmq.broker.config import BrokerConfig
-    from pocketmq.broker.services.flush import FlushService
+
+
+class FlushWaiter(Protocol):
+    """What a SYNC_FLUSH send needs of the flush service (services/flush.py)."""
+
+    async def wait_flushed(self, end_offset: int, timeout_s: float) -> bool | None:
+        """True when flushed, False on timeout, None when the store failed."""
 
 
 class BrokerStats:
@@ -54,7 +60,7 @@ class BrokerContext:
     held_pulls: HeldPullTable
     stats: BrokerStats
     # SYNC_FLUSH: a send waits for flush_service.wait_flushed (looked up at each call)
-    flush_service: FlushService
+    flush_service: FlushWaiter | None
     sync_flush: bool
     delay_levels: tuple[int, ...]          # ms of delay level 1..n
     cluster_property: str                  # "CLUSTER\x01<name>", appended to every stored message
