@@ -74,9 +74,6 @@ class Broker:
         self.schedule_cursors = ScheduleCursors()
         self.schedule_service: ScheduleService | None = None
         self.sync_flush = config.flushDiskType == "SYNC_FLUSH"
-        self.cluster_property = f"CLUSTER\x01{config.brokerClusterName}"
-        # Our own pull bound: RocketMQ clients ask for 32; pocketmq's bulk readers may ask more.
-        self.pull_max_msg_nums = 4096
         self.server: RemotingServer | None = None
         self.store = None
         self.flush_service: FlushService | None = None
@@ -91,8 +88,6 @@ class Broker:
         self.addr = ""
         self.store_host = (b"\x7f\x00\x00\x01", 0)
         self.recovery_report = None
-        # (MSG_REGION, TRACE_ON) of every send response (Java clients read both)
-        self.send_ext_region_trace = (config.regionId, "true" if config.traceOn else "false")
         self.closing = False
         self._metadata_loaded = False
         self._topics_dirty = False
@@ -166,12 +161,16 @@ class Broker:
                  cfg.brokerName, self.addr, cfg.namesrvAddr)
 
     def _context(self) -> BrokerContext:
+        cfg = self.config
         return BrokerContext(
-            config=self.config, store=self.store, topics=self.topics, offsets=self.offsets, groups=self.groups,
+            config=cfg, store=self.store, topics=self.topics, offsets=self.offsets, groups=self.groups,
             consumers=self.consumers, producers=self.producers, locks=self.locks, held_pulls=self.held_pulls,
             stats=self.stats, flush_service=self.flush_service, sync_flush=self.sync_flush,
-            delay_levels=self.delay_levels, cluster_property=self.cluster_property,
-            send_ext_region_trace=self.send_ext_region_trace, pull_max_msg_nums=self.pull_max_msg_nums,
+            delay_levels=self.delay_levels, cluster_property=f"CLUSTER\x01{cfg.brokerClusterName}",
+            # Java clients read both on every send response.
+            send_ext_region_trace=(cfg.regionId, "true" if cfg.traceOn else "false"),
+            # Our own pull bound: RocketMQ clients ask for 32; pocketmq's bulk readers may ask more.
+            pull_max_msg_nums=4096,
             now_ms=self.now_ms, mono_ms=self.mono_ms, is_closing=self.is_closing, wake_hold=self._wake_hold,
             on_topics_changed=self.on_topics_changed)
 
