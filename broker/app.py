@@ -1,5 +1,10 @@
 """Broker composition root: store + rules + processors + timers.
 
+This module only wires and runs things: it builds the collaborators, hands the
+processors their BrokerContext (processors/context.py) and the services what
+each needs, and owns the loops (nameserver registration, metadata persistence,
+housekeeping). Request logic lives in broker/processors, rules in broker/core.
+
 Start order: bind the listening socket (its port is the store host written
 into every record), open the store (recovery), load metadata, then serve,
 register with every nameserver, and log one readiness line. Close order:
@@ -14,6 +19,7 @@ import asyncio
 import logging
 import os
 import time
+from functools import partial
 
 from pocketmq.common.constants import SCHEDULE_TOPIC
 from pocketmq.broker.core.clients import ConsumerManager, ProducerManager
@@ -24,11 +30,12 @@ from pocketmq.broker.core.offsets import ConsumerOffsetManager
 from pocketmq.broker.core.subscription_groups import SubscriptionGroupManager
 from pocketmq.broker.core.topics import TopicConfigManager
 from pocketmq.broker.processors import build_processor_table
-from pocketmq.broker.processors.client_manage import notify_command
+from pocketmq.broker.processors.client_manage import connection_closed, notify_consumer_ids_changed
+from pocketmq.broker.processors.context import BrokerContext, BrokerStats
+from pocketmq.broker.processors.pull import replay
 from pocketmq.broker.services.flush import FlushService
 from pocketmq.broker.services.hold import HoldService
 from pocketmq.broker.services.schedule import ScheduleService
-from pocketmq.broker.store.api import PutMessageStatus
 from pocketmq.common.files import write_file_atomic
 from pocketmq.protocol import bodies
 from pocketmq.protocol import message as msgcodec
@@ -38,11 +45,6 @@ from pocketmq.remoting.client import RemotingClient
 from pocketmq.remoting.server import RemotingServer
 
 log = logging.getLogger("pocketmq.broker")
-
-VERSION_DESC = "pocketmq-0.1.0 (RocketMQ V4_9_4 protocol)"
-
-
-_PUT_OK = PutMessageStatus.PUT_OK
 
 
 class MetadataError(Exception):
@@ -72,24 +74,20 @@ class Broker:
         self.schedule_cursors = ScheduleCursors()
         self.schedule_service: ScheduleService | None = None
         self.sync_flush = config.flushDiskType == "SYNC_FLUSH"
-        self.cluster_property = f"CLUSTER\x01{config.brokerClusterName}"
-        # Our own pull bound: RocketMQ clients ask for 32; pocketmq's bulk readers may ask more.
-        self.pull_max_msg_nums = 4096
         self.server: RemotingServer | None = None
         self.store = None
         self.flush_service: FlushService | None = None
         self.hold_service: HoldService | None = None
         self.ns_client = RemotingClient()
+        self.stats = BrokerStats()
+        # The processors' view of the broker; built by start() once the store is open.
+        self.ctx: BrokerContext | None = None
+        self._processors: dict = {}
         self._tasks: list[asyncio.Task] = []
         self._register_now = asyncio.Event()
         self.addr = ""
         self.store_host = (b"\x7f\x00\x00\x01", 0)
-        self.msg_put_total = 0
-        self.msg_get_total = 0
-        self.started_ms = 0
         self.recovery_report = None
-        # (MSG_REGION, TRACE_ON) of every send response (Java clients read both)
-        self.send_ext_region_trace = (config.regionId, "true" if config.traceOn else "false")
         self.closing = False
         self._metadata_loaded = False
         self._topics_dirty = False
@@ -115,7 +113,9 @@ class Broker:
     # -- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
-        self.server = RemotingServer(build_processor_table(self), host="0.0.0.0", port=cfg.listenPort,
+        # The table is filled (below) before serving starts: its handlers need the opened store,
+        # which needs our port (the store host of every record) first.
+        self.server = RemotingServer(self._processors, host="0.0.0.0", port=cfg.listenPort,
                                      frame_size_bytes_max=cfg.maxFrameSize, name="broker",
                                      on_connection_close=self._on_connection_close,
                                      busy_poll_us=cfg.busyPollMicros)
@@ -130,9 +130,15 @@ class Broker:
                                           # interval is only a fallback.
                                           interval_ms=50 if self.sync_flush else cfg.flushIntervalCommitLog)
         self.flush_service.start()
-        self.hold_service = HoldService(self, 5000 if cfg.longPollingEnable else cfg.shortPollingTimeMills)
+        self.ctx = ctx = self._context()
+        self._processors.update(build_processor_table(ctx))
+        self.hold_service = HoldService(self.held_pulls, partial(replay, ctx), mono_ms=self.mono_ms,
+                                        max_offset_of=self.store.get_max_offset_in_queue,
+                                        rescan_interval_ms=5000 if cfg.longPollingEnable
+                                        else cfg.shortPollingTimeMills)
         self.hold_service.start()
-        self.schedule_service = ScheduleService(self, self.schedule_cursors, self.delay_levels)
+        self.schedule_service = ScheduleService(self.store, self.schedule_cursors, self.delay_levels,
+                                                now_ms=self.now_ms)
         hold_dispatch, schedule_wake = self.hold_service.on_dispatch, self.schedule_service.wake
 
         def on_dispatch(topic, queue_id, max_offset, tags_code, store_ts):
@@ -141,7 +147,7 @@ class Broker:
             hold_dispatch(topic, queue_id, max_offset, tags_code, store_ts)
         self.store.on_dispatch = on_dispatch
         self.schedule_service.start()
-        self.started_ms = self.now_ms()
+        self.stats.boot_timestamp = self.now_ms()
         await self.server.start_serving()
         if cfg.namesrvAddr:
             self.ns_client.set_namesrv_addr(cfg.namesrvAddr)
@@ -153,6 +159,28 @@ class Broker:
             await self.register_all()
         log.info("The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
                  cfg.brokerName, self.addr, cfg.namesrvAddr)
+
+    def _context(self) -> BrokerContext:
+        cfg = self.config
+        return BrokerContext(
+            config=cfg, store=self.store, topics=self.topics, offsets=self.offsets, groups=self.groups,
+            consumers=self.consumers, producers=self.producers, locks=self.locks, held_pulls=self.held_pulls,
+            stats=self.stats, flush_service=self.flush_service, sync_flush=self.sync_flush,
+            delay_levels=self.delay_levels, cluster_property=f"CLUSTER\x01{cfg.brokerClusterName}",
+            # Java clients read both on every send response.
+            send_ext_region_trace=(cfg.regionId, "true" if cfg.traceOn else "false"),
+            # Our own pull bound: RocketMQ clients ask for 32; pocketmq's bulk readers may ask more.
+            pull_max_msg_nums=4096,
+            now_ms=self.now_ms, mono_ms=self.mono_ms, is_closing=self.is_closing, wake_hold=self._wake_hold,
+            on_topics_changed=self.on_topics_changed)
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def _wake_hold(self) -> None:
+        # Looked up at each call: the hold service is built after the context (it replays
+        # held pulls through the processors, which take the context).
+        self.hold_service.wake()
 
     def _open_store(self) -> None:
         from pocketmq.broker.store.store import MessageStore
@@ -248,73 +276,16 @@ class Broker:
     async def __aexit__(self, *exc):
         await self.close()
 
-    # -- hooks used by processors -------------------------------------------------------
-    def store_message(self, topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
-                      reconsume_times, now_ms):
-        from pocketmq.broker.store.api import MessageToStore
-        return MessageToStore(topic, queue_id, flag, body, properties, sys_flag, born_timestamp, born_host,
-                              now_ms, reconsume_times, 0)
-
-    def put_status_to_code(self, status) -> tuple[int, str | None]:
-        if status is _PUT_OK:
-            return ResponseCode.SUCCESS, None
-        name = status.name if hasattr(status, "name") else str(status)
-        if name == "PUT_OK":
-            return ResponseCode.SUCCESS, None
-        if name in ("MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED"):
-            return ResponseCode.MESSAGE_ILLEGAL, (
-                f"the message is illegal, maybe msg body or properties length not matched. msg body length "
-                f"limit {self.config.maxMessageSize}B, msg properties length limit 32KB.")
-        if name == "SERVICE_NOT_AVAILABLE":
-            return ResponseCode.SERVICE_NOT_AVAILABLE, (
-                "service not available now. It may be caused by one of the following reasons: the broker's disk "
-                "is full, messages are put to the slave, message store has been shut down, or a write failed "
-                "earlier (the store refuses writes until restart)")
-        if name == "OS_PAGECACHE_BUSY":
-            return ResponseCode.SYSTEM_BUSY, "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
-        return ResponseCode.SYSTEM_ERROR, f"put message failed: {name}"
-
-    def send_ext_base(self) -> dict:
-        region, trace_on = self.send_ext_region_trace
-        return {"MSG_REGION": region, "TRACE_ON": trace_on}
-
-    def stats_put(self, result) -> None:
-        self.msg_put_total += result.msg_count or 1
-
-    def stats_get(self, n: int) -> None:
-        self.msg_get_total += n
-
+    # -- callbacks ------------------------------------------------------------------------
     def on_topics_changed(self) -> None:
         # topics.json is written (in a thread) and the nameservers told by the register
         # loop, debounced: a heartbeat creating many retry topics costs one write.
         self._topics_dirty = True
         self._register_now.set()
 
-    def notify_consumer_ids_changed(self, group: str) -> None:
-        g = self.consumers.get(group)
-        if g is None:
-            return
-        for conn in list(g.channels):
-            try:
-                conn.oneway(notify_command(group))
-            except Exception:
-                log.debug("notify to %s failed", getattr(conn, "remote_addr", "?"))
-
     def _on_connection_close(self, conn) -> None:
-        self.held_pulls.drop_connection(conn)
-        for group in self.consumers.remove_channel(conn):
-            gcfg = self.groups.find(group)
-            if gcfg is None or gcfg.notifyConsumerIdsChangedEnable:
-                self.notify_consumer_ids_changed(group)
-        self.producers.remove_channel(conn)
-
-    def runtime_info(self) -> dict:
-        st = self.store
-        return {"brokerVersionDesc": VERSION_DESC, "brokerVersion": 401,
-                "msgPutTotalTodayNow": self.msg_put_total, "msgGetTotalTodayNow": self.msg_get_total,
-                "commitLogMinOffset": st.commit_log_min_offset, "commitLogMaxOffset": st.commit_log_max_offset,
-                "bootTimestamp": self.started_ms, "heldPulls": self.held_pulls.count,
-                "flushDiskType": self.config.flushDiskType}
+        if self.ctx is not None:   # connections exist only once serving, after the context
+            connection_closed(self.ctx, conn)
 
     # -- nameserver registration -------------------------------------------------------
     def _register_command(self) -> RemotingCommand:
@@ -382,7 +353,7 @@ class Broker:
             now = self.now_ms()
             for group, conn in self.consumers.expire(now):
                 log.info("consumer channel %s of group %s expired", getattr(conn, "remote_addr", "?"), group)
-                self.notify_consumer_ids_changed(group)
+                notify_consumer_ids_changed(self.consumers, group)
                 conn.close()
             for group, conn in self.producers.expire(now):
                 conn.close()

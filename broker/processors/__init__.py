@@ -1,12 +1,17 @@
-"""The broker's processor table: the ONLY place request codes are bound."""
+"""The broker's processor table: the ONLY place request codes are bound.
+
+Every handler is called handler(ctx, conn, cmd) with the BrokerContext
+(processors/context.py): the processors' whole view of the broker.
+"""
 from __future__ import annotations
 
 from functools import partial
 
+from pocketmq.broker.processors.context import BrokerContext
 from pocketmq.protocol.codes import RequestCode as R
 
 
-def build_processor_table(broker) -> dict:
+def build_processor_table(ctx: BrokerContext) -> dict:
     from pocketmq.broker.processors import admin, client_manage as cm, pull, send, send_back
     table = {
         R.SEND_MESSAGE: send.process_send,
@@ -39,4 +44,4 @@ def build_processor_table(broker) -> dict:
         R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.process_get_all_subscription_group,
         R.INVOKE_BROKER_TO_RESET_OFFSET: admin.process_invoke_broker_to_reset_offset,
     }
-    return {int(code): partial(fn, broker) for code, fn in table.items()}
+    return {int(code): partial(fn, ctx) for code, fn in table.items()}

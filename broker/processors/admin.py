@@ -15,6 +15,8 @@ from pocketmq.protocol.headers.typed import opt_int, opt_str, parse_bool, req_in
 
 log = logging.getLogger("pocketmq.broker.admin")
 
+VERSION_DESC = "pocketmq-0.1.0 (RocketMQ V4_9_4 protocol)"
+
 # Clients older than this (Java's MQVersion V3_0_7_SNAPSHOT) do not understand the push.
 RESET_OFFSET_MIN_CLIENT_VERSION = 28
 
@@ -23,44 +25,44 @@ def _topic_queue(cmd):
     return req_str(cmd.ext_fields, "topic"), req_int(cmd.ext_fields, "queueId")
 
 
-def process_get_max_offset(broker, conn, cmd):
+def process_get_max_offset(ctx, conn, cmd):
     t, q = _topic_queue(cmd)
-    return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": str(broker.store.get_max_offset_in_queue(t, q))})
+    return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": str(ctx.store.get_max_offset_in_queue(t, q))})
 
 
-def process_get_min_offset(broker, conn, cmd):
+def process_get_min_offset(ctx, conn, cmd):
     t, q = _topic_queue(cmd)
-    return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": str(broker.store.get_min_offset_in_queue(t, q))})
+    return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": str(ctx.store.get_min_offset_in_queue(t, q))})
 
 
-def process_get_earliest_msg_storetime(broker, conn, cmd):
+def process_get_earliest_msg_storetime(ctx, conn, cmd):
     t, q = _topic_queue(cmd)
     return cmd.response(ResponseCode.SUCCESS,
-                        ext_fields={"timestamp": str(broker.store.get_earliest_message_time(t, q))})
+                        ext_fields={"timestamp": str(ctx.store.get_earliest_message_time(t, q))})
 
 
-def process_search_offset_by_timestamp(broker, conn, cmd):
+def process_search_offset_by_timestamp(ctx, conn, cmd):
     t, q = _topic_queue(cmd)
     ts = req_int(cmd.ext_fields, "timestamp")
     return cmd.response(ResponseCode.SUCCESS,
-                        ext_fields={"offset": str(broker.store.get_offset_in_queue_by_time(t, q, ts))})
+                        ext_fields={"offset": str(ctx.store.get_offset_in_queue_by_time(t, q, ts))})
 
 
-def process_view_message_by_id(broker, conn, cmd):
+def process_view_message_by_id(ctx, conn, cmd):
     offset = req_int(cmd.ext_fields, "offset")
-    data = broker.store.look_message_by_offset(offset)
+    data = ctx.store.look_message_by_offset(offset)
     if data is None:
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
     return cmd.response(ResponseCode.SUCCESS, body=bytes(data))
 
 
-def process_update_and_create_topic(broker, conn, cmd):
+def process_update_and_create_topic(ctx, conn, cmd):
     e = cmd.ext_fields
     topic = req_str(e, "topic")
     bad = validate_topic(topic)
     if bad:
         return cmd.response(ResponseCode.SYSTEM_ERROR, bad)
-    if broker.topics.is_system_topic(topic) or topic == broker.config.brokerClusterName:
+    if ctx.topics.is_system_topic(topic) or topic == ctx.config.brokerClusterName:
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
     read_q, write_q = req_int(e, "readQueueNums"), req_int(e, "writeQueueNums")
     perm = opt_int(e, "perm", 6)
@@ -73,66 +75,66 @@ def process_update_and_create_topic(broker, conn, cmd):
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad topicFilterType {filter_type}")
     tc = TopicConfig(topic, read_q, write_q, perm, filter_type, opt_int(e, "topicSysFlag", 0),
                      parse_bool(e.get("order")))
-    broker.topics.update(tc, broker.now_ms())
-    broker.on_topics_changed()
+    ctx.topics.update(tc, ctx.now_ms())
+    ctx.on_topics_changed()
     return cmd.response(ResponseCode.SUCCESS)
 
 
-def process_delete_topic(broker, conn, cmd):
+def process_delete_topic(ctx, conn, cmd):
     topic = req_str(cmd.ext_fields, "topic")
-    if broker.topics.is_system_topic(topic):
+    if ctx.topics.is_system_topic(topic):
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is a system topic and cannot be deleted.")
-    broker.topics.delete(topic, broker.now_ms())
-    broker.store.delete_topics({topic})
-    broker.offsets.remove_topic(topic)
-    broker.on_topics_changed()
+    ctx.topics.delete(topic, ctx.now_ms())
+    ctx.store.delete_topics({topic})
+    ctx.offsets.remove_topic(topic)
+    ctx.on_topics_changed()
     return cmd.response(ResponseCode.SUCCESS)
 
 
-def process_get_all_topic_config(broker, conn, cmd):
+def process_get_all_topic_config(ctx, conn, cmd):
     return cmd.response(ResponseCode.SUCCESS, body=bodies.dumps(
-        bodies.encode_topic_config_wrapper(broker.topics.topics, broker.topics.data_version)))
+        bodies.encode_topic_config_wrapper(ctx.topics.topics, ctx.topics.data_version)))
 
 
-def process_get_topic_stats(broker, conn, cmd):
+def process_get_topic_stats(ctx, conn, cmd):
     topic = req_str(cmd.ext_fields, "topic")
-    tc = broker.topics.get(topic)
+    tc = ctx.topics.get(topic)
     if tc is None:
         return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
     table = {}
-    st = broker.store
+    st = ctx.store
     for q in range(tc.write_queue_nums):
         mx = st.get_max_offset_in_queue(topic, q)
         last = st.get_message_store_timestamp(topic, q, mx - 1) if mx > 0 else 0
-        table[MessageQueue(topic, broker.config.brokerName, q)] = {
+        table[MessageQueue(topic, ctx.config.brokerName, q)] = {
             "lastUpdateTimestamp": max(0, last), "maxOffset": max(0, mx),
             "minOffset": max(0, st.get_min_offset_in_queue(topic, q))}
     return cmd.response(ResponseCode.SUCCESS, body=('{"offsetTable":' + dumps_object_keyed(table) + "}").encode())
 
 
-def process_get_consume_stats(broker, conn, cmd):
+def process_get_consume_stats(ctx, conn, cmd):
     group = req_str(cmd.ext_fields, "consumerGroup")
     topic = opt_str(cmd.ext_fields, "topic")
-    topics = [topic] if topic else sorted(broker.offsets.topics_of_group(group))
+    topics = [topic] if topic else sorted(ctx.offsets.topics_of_group(group))
     table = {}
-    st = broker.store
+    st = ctx.store
     for t in topics:
-        tc = broker.topics.get(t)
+        tc = ctx.topics.get(t)
         if tc is None:
             continue
         for q in range(tc.read_queue_nums):
             mx = st.get_max_offset_in_queue(t, q)
-            co = broker.offsets.query(group, t, q)
+            co = ctx.offsets.query(group, t, q)
             last = st.get_message_store_timestamp(t, q, co - 1) if co > 0 else 0
-            table[MessageQueue(t, broker.config.brokerName, q)] = {
+            table[MessageQueue(t, ctx.config.brokerName, q)] = {
                 "brokerOffset": mx, "consumerOffset": max(0, co), "lastTimestamp": max(0, last)}
     body = '{"consumeTps":%s,"offsetTable":%s}' % (0.0, dumps_object_keyed(table))
     return cmd.response(ResponseCode.SUCCESS, body=body.encode())
 
 
-def process_get_consumer_connection_list(broker, conn, cmd):
+def process_get_consumer_connection_list(ctx, conn, cmd):
     group = req_str(cmd.ext_fields, "consumerGroup")
-    g = broker.consumers.get(group)
+    g = ctx.consumers.get(group)
     if g is None or not g.channels:
         return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
     conns = [{"clientAddr": c.remote_addr, "clientId": c.client_id,
@@ -144,26 +146,35 @@ def process_get_consumer_connection_list(broker, conn, cmd):
     return cmd.response(ResponseCode.SUCCESS, body=bodies.dumps(body))
 
 
-def process_get_broker_runtime_info(broker, conn, cmd):
-    table = {k: str(v) for k, v in broker.runtime_info().items()}
+def runtime_info(ctx) -> dict:
+    st, stats = ctx.store, ctx.stats
+    return {"brokerVersionDesc": VERSION_DESC, "brokerVersion": 401,
+            "msgPutTotalTodayNow": stats.msg_put_total, "msgGetTotalTodayNow": stats.msg_get_total,
+            "commitLogMinOffset": st.commit_log_min_offset, "commitLogMaxOffset": st.commit_log_max_offset,
+            "bootTimestamp": stats.boot_timestamp, "heldPulls": ctx.held_pulls.count,
+            "flushDiskType": ctx.config.flushDiskType}
+
+
+def process_get_broker_runtime_info(ctx, conn, cmd):
+    table = {k: str(v) for k, v in runtime_info(ctx).items()}
     return cmd.response(ResponseCode.SUCCESS, body=bodies.dumps({"table": table}))
 
 
-def process_query_topic_consume_by_who(broker, conn, cmd):
+def process_query_topic_consume_by_who(ctx, conn, cmd):
     topic = req_str(cmd.ext_fields, "topic")
-    groups = broker.consumers.groups_subscribing(topic) | broker.offsets.groups_of_topic(topic)
+    groups = ctx.consumers.groups_subscribing(topic) | ctx.offsets.groups_of_topic(topic)
     return cmd.response(ResponseCode.SUCCESS, body=bodies.dumps({"groupList": sorted(groups)}))
 
 
-def process_get_all_consumer_offset(broker, conn, cmd):
-    return cmd.response(ResponseCode.SUCCESS, body=broker.offsets.encode())
+def process_get_all_consumer_offset(ctx, conn, cmd):
+    return cmd.response(ResponseCode.SUCCESS, body=ctx.offsets.encode())
 
 
-def process_get_all_subscription_group(broker, conn, cmd):
-    return cmd.response(ResponseCode.SUCCESS, body=broker.groups.encode())
+def process_get_all_subscription_group(ctx, conn, cmd):
+    return cmd.response(ResponseCode.SUCCESS, body=ctx.groups.encode())
 
 
-def process_invoke_broker_to_reset_offset(broker, conn, cmd):
+def process_invoke_broker_to_reset_offset(ctx, conn, cmd):
     """INVOKE_BROKER_TO_RESET_OFFSET (mqadmin resetOffsetByTime): move a group's offsets on
     this broker's queues of a topic to a point in time (-1: the end), and push the new
     offsets to the group's online consumers (RESET_CONSUMER_CLIENT_OFFSET, oneway), which
@@ -174,24 +185,24 @@ def process_invoke_broker_to_reset_offset(broker, conn, cmd):
     topic, group = req_str(e, "topic"), req_str(e, "group")
     ts = req_int(e, "timestamp")
     force = parse_bool(e.get("isForce"), True)
-    tc = broker.topics.get(topic)
+    tc = ctx.topics.get(topic)
     if tc is None:
         return cmd.response(ResponseCode.SYSTEM_ERROR,
                             f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}")
-    g = broker.consumers.get(group)
+    g = ctx.consumers.get(group)
     online = list(g.channels.items()) if g is not None else []
-    if not online and group not in broker.offsets.groups_of_topic(topic):
+    if not online and group not in ctx.offsets.groups_of_topic(topic):
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"THe consumer group <{group}> not exist")
-    st = broker.store
+    st = ctx.store
     qids = range(tc.read_queue_nums)
     by_time = {q: (st.get_max_offset_in_queue(topic, q) if ts == -1 else st.get_offset_in_queue_by_time(topic, q, ts))
                for q in qids}
-    committed = {q: broker.offsets.query(group, topic, q) for q in qids}
+    committed = {q: ctx.offsets.query(group, topic, q) for q in qids}
     committed = {q: o for q, o in committed.items() if o >= 0}
     moved = reset_table(committed, by_time, force)
     for q, off in moved.items():
-        broker.offsets.commit(group, topic, q, off)
-    name = broker.config.brokerName
+        ctx.offsets.commit(group, topic, q, off)
+    name = ctx.config.brokerName
     table = {MessageQueue(topic, name, q): off for q, off in moved.items()}
     header = {"topic": topic, "group": group, "timestamp": str(ts), "isForce": "true" if force else "false"}
     body_java = body_c = None

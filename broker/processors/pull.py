@@ -10,23 +10,11 @@ stores a matching message or its suspend time runs out.
 from __future__ import annotations
 
 from pocketmq.broker.core.held_pulls import HeldPull
+from pocketmq.broker.core.status import pull_status_response
 from pocketmq.protocol.bodies import build_subscription
 from pocketmq.protocol.codes import PermName, PullSysFlag, ResponseCode
 from pocketmq.protocol.errors import BodyError
 from pocketmq.protocol.headers.typed import decode_pull_header
-
-# GetMessageStatus name -> (response code). nextBeginOffset comes from the store.
-_STATUS_CODE = {
-    "FOUND": ResponseCode.SUCCESS,
-    "NO_MATCHED_MESSAGE": ResponseCode.PULL_RETRY_IMMEDIATELY,
-    "MESSAGE_WAS_REMOVING": ResponseCode.PULL_RETRY_IMMEDIATELY,
-    "NO_MATCHED_LOGIC_QUEUE": ResponseCode.PULL_NOT_FOUND,
-    "OFFSET_FOUND_NULL": ResponseCode.PULL_NOT_FOUND,
-    "OFFSET_OVERFLOW_BADLY": ResponseCode.PULL_OFFSET_MOVED,
-    "OFFSET_OVERFLOW_ONE": ResponseCode.PULL_NOT_FOUND,
-    "OFFSET_TOO_SMALL": ResponseCode.PULL_OFFSET_MOVED,
-}
-
 
 SUSPEND_MS_MAX = 60_000
 
@@ -41,11 +29,11 @@ def _fail(cmd, code, remark):
     return cmd.response(code, remark, ext_fields=_offsets_ext(0, 0, 0))
 
 
-def process_pull(broker, conn, cmd):
-    return pull(broker, conn, cmd, decode_pull_header(cmd.ext_fields), allow_suspend=True)
+def process_pull(ctx, conn, cmd):
+    return pull(ctx, conn, cmd, decode_pull_header(cmd.ext_fields), allow_suspend=True)
 
 
-def resolve_subscription(broker, h):
+def resolve_subscription(ctx, h):
     """Returns (SubscriptionData, None) or (None, (code, remark))."""
     if h.sys_flag & PullSysFlag.SUBSCRIPTION:
         try:
@@ -53,12 +41,12 @@ def resolve_subscription(broker, h):
         except BodyError as e:
             return None, (ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {e}")
     else:
-        group = broker.consumers.get(h.consumer_group)
+        group = ctx.consumers.get(h.consumer_group)
         if group is None:
             return None, (ResponseCode.SUBSCRIPTION_NOT_EXIST,
                           f"the consumer's group info not exist {h.consumer_group}")
         if group.message_model == "BROADCASTING":
-            gcfg = broker.groups.find(h.consumer_group)
+            gcfg = ctx.groups.find(h.consumer_group)
             if gcfg is not None and not gcfg.consumeBroadcastEnable:
                 return None, (ResponseCode.NO_PERMISSION,
                               f"the consumer group[{h.consumer_group}] can not consume by broadcast way")
@@ -73,18 +61,18 @@ def resolve_subscription(broker, h):
     return sub, None
 
 
-def pull(broker, conn, cmd, h, allow_suspend: bool, sub=None):
-    cfg = broker.config
+def pull(ctx, conn, cmd, h, allow_suspend: bool, sub=None):
+    cfg = ctx.config
     if not PermName.readable(cfg.brokerPermission):
         return _fail(cmd, ResponseCode.NO_PERMISSION, f"the broker[{cfg.brokerIP1}] pulling message is forbidden")
-    now = broker.now_ms()
-    gcfg = broker.groups.find(h.consumer_group, now)
+    now = ctx.now_ms()
+    gcfg = ctx.groups.find(h.consumer_group, now)
     if gcfg is None:
         return _fail(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                      f"subscription group [{h.consumer_group}] does not exist")
     if not gcfg.consumeEnable:
         return _fail(cmd, ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumer_group}")
-    tc = broker.topics.get(h.topic)
+    tc = ctx.topics.get(h.topic)
     if tc is None:
         return _fail(cmd, ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
     if not PermName.readable(tc.perm):
@@ -94,43 +82,40 @@ def pull(broker, conn, cmd, h, allow_suspend: bool, sub=None):
                      f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
                      f"[{tc.read_queue_nums}] consumer:[{conn.remote_addr}]")
     if sub is None:
-        sub, err = resolve_subscription(broker, h)
+        sub, err = resolve_subscription(ctx, h)
         if err is not None:
             return _fail(cmd, *err)
-    max_nums = max(1, min(h.max_msg_nums, broker.pull_max_msg_nums))
-    r = broker.store.get_message(h.topic, h.queue_id, h.queue_offset, max_nums,
-                                 None if sub.is_all else sub.matches_tags_code)
-    status = r.status.name if hasattr(r.status, "name") else str(r.status)
-    code = _STATUS_CODE.get(status)
-    if code is None:  # NO_MESSAGE_IN_QUEUE
-        code = ResponseCode.PULL_OFFSET_MOVED if h.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
+    max_nums = max(1, min(h.max_msg_nums, ctx.pull_max_msg_nums))
+    r = ctx.store.get_message(h.topic, h.queue_id, h.queue_offset, max_nums,
+                              None if sub.is_all else sub.matches_tags_code)
+    code, status = pull_status_response(r.status, h.queue_offset)
     if allow_suspend and h.sys_flag & PullSysFlag.COMMIT_OFFSET:
-        broker.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        ctx.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
     ext = _offsets_ext(r.next_begin_offset, r.min_offset, r.max_offset)
     if code == ResponseCode.SUCCESS:
-        broker.stats_get(r.message_count)
+        ctx.stats.count_get(r.message_count)
         return cmd.response(code, status, ext_fields=ext, body=r.buffers)
     if (code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & PullSysFlag.SUSPEND
-            and not broker.closing):
+            and not ctx.is_closing()):
         timeout = h.suspend_timeout_millis if cfg.longPollingEnable else cfg.shortPollingTimeMills
         # Clients wait 30 s for a pull held up to 15-20 s; a longer hold only pins memory.
         timeout = min(max(0, timeout), SUSPEND_MS_MAX)
-        held = HeldPull(conn, cmd, h, sub, h.queue_offset, broker.mono_ms() + timeout)
-        if broker.held_pulls.hold(held):
-            broker.hold_service.wake()
+        held = HeldPull(conn, cmd, h, sub, h.queue_offset, ctx.mono_ms() + timeout)
+        if ctx.held_pulls.hold(held):
+            ctx.wake_hold()
             return None
         return cmd.response(ResponseCode.SYSTEM_BUSY,
                             "[HOLD_FULL]too many held pulls, start flow control for a while", ext_fields=ext)
     return cmd.response(code, status, ext_fields=ext)
 
 
-def replay(broker, held: HeldPull) -> None:
+def replay(ctx, held: HeldPull) -> None:
     """Answer a held pull now (woken or expired), with suspension disabled."""
     conn = held.conn
     if conn.closed:
         return
     try:
-        resp = pull(broker, conn, held.request, held.header, allow_suspend=False, sub=held.subscription)
+        resp = pull(ctx, conn, held.request, held.header, allow_suspend=False, sub=held.subscription)
     except Exception as e:  # never let one bad replay stop the hold service
         resp = held.request.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}",
                                      ext_fields=_offsets_ext(0, 0, 0))

@@ -13,6 +13,7 @@ import random
 import zlib
 
 from pocketmq.broker.core.delay import delay_level, to_schedule
+from pocketmq.broker.core.status import put_status_response
 from pocketmq.broker.store.api import PutMessageStatus
 from pocketmq.broker.core.topics import validate_topic
 from pocketmq.common.constants import DLQ_GROUP_TOPIC_PREFIX as DLQ_PREFIX
@@ -32,62 +33,67 @@ def _host_of(conn) -> tuple[bytes, int]:
     return host
 
 
-def _error(broker, cmd, code, remark):
-    return cmd.response(code, remark, ext_fields=broker.send_ext_base())
+def _ext_base(ctx) -> dict:
+    region, trace_on = ctx.send_ext_region_trace
+    return {"MSG_REGION": region, "TRACE_ON": trace_on}
+
+
+def _error(ctx, cmd, code, remark):
+    return cmd.response(code, remark, ext_fields=_ext_base(ctx))
 
 
 _WRITEABLE = PermName.WRITE
 _SUCCESS = ResponseCode.SUCCESS
 
 
-def process_send(broker, conn, cmd):
+def process_send(ctx, conn, cmd):
     (_group, topic, default_topic, default_topic_queue_nums, queue_id, sys_flag, born_timestamp, flag, props,
      reconsume_times, _unit_mode, batch, max_reconsume_times) = decode_send_fields(cmd.code, cmd.ext_fields)
-    cfg = broker.config
+    cfg = ctx.config
     if not cfg.brokerPermission & _WRITEABLE:
-        return _error(broker, cmd, ResponseCode.NO_PERMISSION,
+        return _error(ctx, cmd, ResponseCode.NO_PERMISSION,
                       f"the broker[{cfg.brokerIP1}] sending message is forbidden")
     if topic in NOT_ALLOWED_SEND_TOPICS:
-        return _error(broker, cmd, ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
-    now = broker.now_ms()
-    tc = broker.topics.get(topic)
+        return _error(ctx, cmd, ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+    now = ctx.now_ms()
+    tc = ctx.topics.get(topic)
     if tc is None:
         # Known topics were validated when created; only a new name needs checking.
         bad = validate_topic(topic)
         if bad:
-            return _error(broker, cmd, ResponseCode.SYSTEM_ERROR, bad)
-        tc = broker.topics.create_from_default(topic, default_topic, default_topic_queue_nums, now)
+            return _error(ctx, cmd, ResponseCode.SYSTEM_ERROR, bad)
+        tc = ctx.topics.create_from_default(topic, default_topic, default_topic_queue_nums, now)
         if tc is None:
-            return _error(broker, cmd, ResponseCode.TOPIC_NOT_EXIST,
+            return _error(ctx, cmd, ResponseCode.TOPIC_NOT_EXIST,
                           f"topic[{topic}] not exist, apply first please!")
-        broker.on_topics_changed()
+        ctx.on_topics_changed()
     if not tc.perm & _WRITEABLE:
-        return _error(broker, cmd, ResponseCode.NO_PERMISSION,
+        return _error(ctx, cmd, ResponseCode.NO_PERMISSION,
                       f"the topic[{topic}] sending message is forbidden")
     if queue_id < 0:
         queue_id = random.randrange(tc.write_queue_nums)
     elif queue_id >= tc.write_queue_nums and queue_id >= tc.read_queue_nums:
-        return _error(broker, cmd, ResponseCode.SYSTEM_ERROR,
+        return _error(ctx, cmd, ResponseCode.SYSTEM_ERROR,
                       f"request queueId[{queue_id}] is illegal, {tc.topic_name} Producer: {conn.remote_addr}")
     body = cmd.body
     if len(body) > cfg.maxMessageSize:
-        return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL,
+        return _error(ctx, cmd, ResponseCode.MESSAGE_ILLEGAL,
                       f"the message body size {len(body)} exceeds the limit {cfg.maxMessageSize}B")
     props = props or ""
     # A message sent back to %RETRY% too often goes to the dead-letter queue.
     if not batch and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
-        gcfg = broker.groups.find(group, now)
+        gcfg = ctx.groups.find(group, now)
         max_times = max_reconsume_times if (max_reconsume_times is not None and cmd.version >= 121) \
             else (gcfg.retryMaxTimes if gcfg else 16)
         if reconsume_times >= max_times:
             topic = dlq_topic(group)
-            broker.topics.create_retry_or_dlq(topic, 1, PermName.READ | PermName.WRITE, now)
-            broker.on_topics_changed()
+            ctx.topics.create_retry_or_dlq(topic, 1, PermName.READ | PermName.WRITE, now)
+            ctx.on_topics_changed()
             queue_id = 0
-    batch_props = broker.cluster_property
+    batch_props = ctx.cluster_property
     born_host = _host_of(conn)
-    store = broker.store
+    store = ctx.store
     if batch:
         if sys_flag & msgcodec.MessageSysFlag.COMPRESSED_FLAG:
             # The C++ 1.2.x client zlib-compresses a whole batch body over 4 KiB (Java never
@@ -97,9 +103,9 @@ def process_send(broker, conn, cmd):
             try:
                 body = inflater.decompress(body, cfg.maxFrameSize)
             except zlib.error as e:
-                return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad compressed batch body: {e}")
+                return _error(ctx, cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad compressed batch body: {e}")
             if inflater.unconsumed_tail:   # bounded: a zip bomb is refused, not inflated
-                return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL,
+                return _error(ctx, cmd, ResponseCode.MESSAGE_ILLEGAL,
                               f"compressed batch body inflates beyond {cfg.maxFrameSize} bytes")
             sys_flag &= ~(msgcodec.MessageSysFlag.COMPRESSED_FLAG | 0x700)
         # Batch-level properties (header + CLUSTER) are appended to every element's while
@@ -109,7 +115,7 @@ def process_send(broker, conn, cmd):
             result = store.put_batch_body(topic, queue_id, sys_flag, born_timestamp, born_host, now, body,
                                           extra, reconsume_times, cfg.maxMessageSize)
         except ValueError as e:
-            return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}")
+            return _error(ctx, cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}")
         # like Java, the batch's WAIT is the one in the request header's properties
         wait = "WAIT\x01false" not in props
     else:
@@ -120,32 +126,32 @@ def process_send(broker, conn, cmd):
             if level > 0 and (sys_flag & 0xC) in (0, 8):
                 # Parked in SCHEDULE_TOPIC_XXXX until due (reference 8.4); the reply still
                 # names the queue the producer asked for, as Java's does.
-                store_topic, store_qid, p = to_schedule(topic, queue_id, p, level, len(broker.delay_levels))
+                store_topic, store_qid, p = to_schedule(topic, queue_id, p, level, len(ctx.delay_levels))
         props_b = p.encode()
         if len(props_b) > PROPERTIES_MAX_BYTES:
-            return _error(broker, cmd, ResponseCode.MESSAGE_ILLEGAL,
+            return _error(ctx, cmd, ResponseCode.MESSAGE_ILLEGAL,
                           "the message is illegal, maybe msg body or properties length not matched. "
                           "msg properties length limit 32KB.")
         wait = "WAIT\x01false" not in props
         result = store.put(store_topic, store_qid, flag, body, props_b, sys_flag, born_timestamp, born_host,
                            now, reconsume_times)
     if result.status is not _PUT_OK:
-        code, remark = broker.put_status_to_code(result.status)
-        return _error(broker, cmd, code, remark)
-    region, trace_on = broker.send_ext_region_trace
+        code, remark = put_status_response(result.status, cfg.maxMessageSize)
+        return _error(ctx, cmd, code, remark)
+    region, trace_on = ctx.send_ext_region_trace
     ext = {"MSG_REGION": region, "TRACE_ON": trace_on, "msgId": result.msg_id, "queueId": str(queue_id),
            "queueOffset": str(result.queue_offset)}
-    broker.stats_put(result)
-    if wait and broker.sync_flush:
-        return _await_flush(broker, cmd, ext, result.wrote_offset + result.wrote_bytes)
+    ctx.stats.count_put(result)
+    if wait and ctx.sync_flush:
+        return _await_flush(ctx, cmd, ext, result.wrote_offset + result.wrote_bytes)
     return cmd.response(_SUCCESS, None, ext)
 
 
-async def _await_flush(broker, cmd, ext, end_offset):
-    ok = await broker.flush_service.wait_flushed(end_offset, broker.config.syncFlushTimeout / 1000)
+async def _await_flush(ctx, cmd, ext, end_offset):
+    ok = await ctx.flush_service.wait_flushed(end_offset, ctx.config.syncFlushTimeout / 1000)
     if ok is None:
         return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "the store failed to flush; it no longer accepts writes",
-                            ext_fields=broker.send_ext_base())
+                            ext_fields=_ext_base(ctx))
     if not ok:
         return cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT, None, ext_fields=ext)
     return cmd.response(ResponseCode.SUCCESS, None, ext_fields=ext)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 
 from pocketmq.broker.core.delay import send_back_properties, to_schedule
+from pocketmq.broker.core.status import put_status_response
+from pocketmq.broker.store.api import MessageToStore
 from pocketmq.common.constants import dlq_topic, retry_topic
 from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.codes import PermName, ResponseCode
@@ -19,28 +21,28 @@ from pocketmq.protocol.headers.typed import opt_int, opt_str, req_int, req_str
 MAX_RECONSUME_TIMES_DEFAULT = 16
 
 
-def process_send_back(broker, conn, cmd):
+def process_send_back(ctx, conn, cmd):
     e = cmd.ext_fields
     offset = req_int(e, "offset")
     group = req_str(e, "group")
     delay_level = req_int(e, "delayLevel")
-    now = broker.now_ms()
-    gcfg = broker.groups.find(group, now)
+    now = ctx.now_ms()
+    gcfg = ctx.groups.find(group, now)
     if gcfg is None:
         return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                             f"subscription group not exist, {group}")
-    if not PermName.writeable(broker.config.brokerPermission):
-        return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{broker.config.brokerIP1}] sending message is forbidden")
+    if not PermName.writeable(ctx.config.brokerPermission):
+        return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{ctx.config.brokerIP1}] sending message is forbidden")
     if gcfg.retryQueueNums <= 0:
         return cmd.response(ResponseCode.SUCCESS)   # the group asked for no retries: dropped
     rtopic = retry_topic(group)
-    created = broker.topics.get(rtopic) is None
-    rtc = broker.topics.create_retry_or_dlq(rtopic, gcfg.retryQueueNums, PermName.READ | PermName.WRITE, now)
+    created = ctx.topics.get(rtopic) is None
+    rtc = ctx.topics.create_retry_or_dlq(rtopic, gcfg.retryQueueNums, PermName.READ | PermName.WRITE, now)
     if created:
-        broker.on_topics_changed()
+        ctx.on_topics_changed()
     if not PermName.writeable(rtc.perm):
         return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{rtopic}] sending message is forbidden")
-    raw = broker.store.look_message_by_offset(offset)
+    raw = ctx.store.look_message_by_offset(offset)
     if raw is None:
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
     msg = msgcodec.decode_record(bytes(raw), decompress=False)
@@ -52,11 +54,11 @@ def process_send_back(broker, conn, cmd):
     origin_id = opt_str(e, "originMsgId") or msg.msg_id
     if msg.reconsume_times >= max_times or delay_level < 0:
         topic = dlq_topic(group)
-        created = broker.topics.get(topic) is None
+        created = ctx.topics.get(topic) is None
         # perm 6 (READ|WRITE) as RocketMQ >= 4.9.2, so the dead letters can be read back.
-        broker.topics.create_retry_or_dlq(topic, 1, PermName.READ | PermName.WRITE, now)
+        ctx.topics.create_retry_or_dlq(topic, 1, PermName.READ | PermName.WRITE, now)
         if created:
-            broker.on_topics_changed()
+            ctx.on_topics_changed()
         queue_id, level = 0, 0
     else:
         topic = rtopic
@@ -65,12 +67,12 @@ def process_send_back(broker, conn, cmd):
     props = send_back_properties(msg.properties, origin_topic, origin_id, level)
     store_topic, store_qid = topic, queue_id
     if level > 0:
-        store_topic, store_qid, props = to_schedule(topic, queue_id, props, level, len(broker.delay_levels))
-    result = broker.store.put_message(broker.store_message(
+        store_topic, store_qid, props = to_schedule(topic, queue_id, props, level, len(ctx.delay_levels))
+    result = ctx.store.put_message(MessageToStore(
         store_topic, store_qid, msg.flag, msg.body, props, msg.sys_flag, msg.born_timestamp,
-        msgcodec.parse_host(msg.born_host), msg.reconsume_times + 1, now))
-    code, remark = broker.put_status_to_code(result.status)
+        msgcodec.parse_host(msg.born_host), now, msg.reconsume_times + 1))
+    code, remark = put_status_response(result.status, ctx.config.maxMessageSize)
     if code != ResponseCode.SUCCESS:
         return cmd.response(ResponseCode.SYSTEM_ERROR, remark)
-    broker.stats_put(result)
+    ctx.stats.count_put(result)
     return cmd.response(ResponseCode.SUCCESS)

@@ -5,20 +5,30 @@ thread right after an append). The loop task sleeps until the earliest
 deadline, capped by the rescan interval (5 s, or 1 s with short polling),
 which re-checks every held pull against the queue max offsets in case a
 notification was missed.
+
+The shell knows no processor: `replay(held)` (answer a held pull now, with
+suspension disabled) is given by the composition root, as are the monotonic
+clock of the deadlines and the store's queue max offset.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
+from typing import Callable
+
+from pocketmq.broker.core.held_pulls import HeldPull, HeldPullTable
 
 log = logging.getLogger("pocketmq.broker.hold")
 
 
 class HoldService:
-    def __init__(self, broker, rescan_interval_ms: int = 5000):
-        self.broker = broker
-        self.table = broker.held_pulls
+    def __init__(self, table: HeldPullTable, replay: Callable[[HeldPull], None], *,
+                 mono_ms: Callable[[], int], max_offset_of: Callable[[str, int], int],
+                 rescan_interval_ms: int = 5000):
+        self.table = table
+        self.replay = replay
+        self.mono_ms = mono_ms
+        self.max_offset_of = max_offset_of
         self.rescan_interval_ms = rescan_interval_ms
         self._event = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -49,7 +59,7 @@ class HoldService:
     def _flush_notify(self) -> None:
         self._notify_scheduled = False
         pending, self._pending_notify = self._pending_notify, {}
-        from pocketmq.broker.processors.pull import replay
+        replay = self.replay
         for (topic, qid), (max_offset, codes) in pending.items():
             woken = []
             if len(codes) == 1:
@@ -62,13 +72,13 @@ class HoldService:
                             seen.add(id(p))
                             woken.append(p)
             for p in woken:
-                replay(self.broker, p)
+                replay(p)
 
     async def _run(self) -> None:
-        from pocketmq.broker.processors.pull import replay
-        last_rescan = time.monotonic()
+        replay = self.replay
+        last_rescan_ms = self.mono_ms()
         while True:
-            now_ms = self.broker.mono_ms()
+            now_ms = self.mono_ms()
             nd = self.table.next_deadline_ms()
             wait_ms = self.rescan_interval_ms if nd is None else max(0, min(self.rescan_interval_ms, nd - now_ms))
             self._event.clear()
@@ -78,12 +88,13 @@ class HoldService:
             except asyncio.TimeoutError:
                 pass
             try:
-                for p in self.table.expire(self.broker.mono_ms()):
-                    replay(self.broker, p)
-                if time.monotonic() - last_rescan >= self.rescan_interval_ms / 1000:
-                    last_rescan = time.monotonic()
-                    for p in self.table.stale(self.broker.store.get_max_offset_in_queue):
-                        replay(self.broker, p)
+                now_ms = self.mono_ms()
+                for p in self.table.expire(now_ms):
+                    replay(p)
+                if now_ms - last_rescan_ms >= self.rescan_interval_ms:
+                    last_rescan_ms = now_ms
+                    for p in self.table.stale(self.max_offset_of):
+                        replay(p)
             except Exception:
                 log.exception("hold service pass failed")
 
@@ -95,6 +106,5 @@ class HoldService:
             except asyncio.CancelledError:
                 pass
         # Answer everything still held so clients re-pull elsewhere instead of timing out.
-        from pocketmq.broker.processors.pull import replay
         for p in self.table.drain_all():
-            replay(self.broker, p)
+            self.replay(p)

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 
-from pocketmq.broker.core.delay import from_schedule, is_due
+from pocketmq.broker.core.delay import ScheduleCursors, from_schedule, is_due
+from pocketmq.broker.core.status import PUT_NEVER_STORABLE
+from pocketmq.broker.store.api import MessageToStore, PutMessageStatus, Store
 from pocketmq.common.constants import SCHEDULE_TOPIC
 from pocketmq.protocol import message as msgcodec
 
@@ -22,8 +25,10 @@ PASS_MESSAGES_MAX = 512   # per level per pass
 
 
 class ScheduleService:
-    def __init__(self, broker, cursors, delay_levels_ms: tuple[int, ...]):
-        self.broker = broker
+    def __init__(self, store: Store, cursors: ScheduleCursors, delay_levels_ms: tuple[int, ...], *,
+                 now_ms: Callable[[], int]):
+        self.store = store
+        self.now_ms = now_ms
         self.cursors = cursors
         self.levels = delay_levels_ms
         self._event = asyncio.Event()
@@ -48,7 +53,7 @@ class ScheduleService:
         while True:
             self._event.clear()
             try:
-                wait_ms = self.deliver_due(self.broker.now_ms())
+                wait_ms = self.deliver_due(self.now_ms())
             except Exception:
                 log.exception("schedule pass failed")
                 wait_ms = 1000
@@ -63,7 +68,7 @@ class ScheduleService:
 
     def deliver_due(self, now_ms: int) -> int:
         """Deliver what is due; returns ms until the next delivery (0 = more due now)."""
-        store = self.broker.store
+        store = self.store
         next_ms = 1000
         for level, delay_ms in enumerate(self.levels, start=1):
             qid = level - 1
@@ -110,11 +115,11 @@ class ScheduleService:
             return True
         topic, qid, props = target
         born_host = msgcodec.parse_host(rec.born_host)
-        result = self.broker.store.put_message(self.broker.store_message(
+        result = self.store.put_message(MessageToStore(
             topic, qid, rec.flag, rec.body, props, rec.sys_flag, rec.born_timestamp, born_host,
-            rec.reconsume_times, now_ms))
-        if result.status.name != "PUT_OK":
+            now_ms, rec.reconsume_times))
+        if result.status is not PutMessageStatus.PUT_OK:
             log.error("delivering a delayed message to %s/%d failed: %s", topic, qid, result.status.name)
-            return result.status.name in ("MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED")  # never deliverable
+            return result.status in PUT_NEVER_STORABLE   # never deliverable: skip it, go on
         self.delivered += 1
         return True

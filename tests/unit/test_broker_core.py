@@ -163,3 +163,33 @@ def test_reset_table_rule():
     assert reset_table(committed, by_time, force=True) == {0: 5, 1: 5, 2: 5, 3: 0}
     # without force only backwards (and a queue without an offset takes the time's)
     assert reset_table(committed, by_time, force=False) == {0: 3, 1: 5, 2: 5, 3: 0}
+
+
+def test_broker_core_is_pure_and_the_shells_know_their_place():
+    """broker/core: no I/O, no clock (now_ms is an argument). Services get what they call
+    injected (no processor import); processors never reach back into the composition root."""
+    import ast
+    import pathlib
+    import pocketmq.broker as broker_pkg
+    root = pathlib.Path(broker_pkg.__path__[0])
+    forbidden = {
+        "core": {"asyncio", "socket", "time", "os", "threading", "selectors", "uvloop",
+                 "pocketmq.remoting", "pocketmq.broker.app", "pocketmq.broker.processors",
+                 "pocketmq.broker.services"},
+        "services": {"pocketmq.broker.processors", "pocketmq.broker.app"},
+        "processors": {"pocketmq.broker.app", "pocketmq.broker.services"},
+    }
+    problems = []
+    for folder, banned in forbidden.items():
+        for path in sorted((root / folder).glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    if any(name == b or name.startswith(b + ".") for b in banned):
+                        problems.append(f"{folder}/{path.name}:{node.lineno} imports {name}")
+    assert not problems, problems

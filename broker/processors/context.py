@@ -1,0 +1,73 @@
+"""What request processors may use: the broker's collaborators, listed and typed.
+
+Built once by the composition root (broker/app.py) when the store is open and
+handed to `build_processor_table(ctx)`; processors see this and nothing else
+of the broker. The context is frozen (the set of collaborators never changes
+while serving); the objects it names are the live, mutable tables. Broker
+state that changes (closing) and clocks are callables, read at each call.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Protocol
+
+from pocketmq.broker.core.clients import ConsumerManager, ProducerManager
+from pocketmq.broker.core.held_pulls import HeldPullTable
+from pocketmq.broker.core.locks import RebalanceLockManager
+from pocketmq.broker.core.offsets import ConsumerOffsetManager
+from pocketmq.broker.core.subscription_groups import SubscriptionGroupManager
+from pocketmq.broker.core.topics import TopicConfigManager
+from pocketmq.broker.store.api import PutMessageResult, Store
+
+if TYPE_CHECKING:
+    from pocketmq.broker.config import BrokerConfig
+
+
+class FlushWaiter(Protocol):
+    """What a SYNC_FLUSH send needs of the flush service (services/flush.py)."""
+
+    async def wait_flushed(self, end_offset: int, timeout_s: float) -> bool | None:
+        """True when flushed, False on timeout, None when the store failed."""
+
+
+class BrokerStats:
+    """Counters reported by GET_BROKER_RUNTIME_INFO."""
+
+    __slots__ = ("msg_put_total", "msg_get_total", "boot_timestamp")
+
+    def __init__(self) -> None:
+        self.msg_put_total = 0
+        self.msg_get_total = 0
+        self.boot_timestamp = 0
+
+    def count_put(self, result: PutMessageResult) -> None:
+        self.msg_put_total += result.msg_count or 1
+
+    def count_get(self, n: int) -> None:
+        self.msg_get_total += n
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerContext:
+    config: BrokerConfig
+    store: Store
+    topics: TopicConfigManager
+    offsets: ConsumerOffsetManager
+    groups: SubscriptionGroupManager
+    consumers: ConsumerManager
+    producers: ProducerManager
+    locks: RebalanceLockManager
+    held_pulls: HeldPullTable
+    stats: BrokerStats
+    # SYNC_FLUSH: a send waits for flush_service.wait_flushed (looked up at each call)
+    flush_service: FlushWaiter | None
+    sync_flush: bool
+    delay_levels: tuple[int, ...]          # ms of delay level 1..n
+    cluster_property: str                  # "CLUSTER\x01<name>", appended to every stored message
+    send_ext_region_trace: tuple[str, str]  # (MSG_REGION, TRACE_ON) of every send response
+    pull_max_msg_nums: int                 # our own bound on one pull
+    now_ms: Callable[[], int]              # wall clock: store timestamps, data versions, locks
+    mono_ms: Callable[[], int]             # monotonic: held-pull deadlines
+    is_closing: Callable[[], bool]         # shutting down: pulls are answered, never parked
+    wake_hold: Callable[[], None]          # a pull was parked: the hold service re-reads deadlines
+    on_topics_changed: Callable[[], None]  # persist topics.json and re-register (debounced)
