@@ -48,16 +48,24 @@ class Fault(enum.Enum):
     RESET = "reset"
 
 
-def _abort_with_rst(writer: asyncio.StreamWriter | None) -> None:
-    if writer is None:
-        return
+def _setsockopt(writer: asyncio.StreamWriter, level: int, option: int, value) -> None:
     sock = writer.get_extra_info("socket")
     if sock is not None:
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        except OSError:
+            sock.setsockopt(level, option, value)
+        except OSError:         # already closed: nothing left to tune
             pass
-    writer.transport.abort()
+
+
+def _nodelay(writer: asyncio.StreamWriter) -> None:
+    _setsockopt(writer, socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def _abort_with_rst(writer: asyncio.StreamWriter | None) -> None:
+    # SO_LINGER on with a 0 s timeout: close() discards unsent data and sends RST, not FIN
+    if writer is not None:
+        _setsockopt(writer, socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
 
 
 class _Link:
@@ -264,15 +272,6 @@ class FaultProxy:
         except (ConnectionError, OSError):
             # one side reset or vanished: mirror it to the other side
             link.abort()
-
-
-def _nodelay(writer: asyncio.StreamWriter) -> None:
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            pass
 
 
 class RoutingNameServer:
