@@ -19,8 +19,9 @@ that owns it:
 
 Siblings (broker, nameserver, client, tools) never import each other except tools ->
 client. Separately, no file of the product, tests or bench may import one of the old
-top-level names (`import client`, `from protocol.x import y`): those resolve only from a
-checkout's cwd and would load a second copy of a module next to `pocketmq.<pkg>`.
+top-level names (`import client`, `from protocol.x import y`) or run one as a module
+(`[sys.executable, "-m", "nameserver"]`): those resolve only from a checkout's cwd and
+would load a second copy of a module next to `pocketmq.<pkg>`.
 """
 from __future__ import annotations
 
@@ -128,6 +129,22 @@ def imports(path: pathlib.Path, module: str | None):
                     yield f"{base}.{a.name}" if base else a.name, node.lineno, node.level > 0
 
 
+def module_runs(path: pathlib.Path):
+    """(module, line) of every `"-m", "<module>"` pair of string constants in a call's
+    arguments or a list/tuple display: `python -m client.x` from a checkout's cwd is a
+    bare import too."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for node in ast.walk(tree):
+        items = node.args if isinstance(node, ast.Call) else node.elts if isinstance(node, (ast.List, ast.Tuple)) \
+            else None
+        if not items:
+            continue
+        for a, b in zip(items, items[1:]):
+            if isinstance(a, ast.Constant) and a.value == "-m" and isinstance(b, ast.Constant) \
+                    and isinstance(b.value, str):
+                yield b.value, b.lineno
+
+
 def _product_files(root: pathlib.Path, folders: dict[str, str]):
     for folder in folders:
         base = root / folder
@@ -173,6 +190,18 @@ def check(root: pathlib.Path, folders: dict[str, str] = FOLDERS,
     return problems
 
 
+def check_module_runs(root: pathlib.Path, folders: dict[str, str] = FOLDERS,
+                      extra_trees: tuple[str, ...] = EXTRA_TREES) -> list[str]:
+    """Every `-m <old top-level name>` as 'file:line runs -m NAME: why'."""
+    paths = list(_product_files(root, folders))
+    for tree in extra_trees:
+        if (root / tree).is_dir():
+            paths += sorted((root / tree).rglob("*.py"))
+    return [f"{path.relative_to(root)}:{line} runs -m {name}: bare old top-level name, use -m pocketmq.{name}"
+            for path in paths for name, line in sorted(module_runs(path), key=lambda r: r[1])
+            if name.split(".")[0] in OLD_TOP_LEVEL]
+
+
 # --------------------------------------------------------------------------- the real tree
 
 def test_folders_match_pyproject_package_dir():
@@ -191,6 +220,11 @@ def test_every_product_module_is_checked():
 def test_dependency_direction():
     problems = check(ROOT)
     assert not problems, f"{len(problems)} layering violations:\n" + "\n".join(problems)
+
+
+def test_no_subprocess_runs_an_old_top_level_name():
+    problems = check_module_runs(ROOT)
+    assert not problems, "\n".join(problems)
 
 
 # --------------------------------------------------------------------------- the checker itself
@@ -255,6 +289,19 @@ def test_checker_catches_each_kind_of_violation(tmp_path):
     # and nothing else: every allowed import above (pocketmq -> anything, tools -> client,
     # broker -> store/core/remoting, relative imports inside a layer, os in common/store) passes
     assert len(problems) == len(expected), problems
+
+
+def test_checker_catches_module_runs_of_old_names(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_cli.py").write_text(
+        "import subprocess, sys\n"
+        "subprocess.run([sys.executable, '-m', 'pocketmq.broker'])\n"
+        "subprocess.run([sys.executable, '-m', 'client.admin_cli', 'help'])\n"
+        "create_subprocess_exec(sys.executable, '-m',\n    'nameserver', '--listenPort=0')\n"
+        "parse_args(['-m', '--brokerName=b1'])\n")
+    assert check_module_runs(tmp_path) == [
+        "tests/test_cli.py:3 runs -m client.admin_cli: bare old top-level name, use -m pocketmq.client.admin_cli",
+        "tests/test_cli.py:5 runs -m nameserver: bare old top-level name, use -m pocketmq.nameserver"]
 
 
 def test_relative_imports_resolve_against_the_package(tmp_path):
