@@ -1,6 +1,6 @@
 """`mqadmin` end to end: a real mqnamesrv + mqbroker, the CLI run as a subprocess.
 
-The pure formatting helpers (client/admin_tables.py) and the command-line
+The pure formatting helpers (tools/mqadmin/tables.py) and the command-line
 handling that needs no server are tested first; the cluster tests share one
 module-scoped cluster and run in file order (create -> send -> inspect -> delete).
 """
@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from pocketmq.client import admin_tables as T
-from pocketmq.client.admin_cli import main as admin_main
-from pocketmq.client.admin_cli import transport_reason
+from pocketmq.tools.mqadmin import tables as T
+from pocketmq.tools.mqadmin.commands import main as admin_main
+from pocketmq.tools.mqadmin.commands import transport_reason
 from tests.support.daemons import Cluster, free_port
 from tests.support.workloads import run_mqadmin
 
@@ -183,7 +183,7 @@ class TestCommandLine:
     def test_reset_timestamps(self, capsys, monkeypatch):
         import time as _time
 
-        from pocketmq.client.admin_cli import _reset_timestamp
+        from pocketmq.tools.mqadmin.commands import _reset_timestamp
         monkeypatch.setenv("TZ", "UTC")
         _time.tzset()
         try:

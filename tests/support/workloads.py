@@ -28,11 +28,11 @@ async def produce_around_a_timestamp(namesrv_addr: str, topic: str, n: int = 10)
 
 
 def run_mqadmin(*args: str, env_extra: dict | None = None, timeout_s: float = 30) -> subprocess.CompletedProcess:
-    """`python -m client.admin_cli ARGS` from the repository root, without the caller's
+    """`python -m pocketmq.tools.mqadmin ARGS` from the repository root, without the caller's
     NAMESRV_ADDR (pass it in env_extra to test it)."""
     env = dict(os.environ)
     env.pop("NAMESRV_ADDR", None)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "pocketmq.client.admin_cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "pocketmq.tools.mqadmin", *args], capture_output=True, text=True,
                           timeout=timeout_s, cwd=ROOT, env=env, check=False)

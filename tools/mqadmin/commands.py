@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from pocketmq.common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, RETRY_GROUP_TOPIC_PREFIX
-from pocketmq.client import admin_tables as tables
+from pocketmq.tools.mqadmin import tables
 from pocketmq.protocol.bodies import (MessageQueue, TopicRouteData, decode_cluster_info, decode_reset_offset_body, loads,
                              object_keyed_items)
 from pocketmq.protocol.codes import PermName, RequestCode, ResponseCode
@@ -860,6 +860,3 @@ def _flush_quietly() -> None:
     except (OSError, ValueError):
         pass
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from pocketmq.tools.mqadmin.commands import main
+
+sys.exit(main())
