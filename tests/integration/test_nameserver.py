@@ -389,7 +389,7 @@ async def test_mqnamesrv_process_ready_line_and_sigterm(tmp_path):
     kv_path = tmp_path / "kv" / "kvConfig.json"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "nameserver", "--listenPort=0", f"--kvConfigPath={kv_path}",
+        sys.executable, "-m", "pocketmq.nameserver", "--listenPort=0", f"--kvConfigPath={kv_path}",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env=env,
         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     c = RemotingClient()

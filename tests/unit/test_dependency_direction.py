@@ -9,8 +9,10 @@ that owns it:
     protocol      pure: nothing of ours; no asyncio/socket/time/os/threading/uvloop/selectors
     common        protocol; like protocol but os/tempfile are allowed (common/files.py)
     remoting      protocol, common
-    broker.store  protocol, common; no asyncio/socket/uvloop/selectors, no remoting
-    broker.core   protocol, common; pure: no asyncio/socket/time/threading/os/uvloop/selectors
+    broker.store  protocol, common, broker.store.api; no asyncio/socket/uvloop/selectors, no remoting
+    broker.store.api  the store's contract (statuses, request/result tuples): protocol, common; pure
+    broker.core   protocol, common, broker.store.api (store statuses are inputs of its rules);
+                  pure: no asyncio/socket/time/threading/os/uvloop/selectors
     broker        protocol, common, remoting, broker.store, broker.core
     nameserver    protocol, common, remoting
     client        protocol, common, remoting
@@ -43,15 +45,18 @@ FOLDERS = {
     "tools": "pocketmq.tools",
 }
 # sub-layers: an installed package prefix that is a layer of its own
-SUBLAYERS = {"pocketmq.broker.store": "broker.store", "pocketmq.broker.core": "broker.core"}
+# (longest prefix first: broker.store.api is a layer inside broker.store)
+SUBLAYERS = {"pocketmq.broker.store.api": "broker.store.api", "pocketmq.broker.store": "broker.store",
+             "pocketmq.broker.core": "broker.core"}
 
 ALLOWED: dict[str, set[str]] = {
     "protocol": set(),
     "common": {"protocol"},
     "remoting": {"protocol", "common"},
-    "broker.store": {"protocol", "common"},
-    "broker.core": {"protocol", "common"},
-    "broker": {"protocol", "common", "remoting", "broker.store", "broker.core"},
+    "broker.store.api": {"protocol", "common"},
+    "broker.store": {"protocol", "common", "broker.store.api"},
+    "broker.core": {"protocol", "common", "broker.store.api"},
+    "broker": {"protocol", "common", "remoting", "broker.store", "broker.store.api", "broker.core"},
     "nameserver": {"protocol", "common", "remoting"},
     "client": {"protocol", "common", "remoting"},
     "tools": {"client", "protocol", "common", "remoting"},
@@ -64,6 +69,7 @@ FORBIDDEN_STDLIB: dict[str, set[str]] = {
     "common": _NET | {"time", "threading"},
     "broker.core": _NET | {"time", "threading", "os"},
     "broker.store": _NET,
+    "broker.store.api": _NET | {"time", "threading", "os"},
 }
 
 # The names the source folders had before they were installed under `pocketmq.`.
