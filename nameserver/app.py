@@ -90,7 +90,6 @@ class NameServer:
         self.routes = RouteInfoManager(broker_channel_expired_ms=int(
             config_value(config, "brokerChannelExpiredTime", BROKER_CHANNEL_EXPIRED_MS)))
         self.kv = KVConfig()
-        self._last_active_ms: dict = {}  # connection -> last tick it was seen reading
         self.kv_config_path = self._kv_path()
         self.port: int | None = None
         self._server: RemotingServer | None = None
@@ -147,7 +146,6 @@ class NameServer:
 
     # -- broker liveness -------------------------------------------------------------------
     def _on_connection_close(self, conn) -> None:
-        self._last_active_ms.pop(conn, None)
         for removed in self.routes.remove_by_channel(conn):
             log.info("broker %s removed: its connection closed%s", removed.broker_addr,
                      _names_note(removed))
@@ -160,24 +158,10 @@ class NameServer:
             await asyncio.sleep(self.scan_interval_s)
 
     def close_idle_connections(self) -> int:
-        """Close connections that sent nothing for serverChannelMaxIdleTimeSeconds.
-
-        Connection sets `last_read_ms` to a non-zero mark on every read; each
-        tick takes the mark (resets it to 0) and records the tick's time.
-        """
+        """Close connections that sent nothing for serverChannelMaxIdleTimeSeconds (on self.clock)."""
         if self.idle_ms <= 0 or self._server is None:
             return 0
-        now = self.clock()
-        closed = 0
-        for conn in list(self._server.connections):
-            if conn.last_read_ms:
-                conn.last_read_ms = 0
-                self._last_active_ms[conn] = now
-            elif now - self._last_active_ms.setdefault(conn, now) >= self.idle_ms:
-                log.info("closing connection from %s: idle for %d s", conn.remote_addr, self.idle_ms // 1000)
-                conn.close()
-                closed += 1
-        return closed
+        return self._server.close_idle(self.idle_ms // 1000, self.clock())
 
     def scan_not_active_broker(self) -> list[RemovedBroker]:
         removed = self.routes.expire(self.clock())

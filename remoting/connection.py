@@ -85,8 +85,9 @@ class Connection(asyncio.Protocol):
         self._can_write = asyncio.Event()
         self._can_write.set()
         self.attrs: dict = {}  # per-connection state owned by the role (client id, language...)
-        self.last_read_s = _monotonic()   # for idle checks (RemotingServer.close_idle)
-        self.last_read_ms = 0             # activity mark the nameserver's clocked idle scan resets
+        self.last_read_s = _monotonic()   # stamped on every read; RemotingServer.close_idle
+        self.idle_seen_read_s: float | None = None  # ... compares it with the stamp it last saw
+        self.idle_active_ms = 0                     # ... and the tick (its clock) that saw it change
         self._loop: asyncio.AbstractEventLoop | None = None
         self._deadlines: dict[int, float] = {}    # opaque -> loop time its request expires
         self._sweep_handle: asyncio.TimerHandle | None = None
@@ -115,7 +116,6 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data):
         self.last_read_s = t0 = _monotonic()
-        self.last_read_ms = 1
         dec = self.decoder
         dec.feed(data)
         next_command = dec.next_command
