@@ -33,9 +33,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 
-from pocketmq.common.files import write_file_atomic
+from pocketmq.common.files import read_file, write_file_atomic
 from pocketmq.nameserver.processors import (
     NamesrvState,
     build_processor_table,
@@ -48,6 +47,7 @@ from pocketmq.nameserver.route import (
     RouteInfoManager,
 )
 from pocketmq.protocol.errors import BodyError
+from pocketmq.remoting.clock import monotonic_ms
 from pocketmq.remoting.server import RemotingServer
 
 log = logging.getLogger("pocketmq.namesrv")
@@ -55,21 +55,16 @@ log = logging.getLogger("pocketmq.namesrv")
 DEFAULT_LISTEN_PORT = 9876
 
 
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
 class KVConfigFileError(Exception):
     """kvConfig.json exists but cannot be read; the NameServer refuses to start."""
 
 
 def load_kv_config(path: str | None) -> KVConfig:
-    if not path or not os.path.exists(path):
+    if not path:
         return KVConfig()
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-        return KVConfig.from_json_bytes(data)
+        data = read_file(path)
+        return KVConfig() if data is None else KVConfig.from_json_bytes(data)
     except (OSError, UnicodeDecodeError, BodyError) as e:
         raise KVConfigFileError(f"cannot load KV config {path}: {e}") from None
 

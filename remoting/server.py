@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
+from pocketmq.remoting.clock import monotonic_ms
 from pocketmq.remoting.connection import Connection
 
 log = logging.getLogger("pocketmq.remoting")
@@ -74,7 +74,7 @@ class RemotingServer:
         multiple of P, the same tick as comparing read times would pick.
         """
         if now_ms is None:
-            now_ms = time.monotonic_ns() // 1_000_000
+            now_ms = monotonic_ms()
         idle_ms = idle_s * 1000
         closed = 0
         for conn in list(self.connections):
