@@ -56,6 +56,7 @@ from pocketmq.common.daemon_config import (
     env,
 )
 from pocketmq.common.properties_file import CliOption, ConfigError, LoadReport, format_properties
+from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
 
 __all__ = [
     "ALIASES",
@@ -308,7 +309,7 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     # this long, so the next request does not pay the idle-CPU wake-up (~40 µs per hop on
     # the VMs measured). CPU for latency; 0 turns it off. See docs/benchmarks.md.
     busyPollMicros: Annotated[int, Field(ge=0, le=100_000)] = 200
-    maxFrameSize: FrameSize = 16 * 1024 * 1024
+    maxFrameSize: FrameSize = FRAME_SIZE_BYTES_MAX_DEFAULT
 
     # --- validation --------------------------------------------------------
 

@@ -46,6 +46,7 @@ from pocketmq.nameserver.route import (
     RemovedBroker,
     RouteInfoManager,
 )
+from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
 from pocketmq.protocol.errors import BodyError
 from pocketmq.remoting.clock import monotonic_ms
 from pocketmq.remoting.server import RemotingServer
@@ -81,7 +82,7 @@ class NameServer:
         self.first_scan_delay_s = min(first_scan_delay_s, scan_interval_s)
         self.clock = clock
         self.idle_ms = 1000 * int(config_value(config, "serverChannelMaxIdleTimeSeconds", 120))
-        self.frame_size_bytes_max = int(config_value(config, "maxFrameSize", 16 * 1024 * 1024))
+        self.frame_size_bytes_max = int(config_value(config, "maxFrameSize", FRAME_SIZE_BYTES_MAX_DEFAULT))
         self.routes = RouteInfoManager(broker_channel_expired_ms=int(
             config_value(config, "brokerChannelExpiredTime", BROKER_CHANNEL_EXPIRED_MS)))
         self.kv = KVConfig()

@@ -49,6 +49,7 @@ from pocketmq.common.properties_file import (
     Setting,
     format_properties,
 )
+from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
 
 __all__ = [
     "IMPLEMENTED_KEYS",
@@ -87,7 +88,7 @@ class NamesrvConfig(NettyServerConfig, _NamesrvSection):
     # --- pocketmq's own ----------------------------------------------------
     scanNotActiveBrokerInterval: PositiveLong = 10_000
     brokerChannelExpiredTime: PositiveLong = 120_000
-    maxFrameSize: FrameSize = 16 * 1024 * 1024
+    maxFrameSize: FrameSize = FRAME_SIZE_BYTES_MAX_DEFAULT
 
     @field_validator("kvConfigPath", "configStorePath")
     @classmethod

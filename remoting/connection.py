@@ -19,7 +19,7 @@ import traceback
 from time import monotonic as _monotonic
 
 from pocketmq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
-from pocketmq.protocol.command import FrameDecoder, RemotingCommand, encode_parts
+from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT, FrameDecoder, RemotingCommand, encode_parts
 from pocketmq.protocol.errors import HeaderError, ProtocolError, BodyError
 
 log = logging.getLogger("pocketmq.remoting")
@@ -63,7 +63,7 @@ class Connection(asyncio.Protocol):
     # and async handlers can still write while reading is paused).
     write_buffer_bytes_max = 64 * 1024 * 1024
 
-    def __init__(self, handler=None, *, frame_size_bytes_max: int = 16 * 1024 * 1024,
+    def __init__(self, handler=None, *, frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
                  requests_in_flight_max: int = 65536, handlers_in_flight_max: int = 4096,
                  on_close=None, name: str = "", pause_reading_on_backpressure: bool = False,
                  busy_poll=None, processors: dict | None = None):

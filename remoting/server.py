@@ -10,6 +10,7 @@ import asyncio
 import logging
 
 from pocketmq.remoting.clock import monotonic_ms
+from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
 from pocketmq.remoting.connection import Connection
 
 log = logging.getLogger("pocketmq.remoting")
@@ -17,7 +18,7 @@ log = logging.getLogger("pocketmq.remoting")
 
 class RemotingServer:
     def __init__(self, processors: dict, *, host: str = "0.0.0.0", port: int = 0,
-                 frame_size_bytes_max: int = 16 * 1024 * 1024, name: str = "server",
+                 frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT, name: str = "server",
                  on_connection_close=None, handlers_in_flight_max: int = 4096, busy_poll_us: int = 0):
         self.processors = processors
         self.host = host
