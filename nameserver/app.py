@@ -20,8 +20,9 @@ broker silent for more than `brokerChannelExpiredTime` (120 s) is dropped and
 its connection closed. A connection that closes drops the brokers registered
 over it at once. A connection that sends nothing for
 `serverChannelMaxIdleTimeSeconds` (120 s; 0 = never) is closed, as Netty's
-IdleStateHandler does on the Java NameServer; that check runs on the same
-tick, so it fires up to one tick late.
+IdleStateHandler does on the Java NameServer (RemotingServer.close_idle, on
+this object's clock); that check runs on the same tick, so it fires up to one
+tick late.
 
 Config keys used: listenPort, kvConfigPath, orderMessageEnable,
 scanNotActiveBrokerInterval, brokerChannelExpiredTime, maxFrameSize,
