@@ -34,38 +34,29 @@ from __future__ import annotations
 import functools
 import os
 import socket
-import sys
-from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
-from typing import Annotated, Any, TextIO
+from typing import Annotated, Any
 
-from pydantic import (
-    AliasChoices,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
-from pydantic_core import PydanticCustomError
+from pydantic import AliasChoices, ConfigDict, Field, field_validator, model_validator
 
-from pocketmq.common.constants import parse_delay_levels
-from pocketmq.protocol.properties_file import (
-    LAYER_COMMAND_LINE,
-    LAYER_FILE,
-    CliOption,
-    ConfigError,
-    LoadReport,
-    Setting,
-    decode_properties,
-    error_from_validation,
-    format_properties,
-    parse_command_line,
-    parse_properties,
-    resolve_settings,
-    usage,
+from pocketmq.common.constants import CQ_UNIT_SIZE, parse_delay_levels
+from pocketmq.common.daemon_config import (
+    DaemonConfig,
+    DaemonConfigLoader,
+    FrameSize,
+    JavaInt,
+    JavaLong,
+    Name,
+    NettyServerConfig,
+    NonNegativeInt,
+    NonNegativeLong,
+    Port,
+    PositiveInt,
+    cross_field_error,
+    env,
 )
+from pocketmq.common.properties_file import CliOption, ConfigError, LoadReport, format_properties
+from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
 
 __all__ = [
     "ALIASES",
@@ -82,19 +73,7 @@ __all__ = [
     "parse_args",
 ]
 
-_INT_MAX = 2**31 - 1
-_LONG_MAX = 2**63 - 1
 _CPUS = os.cpu_count() or 1
-
-JavaInt = Annotated[int, Field(ge=-(2**31), le=_INT_MAX)]
-JavaLong = Annotated[int, Field(ge=-(2**63), le=_LONG_MAX)]
-Port = Annotated[int, Field(ge=0, le=65535)]
-PositiveInt = Annotated[int, Field(ge=1, le=_INT_MAX)]
-NonNegativeInt = Annotated[int, Field(ge=0, le=_INT_MAX)]
-NonNegativeLong = Annotated[int, Field(ge=0, le=_LONG_MAX)]
-Name = Annotated[str, Field(min_length=1)]
-
-CQ_STORE_UNIT_SIZE = 20
 
 
 class BrokerRole(StrEnum):
@@ -124,24 +103,10 @@ def primary_ipv4() -> str:
     return address if address and address != "0.0.0.0" else "127.0.0.1"
 
 
-def _env(name: str) -> str | None:
-    return os.environ.get(name) or None
-
-
-def _cross(key: str, detail: str, *related: str) -> PydanticCustomError:
-    return PydanticCustomError("config", "{detail}", {"key": key, "related": related, "detail": detail})
-
-
-class BrokerConfig(BaseModel):
-    """RocketMQ 4.9 broker configuration (BrokerConfig + Netty server/client + MessageStoreConfig)."""
-
-    model_config = ConfigDict(
-        extra="forbid", validate_assignment=True, strict=True, populate_by_name=True
-    )
-
+class _BrokerSection(DaemonConfig):
     # --- BrokerConfig.java -------------------------------------------------
-    rocketmqHome: str | None = Field(default_factory=lambda: _env("ROCKETMQ_HOME"))
-    namesrvAddr: str | None = Field(default_factory=lambda: _env("NAMESRV_ADDR"), validate_default=True)
+    rocketmqHome: str | None = Field(default_factory=lambda: env("ROCKETMQ_HOME"))
+    namesrvAddr: str | None = Field(default_factory=lambda: env("NAMESRV_ADDR"), validate_default=True)
     brokerIP1: Name = Field(default_factory=primary_ipv4)
     brokerIP2: Name = Field(default_factory=primary_ipv4)
     brokerName: Name = "broker-a"
@@ -222,21 +187,18 @@ class BrokerConfig(BaseModel):
     isolateLogEnable: bool = False
     configBlackList: str = "configBlackList;brokerConfigPath"
 
-    # --- NettyServerConfig.java (BrokerStartup sets listenPort 10911) -------
+
+class BrokerConfig(NettyServerConfig, _BrokerSection):
+    """RocketMQ 4.9 broker configuration (BrokerConfig + Netty server/client + MessageStoreConfig).
+
+    Keys in RocketMQ's order: BrokerConfig.java's (_BrokerSection), then
+    NettyServerConfig.java's (common.daemon_config), then the ones below.
+    """
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    # --- NettyServerConfig.java: BrokerStartup sets listenPort 10911 --------
     listenPort: Port = 10911
-    serverWorkerThreads: JavaInt = 8
-    serverCallbackExecutorThreads: JavaInt = 0
-    serverSelectorThreads: JavaInt = 3
-    serverOnewaySemaphoreValue: JavaInt = 256
-    serverAsyncSemaphoreValue: JavaInt = 64
-    serverChannelMaxIdleTimeSeconds: NonNegativeInt = 120
-    serverSocketSndBufSize: JavaInt = 0
-    serverSocketRcvBufSize: JavaInt = 0
-    writeBufferHighWaterMark: JavaInt = 0  # also NettyClientConfig's
-    writeBufferLowWaterMark: JavaInt = 0  # also NettyClientConfig's
-    serverSocketBacklog: JavaInt = 1024
-    serverPooledByteBufAllocatorEnable: bool = True
-    useEpollNativeSelector: bool = False
 
     # --- NettyClientConfig.java --------------------------------------------
     clientWorkerThreads: JavaInt = 4
@@ -262,7 +224,7 @@ class BrokerConfig(BaseModel):
         validation_alias=AliasChoices("mappedFileSizeCommitLog", "mapedFileSizeCommitLog"),
     )
     mappedFileSizeConsumeQueue: PositiveInt = Field(
-        300_000 * CQ_STORE_UNIT_SIZE,
+        300_000 * CQ_UNIT_SIZE,
         validation_alias=AliasChoices("mappedFileSizeConsumeQueue", "mapedFileSizeConsumeQueue"),
     )
     enableConsumeQueueExt: bool = False
@@ -347,20 +309,9 @@ class BrokerConfig(BaseModel):
     # this long, so the next request does not pay the idle-CPU wake-up (~40 µs per hop on
     # the VMs measured). CPU for latency; 0 turns it off. See docs/benchmarks.md.
     busyPollMicros: Annotated[int, Field(ge=0, le=100_000)] = 200
-    maxFrameSize: Annotated[int, Field(ge=1024, le=_INT_MAX)] = 16 * 1024 * 1024
+    maxFrameSize: FrameSize = FRAME_SIZE_BYTES_MAX_DEFAULT
 
     # --- validation --------------------------------------------------------
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        # pydantic keeps an assigned value even when a model validator then
-        # rejects it; put the old one back so a failed assignment changes nothing.
-        previous = self.__dict__.get(name, _MISSING)
-        try:
-            super().__setattr__(name, value)
-        except ValidationError:
-            if previous is not _MISSING:
-                self.__dict__[name] = previous
-            raise
 
     @model_validator(mode="before")
     @classmethod
@@ -381,7 +332,7 @@ class BrokerConfig(BaseModel):
     @classmethod
     def _whole_consume_queue_units(cls, value: int) -> int:
         # MessageStoreConfig.getMappedFileSizeConsumeQueue rounds up to 20-byte units.
-        return -(-value // CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
+        return -(-value // CQ_UNIT_SIZE) * CQ_UNIT_SIZE
 
     @field_validator("namesrvAddr")
     @classmethod
@@ -439,18 +390,18 @@ class BrokerConfig(BaseModel):
     def _check_together(self) -> BrokerConfig:
         if self.brokerRole is BrokerRole.SLAVE:
             if self.brokerId <= 0:
-                raise _cross("brokerId", "a SLAVE's brokerId must be > 0", "brokerRole")
+                raise cross_field_error("brokerId", "a SLAVE's brokerId must be > 0", "brokerRole")
         elif self.brokerId != 0:
-            raise _cross(
+            raise cross_field_error(
                 "brokerId",
                 f"a master's brokerId must be 0 (brokerRole={self.brokerRole.value}); "
                 "set brokerRole=SLAVE for a slave",
                 "brokerRole",
             )
         if self.haListenPort != 0 and self.haListenPort == self.listenPort:
-            raise _cross("haListenPort", "must differ from listenPort", "listenPort")
+            raise cross_field_error("haListenPort", "must differ from listenPort", "listenPort")
         if self.maxMessageSize >= self.maxFrameSize:
-            raise _cross(
+            raise cross_field_error(
                 "maxMessageSize",
                 f"must be smaller than maxFrameSize ({self.maxFrameSize}), "
                 "or no such message could arrive",
@@ -508,15 +459,11 @@ class BrokerConfig(BaseModel):
     def config_items(self, *, important_only: bool = False) -> list[tuple[str, object]]:
         """(key, value) pairs in RocketMQ's class order; effective storePathCommitLog."""
         items: list[tuple[str, object]] = []
-        for key in type(self).model_fields:
+        for key, value in super().config_items():
             if important_only and key not in IMPORTANT_KEYS:
                 continue
-            value = self.store_path_commit_log() if key == "storePathCommitLog" else getattr(self, key)
-            items.append((key, value))
+            items.append((key, self.store_path_commit_log() if key == "storePathCommitLog" else value))
         return items
-
-
-_MISSING = object()
 
 
 def _split_addresses(value: str) -> tuple[str, ...]:
@@ -527,10 +474,6 @@ def _split_addresses(value: str) -> tuple[str, ...]:
         raise ValueError(f"empty address in {value!r}")
     return tuple(parts)
 
-
-FIELD_TYPES: dict[str, object] = {
-    name: info.annotation for name, info in BrokerConfig.model_fields.items()
-}
 
 ALIASES: dict[str, str] = {
     "mapedFileSizeCommitLog": "mappedFileSizeCommitLog",
@@ -575,7 +518,7 @@ IMPORTANT_KEYS: frozenset[str] = frozenset({
     "brokerRole", "flushDiskType", "cleanFileForciblyEnable", "transientStorePoolEnable",
 })  # fmt: skip
 
-assert IMPLEMENTED_KEYS.issubset(FIELD_TYPES) and IMPORTANT_KEYS.issubset(FIELD_TYPES)
+assert IMPORTANT_KEYS.issubset(BrokerConfig.model_fields)
 
 _OPTIONS = (
     CliOption("c", "configFile", True, "Broker config properties file"),
@@ -595,77 +538,20 @@ def format_config(config: BrokerConfig, *, important_only: bool = False) -> str:
     return format_properties(config.config_items(important_only=important_only))
 
 
-def load_config(
-    config_file: str | None = None,
-    overrides: Iterable[Setting] | Mapping[str, str] = (),
-) -> tuple[BrokerConfig, LoadReport]:
-    """Defaults < ``config_file`` < ``overrides`` (raw strings, typed like file values).
+_LOADER: DaemonConfigLoader[BrokerConfig] = DaemonConfigLoader(
+    BrokerConfig,
+    prog="mqbroker",
+    options=_OPTIONS,
+    implemented_keys=IMPLEMENTED_KEYS,
+    listings={
+        "printConfigItem": format_config,
+        "printImportantConfig": functools.partial(format_config, important_only=True),
+    },
+    aliases=ALIASES,
+    ignored_keys=LEGACY_IGNORED_KEYS,
+    environment={"namesrvAddr": "NAMESRV_ADDR"},
+)
 
-    Raises ConfigError naming the key and its source for an unreadable file,
-    an unknown key, or a bad value.
-    """
-    settings: list[Setting] = []
-    if config_file is not None:
-        settings.extend(_read_file(config_file))
-    if isinstance(overrides, Mapping):
-        settings.extend(
-            Setting(key, value, f"override {key}", LAYER_COMMAND_LINE) for key, value in overrides.items()
-        )
-    else:
-        settings.extend(overrides)
-    resolved = resolve_settings(
-        settings, FIELD_TYPES, aliases=ALIASES, ignored_keys=LEGACY_IGNORED_KEYS
-    )
-    sources = dict(resolved.sources)
-    if "namesrvAddr" not in sources and _env("NAMESRV_ADDR"):
-        sources["namesrvAddr"] = "environment NAMESRV_ADDR"
-    try:
-        config = BrokerConfig.model_validate(resolved.values)
-    except ValidationError as exc:
-        raise error_from_validation(exc.errors(), sources) from None
-    unused = tuple(key for key in resolved.sources if key not in IMPLEMENTED_KEYS)
-    report = LoadReport(
-        config_file=config_file,
-        sources=sources,
-        unused_keys=unused + resolved.ignored,
-        notes=resolved.notes,
-    )
-    return config, report
-
-
-def parse_args(
-    argv: Sequence[str] | None = None, *, out: TextIO | None = None
-) -> tuple[BrokerConfig, LoadReport]:
-    """``mqbroker`` arguments: ``-c FILE``, ``-n ADDR``, ``-p``, ``-m``, ``-h``, ``--key=value``.
-
-    ``-h``, ``-p`` and ``-m`` write to ``out`` (stdout) and raise SystemExit(0).
-    Raises ConfigError for anything it cannot use.
-    """
-    arguments = sys.argv[1:] if argv is None else list(argv)
-    command_line = parse_command_line(arguments, _OPTIONS, is_key=FIELD_TYPES.__contains__)
-    stream = sys.stdout if out is None else out
-    if command_line.options.get("help"):
-        stream.write(usage("mqbroker", _OPTIONS))
-        raise SystemExit(0)
-    config_file = command_line.options.get("configFile")
-    assert config_file is None or isinstance(config_file, str)
-    config, report = load_config(config_file, command_line.overrides)
-    if command_line.options.get("printConfigItem"):
-        stream.write(format_config(config))
-        raise SystemExit(0)
-    if command_line.options.get("printImportantConfig"):
-        stream.write(format_config(config, important_only=True))
-        raise SystemExit(0)
-    return config, report
-
-
-def _read_file(path: str) -> list[Setting]:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as exc:
-        raise ConfigError(None, path, f"cannot read config file: {exc.strerror or exc}") from None
-    return [
-        Setting(entry.key, entry.value, f"{path}:{entry.line}", LAYER_FILE)
-        for entry in parse_properties(decode_properties(data), source=path)
-    ]
+# ``mqbroker``'s entry points; see DaemonConfigLoader.load and .parse_args.
+load_config = _LOADER.load
+parse_args = _LOADER.parse_args

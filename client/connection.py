@@ -8,9 +8,8 @@ writelines when the iteration's ready callbacks have run (loop.call_soon),
 which saves the client one syscall per request and gives the broker fewer,
 larger reads (it then answers them with one write too).
 
-Frames are encoded like protocol.command.encode_parts; msgpack headers whose
-extFields are all strings (every request the client builds) are packed by a
-reused msgpack.Packer: the same bytes as protocol.headers.codec.encode_msgpack.
+Frames are encoded by protocol.command.encode_parts, whose msgpack fast path
+covers every request the client builds.
 
 A request sent while no other request is waiting for its response is written
 at once (nothing to coalesce with, and the broker is idle: the sync send
@@ -20,44 +19,10 @@ group while the client produces the next.
 from __future__ import annotations
 
 import asyncio
-import struct
 
-import msgpack
-
-from pocketmq.protocol.codes import SerializeType
 from pocketmq.protocol.command import RemotingCommand, encode_parts
 from pocketmq.remoting.client import RemotingClient
 from pocketmq.remoting.connection import Connection
-
-_PREFIX = struct.Struct(">ii")
-_MSGPACK = int(SerializeType.MSGPACK)
-_MSGPACK_TYPE_BITS = _MSGPACK << 24
-_packer = msgpack.Packer(use_bin_type=True)
-_pack = _packer.pack
-
-
-def encode_frame_parts(cmd: RemotingCommand) -> list:
-    """Like protocol.command.encode_parts (same bytes), faster for msgpack headers."""
-    if cmd.serialize_type != _MSGPACK:
-        return encode_parts(cmd)
-    ext = cmd.ext_fields
-    if ext:
-        for v in ext.values():
-            if type(v) is not str:
-                return encode_parts(cmd)
-    else:
-        ext = None
-    header = _pack([cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark, ext])
-    body = cmd.body
-    if type(body) is not bytes:
-        return encode_parts(cmd)
-    hlen = len(header)
-    prefix = _PREFIX.pack(4 + hlen + len(body), _MSGPACK_TYPE_BITS | hlen) + header
-    if not body:
-        return [prefix]
-    if len(body) <= 2048:
-        return [prefix + body]
-    return [prefix, body]
 
 
 class ClientConnection(Connection):
@@ -78,7 +43,7 @@ class ClientConnection(Connection):
     def send(self, cmd: RemotingCommand) -> None:
         if self.closed or self.transport is None or self.transport.is_closing():
             return
-        parts = encode_frame_parts(cmd)
+        parts = encode_parts(cmd)
         out = self._out
         if out is not None:           # inside data_received: written when the read is done
             out.extend(parts)

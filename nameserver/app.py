@@ -20,8 +20,9 @@ broker silent for more than `brokerChannelExpiredTime` (120 s) is dropped and
 its connection closed. A connection that closes drops the brokers registered
 over it at once. A connection that sends nothing for
 `serverChannelMaxIdleTimeSeconds` (120 s; 0 = never) is closed, as Netty's
-IdleStateHandler does on the Java NameServer; that check runs on the same
-tick, so it fires up to one tick late.
+IdleStateHandler does on the Java NameServer (RemotingServer.close_idle, on
+this object's clock); that check runs on the same tick, so it fires up to one
+tick late.
 
 Config keys used: listenPort, kvConfigPath, orderMessageEnable,
 scanNotActiveBrokerInterval, brokerChannelExpiredTime, maxFrameSize,
@@ -33,9 +34,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 
-from pocketmq.common.files import write_file_atomic
+from pocketmq.common.files import read_file, write_file_atomic
 from pocketmq.nameserver.processors import (
     NamesrvState,
     build_processor_table,
@@ -47,7 +47,9 @@ from pocketmq.nameserver.route import (
     RemovedBroker,
     RouteInfoManager,
 )
+from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
 from pocketmq.protocol.errors import BodyError
+from pocketmq.remoting.clock import monotonic_ms
 from pocketmq.remoting.server import RemotingServer
 
 log = logging.getLogger("pocketmq.namesrv")
@@ -55,21 +57,16 @@ log = logging.getLogger("pocketmq.namesrv")
 DEFAULT_LISTEN_PORT = 9876
 
 
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
 class KVConfigFileError(Exception):
     """kvConfig.json exists but cannot be read; the NameServer refuses to start."""
 
 
 def load_kv_config(path: str | None) -> KVConfig:
-    if not path or not os.path.exists(path):
+    if not path:
         return KVConfig()
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-        return KVConfig.from_json_bytes(data)
+        data = read_file(path)
+        return KVConfig() if data is None else KVConfig.from_json_bytes(data)
     except (OSError, UnicodeDecodeError, BodyError) as e:
         raise KVConfigFileError(f"cannot load KV config {path}: {e}") from None
 
@@ -86,11 +83,10 @@ class NameServer:
         self.first_scan_delay_s = min(first_scan_delay_s, scan_interval_s)
         self.clock = clock
         self.idle_ms = 1000 * int(config_value(config, "serverChannelMaxIdleTimeSeconds", 120))
-        self.frame_size_bytes_max = int(config_value(config, "maxFrameSize", 16 * 1024 * 1024))
+        self.frame_size_bytes_max = int(config_value(config, "maxFrameSize", FRAME_SIZE_BYTES_MAX_DEFAULT))
         self.routes = RouteInfoManager(broker_channel_expired_ms=int(
             config_value(config, "brokerChannelExpiredTime", BROKER_CHANNEL_EXPIRED_MS)))
         self.kv = KVConfig()
-        self._last_active_ms: dict = {}  # connection -> last tick it was seen reading
         self.kv_config_path = self._kv_path()
         self.port: int | None = None
         self._server: RemotingServer | None = None
@@ -147,7 +143,6 @@ class NameServer:
 
     # -- broker liveness -------------------------------------------------------------------
     def _on_connection_close(self, conn) -> None:
-        self._last_active_ms.pop(conn, None)
         for removed in self.routes.remove_by_channel(conn):
             log.info("broker %s removed: its connection closed%s", removed.broker_addr,
                      _names_note(removed))
@@ -160,24 +155,10 @@ class NameServer:
             await asyncio.sleep(self.scan_interval_s)
 
     def close_idle_connections(self) -> int:
-        """Close connections that sent nothing for serverChannelMaxIdleTimeSeconds.
-
-        Connection sets `last_read_ms` to a non-zero mark on every read; each
-        tick takes the mark (resets it to 0) and records the tick's time.
-        """
+        """Close connections that sent nothing for serverChannelMaxIdleTimeSeconds (on self.clock)."""
         if self.idle_ms <= 0 or self._server is None:
             return 0
-        now = self.clock()
-        closed = 0
-        for conn in list(self._server.connections):
-            if conn.last_read_ms:
-                conn.last_read_ms = 0
-                self._last_active_ms[conn] = now
-            elif now - self._last_active_ms.setdefault(conn, now) >= self.idle_ms:
-                log.info("closing connection from %s: idle for %d s", conn.remote_addr, self.idle_ms // 1000)
-                conn.close()
-                closed += 1
-        return closed
+        return self._server.close_idle(self.idle_ms // 1000, self.clock())
 
     def scan_not_active_broker(self) -> list[RemovedBroker]:
         removed = self.routes.expire(self.clock())

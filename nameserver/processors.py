@@ -18,6 +18,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Callable
 
+from pocketmq.common.properties_file import format_properties
 from pocketmq.protocol.bodies import DataVersion, decode_register_broker_body, dumps, encode_cluster_info, loads
 from pocketmq.protocol.codes import RequestCode, ResponseCode
 from pocketmq.protocol.command import RemotingCommand
@@ -51,12 +52,6 @@ def config_properties(config) -> dict:
         except TypeError:
             return dict(config.model_dump())
     return {k: v for k, v in vars(config).items() if not k.startswith("_")}
-
-
-def _java_str(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
 
 
 @dataclass(slots=True)
@@ -232,7 +227,7 @@ def build_processor_table(state: NamesrvState) -> dict:
 
     def get_namesrv_config(conn, cmd):
         props = config_properties(state.config)
-        text = "".join(f"{k}={_java_str(v)}\n" for k, v in sorted(props.items()) if v is not None)
+        text = format_properties((k, v) for k, v in sorted(props.items()) if v is not None)
         return _ok(cmd, None, text.encode())
 
     return {

@@ -314,21 +314,18 @@ class RouteInfoManager:
 
     def wipe_write_perm_of_broker(self, broker_name: str) -> int:
         """Clear the write bit of every queue data of `broker_name`; returns the topic count."""
-        count = 0
-        for qmap in self.topic_queue_table.values():
-            qd = qmap.get(broker_name)
-            if qd is not None:
-                qd.perm &= ~PermName.WRITE
-                count += 1
-        return count
+        return self._change_perm_of_broker(broker_name, lambda perm: perm & ~PermName.WRITE)
 
     def add_write_perm_of_broker(self, broker_name: str) -> int:
         """Set every queue data of `broker_name` to read+write (Java 4.9.2+); returns the topic count."""
+        return self._change_perm_of_broker(broker_name, lambda perm: PermName.READ | PermName.WRITE)
+
+    def _change_perm_of_broker(self, broker_name: str, change) -> int:
         count = 0
         for qmap in self.topic_queue_table.values():
             qd = qmap.get(broker_name)
             if qd is not None:
-                qd.perm = PermName.READ | PermName.WRITE
+                qd.perm = change(qd.perm)
                 count += 1
         return count
 

@@ -21,12 +21,14 @@ import struct
 from pocketmq.protocol.codes import (CURRENT_VERSION, FLAG_ONEWAY, FLAG_RESPONSE,
                             LanguageCode, SerializeType)
 from pocketmq.protocol.errors import ProtocolError
-from pocketmq.protocol.headers.codec import DECODERS, ENCODERS
+from pocketmq.protocol.headers.codec import DECODERS, ENCODERS, pack_msgpack
 
 FRAME_SIZE_BYTES_MAX_DEFAULT = 16 * 1024 * 1024
 _PREFIX = struct.Struct(">ii")
 _VALID_TYPES = frozenset(int(t) for t in SerializeType)
 _JAVA = int(LanguageCode.JAVA)
+_MSGPACK = int(SerializeType.MSGPACK)
+_MSGPACK_TYPE_BITS = _MSGPACK << 24
 _VERSION = CURRENT_VERSION
 
 
@@ -83,11 +85,44 @@ class RemotingCommand:
                 f"remark={self.remark!r} ext_fields={self.ext_fields!r} body={blen}B)")
 
 
+# A bytes body up to this size is joined to the prefix and header in the msgpack fast path:
+# one small copy is cheaper than one more buffer for writelines to gather.
+_JOIN_BODY_MAX = 2048
+_NOT_ALL_STR = object()
+
+
 def encode_parts(cmd: RemotingCommand) -> list:
-    """Encode to a list of buffers: [prefix + header, *body buffers]."""
+    """Encode to a list of buffers: [prefix + header, *body buffers].
+
+    The one frame encoder (servers and clients). Fast path: a msgpack header
+    whose ext_fields values are all str (every request the Python client
+    builds, every response the broker builds) with a bytes body is packed here,
+    without the codec table, and a body of at most _JOIN_BODY_MAX bytes is
+    joined to the header. The bytes are the plain path's
+    (tests/unit/test_protocol_frames.py pins it); only the split may differ.
+    """
+    body = cmd.body
+    if cmd.serialize_type == _MSGPACK and type(body) is bytes:
+        ext = cmd.ext_fields
+        if ext:
+            for v in ext.values():
+                if type(v) is not str:
+                    ext = _NOT_ALL_STR
+                    break
+        else:
+            ext = None
+        if ext is not _NOT_ALL_STR:
+            header = pack_msgpack([cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag,
+                                   cmd.remark, ext])
+            hlen = len(header)
+            prefix = _PREFIX.pack(4 + hlen + len(body), _MSGPACK_TYPE_BITS | hlen) + header
+            if not body:
+                return [prefix]
+            if len(body) <= _JOIN_BODY_MAX:
+                return [prefix + body]
+            return [prefix, body]
     header = ENCODERS[cmd.serialize_type](cmd.code, cmd.language, cmd.version, cmd.opaque,
                                           cmd.flag, cmd.remark, cmd.ext_fields)
-    body = cmd.body
     if isinstance(body, (list, tuple)):
         blen = 0
         for b in body:

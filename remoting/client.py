@@ -5,10 +5,15 @@ import asyncio
 import logging
 
 from pocketmq.protocol.codes import LanguageCode, ResponseCode, SerializeType
-from pocketmq.protocol.command import RemotingCommand
+from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT, RemotingCommand
 from pocketmq.remoting.connection import Connection, ConnectionClosed, RemotingError
 
 log = logging.getLogger("pocketmq.remoting")
+
+
+def split_addr_list(addrs: str) -> list[str]:
+    """"ip:port;ip:port" (NAMESRV_ADDR, -n) as a list; blanks around and empty items dropped."""
+    return [a.strip() for a in addrs.split(";") if a.strip()]
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -24,7 +29,7 @@ class RemotingClient:
 
     def __init__(self, *, handler=None, connect_timeout_s: float = 3.0,
                  language: int = LanguageCode.PYTHON, serialize_type: int = SerializeType.JSON,
-                 frame_size_bytes_max: int = 16 * 1024 * 1024, busy_poll_us: int = 0):
+                 frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT, busy_poll_us: int = 0):
         self.handler = handler
         self.connect_timeout_s = connect_timeout_s
         self.language = language
@@ -40,7 +45,7 @@ class RemotingClient:
 
     def set_namesrv_addr(self, addrs: str | list[str]) -> None:
         if isinstance(addrs, str):
-            addrs = [a.strip() for a in addrs.split(";") if a.strip()]
+            addrs = split_addr_list(addrs)
         for a in addrs:
             split_addr(a)
         self.namesrv_addrs = list(addrs)

@@ -19,7 +19,7 @@ import traceback
 from time import monotonic as _monotonic
 
 from pocketmq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
-from pocketmq.protocol.command import FrameDecoder, RemotingCommand, encode_parts
+from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT, FrameDecoder, RemotingCommand, encode_parts
 from pocketmq.protocol.errors import HeaderError, ProtocolError, BodyError
 
 log = logging.getLogger("pocketmq.remoting")
@@ -63,7 +63,7 @@ class Connection(asyncio.Protocol):
     # and async handlers can still write while reading is paused).
     write_buffer_bytes_max = 64 * 1024 * 1024
 
-    def __init__(self, handler=None, *, frame_size_bytes_max: int = 16 * 1024 * 1024,
+    def __init__(self, handler=None, *, frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
                  requests_in_flight_max: int = 65536, handlers_in_flight_max: int = 4096,
                  on_close=None, name: str = "", pause_reading_on_backpressure: bool = False,
                  busy_poll=None, processors: dict | None = None):
@@ -85,8 +85,9 @@ class Connection(asyncio.Protocol):
         self._can_write = asyncio.Event()
         self._can_write.set()
         self.attrs: dict = {}  # per-connection state owned by the role (client id, language...)
-        self.last_read_s = _monotonic()   # for idle checks (RemotingServer.close_idle)
-        self.last_read_ms = 0             # activity mark the nameserver's clocked idle scan resets
+        self.last_read_s = _monotonic()   # stamped on every read; RemotingServer.close_idle
+        self.idle_seen_read_s: float | None = None  # ... compares it with the stamp it last saw
+        self.idle_active_ms = 0                     # ... and the tick (its clock) that saw it change
         self._loop: asyncio.AbstractEventLoop | None = None
         self._deadlines: dict[int, float] = {}    # opaque -> loop time its request expires
         self._sweep_handle: asyncio.TimerHandle | None = None
@@ -115,7 +116,6 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data):
         self.last_read_s = t0 = _monotonic()
-        self.last_read_ms = 1
         dec = self.decoder
         dec.feed(data)
         next_command = dec.next_command

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from pocketmq.remoting.clock import monotonic_ms
+from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
 from pocketmq.remoting.connection import Connection
 
 log = logging.getLogger("pocketmq.remoting")
@@ -16,7 +18,7 @@ log = logging.getLogger("pocketmq.remoting")
 
 class RemotingServer:
     def __init__(self, processors: dict, *, host: str = "0.0.0.0", port: int = 0,
-                 frame_size_bytes_max: int = 16 * 1024 * 1024, name: str = "server",
+                 frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT, name: str = "server",
                  on_connection_close=None, handlers_in_flight_max: int = 4096, busy_poll_us: int = 0):
         self.processors = processors
         self.host = host
@@ -61,17 +63,31 @@ class RemotingServer:
         if self._server is not None:
             self._server.close()
 
-    def close_idle(self, idle_s: float) -> int:
-        """Close connections that sent nothing for idle_s seconds (Java: 120 s)."""
-        import time
-        now = time.monotonic()
-        n = 0
+    def close_idle(self, idle_s: float, now_ms: int | None = None) -> int:
+        """Close connections that sent nothing for idle_s seconds (Java: Netty's IdleStateHandler,
+        serverChannelMaxIdleTimeSeconds, 120 s). Returns how many it closed.
+
+        Meant to be called on a periodic tick. `now_ms` is the caller's clock (default: monotonic
+        ms); a read is not compared with it but noticed by the next call (the read stamp
+        changed), which counts the connection active at that call's `now_ms`. So any clock works
+        (a test's integer clock too), and a connection is closed by the first call at least
+        idle_s after the call that last saw it read: with ticks every P seconds and idle_s a
+        multiple of P, the same tick as comparing read times would pick.
+        """
+        if now_ms is None:
+            now_ms = monotonic_ms()
+        idle_ms = idle_s * 1000
+        closed = 0
         for conn in list(self.connections):
-            if now - conn.last_read_s > idle_s:
-                log.info("%s: closing %s, idle for %.0f s", self.name, conn.remote_addr, now - conn.last_read_s)
+            stamp = conn.last_read_s
+            if stamp != conn.idle_seen_read_s:
+                conn.idle_seen_read_s = stamp
+                conn.idle_active_ms = now_ms
+            elif now_ms - conn.idle_active_ms >= idle_ms:
+                log.info("closing connection from %s: idle for %d s", conn.remote_addr, idle_s)
                 conn.close()
-                n += 1
-        return n
+                closed += 1
+        return closed
 
     async def close(self) -> None:
         if self._server is not None:

@@ -261,7 +261,8 @@ def decode_msgpack(data) -> tuple:
 # One Packer, reused: msgpack.packb builds a new one per call. Packer.pack runs in C
 # holding the GIL and calls back into no Python code for these types, so threads
 # (the sync facade's loop, a broker in the same process) cannot interleave in it.
-_pack = msgpack.Packer(use_bin_type=True).pack
+# protocol.command.encode_parts packs msgpack headers with it too (its fast path).
+pack_msgpack = msgpack.Packer(use_bin_type=True).pack
 _unpackb = msgpack.unpackb
 
 
@@ -274,7 +275,7 @@ def encode_msgpack(code, language, version, opaque, flag, remark, ext_fields) ->
                 break
     else:
         ext = None
-    return _pack([code, language, version, opaque, flag, remark, ext])
+    return pack_msgpack([code, language, version, opaque, flag, remark, ext])
 
 
 DECODERS = {

@@ -5,26 +5,13 @@ import random
 
 import pytest
 
-from pocketmq.client.connection import ClientConnection, encode_frame_parts
+from pocketmq.client.connection import ClientConnection
 from pocketmq.client.message import Message
 from pocketmq.client.producer import send_ext_fields
 from pocketmq.protocol import message as msgcodec
-from pocketmq.protocol.codes import LanguageCode, RequestCode, SerializeType
-from pocketmq.protocol.command import FrameDecoder, RemotingCommand, encode_parts
+from pocketmq.protocol.codes import RequestCode, SerializeType
+from pocketmq.protocol.command import FrameDecoder, RemotingCommand
 from pocketmq.protocol.headers.typed import SendMessageRequestHeader, encode_send_header
-
-
-@pytest.mark.parametrize("st", [SerializeType.JSON, SerializeType.MSGPACK, SerializeType.ROCKETMQ])
-@pytest.mark.parametrize("body", [b"", b"x" * 10, b"y" * 5000])
-@pytest.mark.parametrize("ext", [{}, {"a": "PG", "b": "T", "e": "3"}, {"n": 5, "b": True}])
-def test_encode_frame_parts_same_bytes(st, body, ext):
-    cmd = RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=77, ext_fields=dict(ext), body=body,
-                          language=LanguageCode.PYTHON, serialize_type=st, remark=None)
-    assert b"".join(encode_frame_parts(cmd)) == b"".join(encode_parts(cmd))
-    dec = FrameDecoder()
-    dec.feed(b"".join(encode_frame_parts(cmd)))
-    got = dec.next_command()
-    assert got.opaque == 77 and got.body == body
 
 
 @pytest.mark.parametrize("batch", [False, True])

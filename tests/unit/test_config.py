@@ -1,4 +1,4 @@
-"""broker.config, nameserver.config and protocol.properties_file: loading RocketMQ-style configs."""
+"""broker.config, nameserver.config and common.properties_file: loading RocketMQ-style configs."""
 from __future__ import annotations
 
 import io
@@ -11,7 +11,7 @@ from pocketmq.broker import config as broker_config
 from pocketmq.broker.config import BrokerConfig, BrokerRole, FlushDiskType
 from pocketmq.nameserver import config as namesrv_config
 from pocketmq.nameserver.config import NamesrvConfig
-from pocketmq.protocol.properties_file import (
+from pocketmq.common.properties_file import (
     ConfigError,
     PropertyLine,
     closest_key,
@@ -655,3 +655,18 @@ def test_closest_key():
     assert closest_key("brokername", known) == "brokerName"
     assert closest_key("listenport", known) == "listenPort"
     assert closest_key("zzz", known) is None
+
+
+def test_keys_keep_rocketmq_class_order_around_the_shared_netty_keys():
+    # NettyServerConfig's keys are declared once (common.daemon_config) and inherited;
+    # -p must still list them where RocketMQ does: after the daemon's own class's keys.
+    broker_keys = list(BrokerConfig.model_fields)
+    assert broker_keys[0] == "rocketmqHome"
+    assert broker_keys[broker_keys.index("configBlackList") + 1] == "listenPort"
+    assert broker_keys[broker_keys.index("useEpollNativeSelector") + 1] == "clientWorkerThreads"
+    assert broker_keys[-1] == "maxFrameSize"
+    namesrv_keys = list(NamesrvConfig.model_fields)
+    assert namesrv_keys[0] == "rocketmqHome"
+    assert namesrv_keys[namesrv_keys.index("configBlackList") + 1] == "listenPort"
+    assert namesrv_keys[namesrv_keys.index("useEpollNativeSelector") + 1] == "scanNotActiveBrokerInterval"
+    assert BrokerConfig().listenPort == 10911 and NamesrvConfig().listenPort == 9876

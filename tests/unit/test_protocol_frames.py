@@ -1,13 +1,14 @@
 """Frame codec: golden frames, every split point, garbage yields only ProtocolError."""
 import json
 import random
+import struct
 
 import pytest
 
-from pocketmq.protocol.codes import LanguageCode, SerializeType
+from pocketmq.protocol.codes import LanguageCode, RequestCode, SerializeType
 from pocketmq.protocol.command import FrameDecoder, RemotingCommand, encode, encode_parts
 from pocketmq.protocol.errors import ProtocolError
-from pocketmq.protocol.headers.codec import decode_json, decode_rocketmq, encode_rocketmq
+from pocketmq.protocol.headers.codec import ENCODERS, decode_json, decode_rocketmq, encode_rocketmq
 
 JAVA_HB_RESPONSE = b'{"code":0,"flag":1,"language":"JAVA","opaque":3,"serializeTypeCurrentRPC":"JSON","version":401}'
 
@@ -164,3 +165,42 @@ def test_topic_with_trailing_newline_is_invalid():
     from pocketmq.broker.core.topics import validate_topic
     from pocketmq.broker.store.store import valid_topic
     assert validate_topic("Topic\n") and not valid_topic("Topic\n")
+
+
+def _reference_frame(cmd: RemotingCommand) -> bytes:
+    # The frame layout written out from the codec table, without encode_parts' fast path.
+    header = ENCODERS[cmd.serialize_type](cmd.code, cmd.language, cmd.version, cmd.opaque,
+                                          cmd.flag, cmd.remark, cmd.ext_fields)
+    body = cmd.body_bytes()
+    return (struct.pack(">ii", 4 + len(header) + len(body), (int(cmd.serialize_type) << 24) | len(header))
+            + header + body)
+
+
+@pytest.mark.parametrize("st", [SerializeType.JSON, SerializeType.MSGPACK, SerializeType.ROCKETMQ])
+@pytest.mark.parametrize("body", [b"", b"x" * 10, b"z" * 2048, b"y" * 5000, b"w" * 300_000,
+                                  [memoryview(b"ab"), b"cde"]])
+@pytest.mark.parametrize("ext", [{}, {"a": "PG", "b": "T", "e": "3"}, {"n": 5, "b": True, "s": "x"},
+                                 {"none": None, "k": "v"}])
+@pytest.mark.parametrize("remark", [None, "r\u00e9mark"])
+def test_encode_parts_fast_path_writes_the_plain_path_bytes(st, body, ext, remark):
+    cmd = RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=77, flag=0, remark=remark,
+                          ext_fields=dict(ext), body=body, language=LanguageCode.PYTHON,
+                          serialize_type=st)
+    frame = b"".join(bytes(p) for p in encode_parts(cmd))
+    assert frame == _reference_frame(cmd)
+    dec = FrameDecoder(frame_size_bytes_max=1 << 20)
+    dec.feed(frame)
+    got = dec.next_command()
+    assert (got.code, got.opaque, got.remark, got.body, got.serialize_type) == \
+           (cmd.code, 77, remark, cmd.body_bytes(), st)
+    assert got.ext_fields == {k: ("true" if v is True else str(v)) for k, v in ext.items() if v is not None}
+
+
+def test_msgpack_fast_path_joins_only_small_bytes_bodies():
+    def parts(body):
+        return encode_parts(RemotingCommand(10, ext_fields={"a": "1"}, body=body,
+                                            serialize_type=SerializeType.MSGPACK))
+    assert len(parts(b"")) == 1
+    assert len(parts(b"x" * 2048)) == 1
+    big = b"x" * 2049
+    assert len(parts(big)) == 2 and parts(big)[1] is big

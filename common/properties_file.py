@@ -1,9 +1,9 @@
 """Java ``.properties`` files and RocketMQ-style daemon configuration, without I/O.
 
 Shared by ``broker.config`` and ``nameserver.config`` (siblings that may not
-import each other), so it lives in the lowest layer and stays pure: stdlib only,
-no file, socket, clock or environment access. The callers read the bytes and
-the environment; everything here is a function of its arguments.
+import each other) through ``common.daemon_config``, which reads the file and
+the environment. This module stays pure: stdlib only, no file, socket, clock or
+environment access; everything here is a function of its arguments.
 
 What RocketMQ 4.9 does, and what we do:
 
