@@ -1,6 +1,8 @@
 """The client against real `mqnamesrv` / `mqbroker` processes (tests/support/daemons.py).
 
-Every test is bounded by asyncio timeouts; waits are bounded polling loops.
+Every test is bounded by asyncio timeouts. Waits for what listeners received await their
+sinks (tests/support/events.py); what only the broker knows (assignments settled, routes,
+commits) is polled within a bound.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from pocketmq.protocol.bodies import MessageQueue, TopicConfig
 from pocketmq.protocol.headers.typed import SendMessageRequestHeader
 from pocketmq.protocol.message import decode_offset_msg_id, encode_properties
 from tests.support.daemons import Cluster
+from tests.support.events import Sink, Waiters
 from tests.support.workloads import produce_around_a_timestamp, run_mqadmin
 
 pytestmark = pytest.mark.slow
@@ -156,7 +159,7 @@ async def test_three_push_consumers_split_and_rebalance(cluster):
         topic = uniq("Split")
         group = uniq("SplitGroup")
         await create_topic(cluster, topic, 8)
-        got = []
+        got = Sink()
 
         def make(name):
             async def listener(msg):
@@ -179,7 +182,7 @@ async def test_three_push_consumers_split_and_rebalance(cluster):
         async with Producer("ItProducer", cluster.namesrv_addr, instance_name=uniq("p")) as p:
             for i in range(160):
                 await p.send(Message(topic, f"a{i}".encode()))
-            await wait_for(lambda: len({b for _, b in got}) == 160, 20, "160 messages")
+            await got.until(lambda s: len({b for _, b in s}) == 160)
             assert len({name for name, _ in got}) == 3
             await cs[0].close()                                  # remove one
             await wait_for(lambda: split_ok(2), 20, "a 2-way split")
@@ -190,7 +193,7 @@ async def test_three_push_consumers_split_and_rebalance(cluster):
             await wait_for(lambda: split_ok(3), 20, "a 3-way split again")
             for i in range(80):
                 await p.send(Message(topic, f"c{i}".encode()))
-            await wait_for(lambda: len({b for _, b in got}) == 320, 30, "320 messages, none lost")
+            await got.until(lambda s: len({b for _, b in s}) == 320)
         for c in cs:
             await c.close()
 
@@ -201,10 +204,12 @@ async def test_closed_and_restarted_consumer_gets_no_duplicates(cluster):
         group = uniq("RestartGroup")
         await create_topic(cluster, topic, 4)
         seen = collections.Counter()
+        changed = Waiters()
 
         async def listener(msg):
             seen[msg.body] += 1
-            await asyncio.sleep(0.001)
+            changed.check()
+            await asyncio.sleep(0.001)      # a listener that yields
 
         async with Producer("ItProducer", cluster.namesrv_addr, instance_name=uniq("p")) as p:
             for i in range(300):
@@ -215,7 +220,7 @@ async def test_closed_and_restarted_consumer_gets_no_duplicates(cluster):
             c.subscribe(topic)
             await c.start()
             target = min(300, 100 * (round_ + 1))
-            await wait_for(lambda target=target: len(seen) >= target, 20, f"{target} messages")
+            await changed.until(lambda target=target: len(seen) >= target)
             assert await c.drain(15)
         assert len(seen) == 300
         assert max(seen.values()) == 1, [k for k, v in seen.items() if v > 1][:5]
@@ -266,9 +271,11 @@ async def test_broker_restart_mid_stream(tmp_path):
             topic = "RestartTopic"
             await create_topic(cl, topic, 2)
             got = set()
+            changed = Waiters()
 
             async def listener(msg):
                 got.add(msg.body)
+                changed.check()
 
             c = PushConsumer("RestartGroup", cl.namesrv_addr, listener=listener,
                              consume_from_where="FIRST_OFFSET", pull_error_delay_ms=200)
@@ -289,13 +296,13 @@ async def test_broker_restart_mid_stream(tmp_path):
                             await asyncio.sleep(0.1)
                         await asyncio.sleep(0.005)
                 task = asyncio.create_task(produce())
-                await wait_for(lambda: len(got) >= 50, 20, "messages before the restart")
+                await changed.until(lambda: len(got) >= 50)
                 await asyncio.to_thread(cl.restart_broker)
                 n = len(sent)
                 await wait_for(lambda: len(sent) >= n + 50, 30, "sends after the restart")
                 stop.set()
                 await task
-                await wait_for(lambda: sent <= got, 40, "every sent message consumed")
+                await changed.until(lambda: sent <= got)
         finally:
             cl.stop()
 
@@ -322,9 +329,11 @@ async def test_reset_offset_by_time_rewinds_online_and_offline_consumers(cluster
 
         # a push consumer that has consumed everything
         seen = collections.Counter()
+        pushed = Waiters()
 
         async def listener(msg):
             seen[msg.body] += 1
+            pushed.check()
         push_group = uniq("ResetPush")
         c = PushConsumer(push_group, ns, listener=listener, instance_name=uniq("rp"),
                          consume_from_where="FIRST_OFFSET", persist_interval_s=0.2)
@@ -336,13 +345,13 @@ async def test_reset_offset_by_time_rewinds_online_and_offline_consumers(cluster
         lite.subscribe(topic)
         polled = []
         async with c, lite:
-            await wait_for(lambda: set(seen) == everything, 20, "20 messages pushed")
+            await pushed.until(lambda: set(seen) == everything)
             while len(polled) < 20:
                 polled.extend(m.body for m in await lite.poll(1))
             await asyncio.sleep(0.6)        # both have committed the end of every queue
             table = await reset(push_group)
             assert len(table) == 4 and sum(table.values()) == 10   # the 10 old messages stay behind
-            await wait_for(lambda: all(seen[b] == 2 for b in new), 20, "the new messages once more")
+            await pushed.until(lambda: all(seen[b] == 2 for b in new))
             await asyncio.sleep(0.3)
             assert all(seen[b] == 1 for b in everything - new), seen
             assert await reset(lite_group) == table
@@ -363,7 +372,7 @@ async def test_reset_offset_by_time_rewinds_online_and_offline_consumers(cluster
         # without force a reset only moves offsets back: to t_mid, then not forward to the end
         assert await reset(off_group, "-f", "false") == table
         assert await reset(off_group, "-f", "false", ts=-1) == table
-        later = []
+        later = Sink()
 
         async def listener2(msg):
             later.append(msg.body)
@@ -371,7 +380,7 @@ async def test_reset_offset_by_time_rewinds_online_and_offline_consumers(cluster
                           consume_from_where="FIRST_OFFSET")
         c2.subscribe(topic)
         async with c2:
-            await wait_for(lambda: len(later) >= 10, 20, "the offline group's new messages")
+            await later.until(lambda s: len(s) >= 10)
             await asyncio.sleep(0.3)
         assert sorted(later) == sorted(new)
 
