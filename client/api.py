@@ -211,6 +211,15 @@ class ClientAPI:
             raise error_for(resp.code, resp.remark, addr)
         return resp
 
+    async def _maybe_oneway(self, addr: str, cmd: RemotingCommand, oneway: bool) -> None:
+        """Oneway (nothing to check), or request and check for SUCCESS."""
+        if oneway:
+            await self._t.invoke_oneway(addr, cmd)
+            return
+        resp = await self._t.invoke(addr, cmd, DEFAULT_TIMEOUT_S)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, addr)
+
     async def _namesrv(self, code: int, ext: dict | None = None, namesrv_addr: str | None = None,
                        timeout_s: float = DEFAULT_TIMEOUT_S) -> RemotingCommand:
         """A nameserver request: to `namesrv_addr`, or the configured ones in rotation."""
@@ -307,14 +316,9 @@ class ClientAPI:
 
     async def update_consumer_offset(self, addr: str, group: str, mq: MessageQueue, offset: int, *,
                                      oneway: bool = False) -> None:
-        cmd = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET,
-                              ext_fields={"consumerGroup": group, **_queue_ext(mq), "commitOffset": str(offset)})
-        if oneway:
-            await self._t.invoke_oneway(addr, cmd)
-            return
-        resp = await self._t.invoke(addr, cmd, DEFAULT_TIMEOUT_S)
-        if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, addr)
+        await self._maybe_oneway(addr, RemotingCommand(
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            ext_fields={"consumerGroup": group, **_queue_ext(mq), "commitOffset": str(offset)}), oneway)
 
     async def max_offset(self, addr: str, mq: MessageQueue) -> int:
         return await self._offset(RequestCode.GET_MAX_OFFSET, addr, _queue_ext(mq))
@@ -348,13 +352,8 @@ class ClientAPI:
         return decode_mq_set(resp.body, "lockOKMQSet")
 
     async def unlock_batch(self, addr: str, group: str, client_id: str, mqs, *, oneway: bool = False) -> None:
-        cmd = RemotingCommand(RequestCode.UNLOCK_BATCH_MQ, body=encode_lock_body(group, client_id, mqs))
-        if oneway:
-            await self._t.invoke_oneway(addr, cmd)
-            return
-        resp = await self._t.invoke(addr, cmd, DEFAULT_TIMEOUT_S)
-        if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, addr)
+        await self._maybe_oneway(addr, RemotingCommand(RequestCode.UNLOCK_BATCH_MQ,
+                                                       body=encode_lock_body(group, client_id, mqs)), oneway)
 
     # -- client registration ---------------------------------------------------------------
     async def heartbeat(self, addr: str, body: bytes, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:

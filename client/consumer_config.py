@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pocketmq.client.errors import InvalidArgumentError
 from pocketmq.client.process_queue import FlowLimits
-from pocketmq.client.rebalance import AllocateStrategy
+from pocketmq.client.rebalance import AllocateAveragely, AllocateStrategy
 
 # consume_from_where option -> ConsumerData.consumeFromWhere sent in heartbeats.
 CONSUME_FROM = {
@@ -138,3 +138,16 @@ def build_config(cls, config, options: dict):
     if config is None:
         return cls(**options)
     return dataclasses.replace(config, **options) if options else config
+
+
+def apply_config(consumer, cfg: ConsumerConfig, now_ms: int) -> None:
+    """Every option of `cfg` becomes an attribute of `consumer` (what the consumers and
+    their tests read), with the defaults that need a value now resolved: the
+    consume-from timestamp (30 minutes before now_ms) and the allocation strategy."""
+    consumer.config = cfg
+    for f in dataclasses.fields(cfg):
+        setattr(consumer, f.name, getattr(cfg, f.name))
+    if cfg.consume_timestamp_ms is None:
+        consumer.consume_timestamp_ms = now_ms - DEFAULT_CONSUME_TIMESTAMP_AGO_MS
+    if cfg.allocate_strategy is None:
+        consumer.allocate_strategy = AllocateAveragely()

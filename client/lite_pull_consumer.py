@@ -31,8 +31,8 @@ from collections.abc import Iterable
 
 from pocketmq.client.consumer_config import (
     CONSUME_FROM,
-    DEFAULT_CONSUME_TIMESTAMP_AGO_MS,
     LitePullConsumerConfig,
+    apply_config,
     build_config,
 )
 from pocketmq.client.errors import (
@@ -45,7 +45,6 @@ from pocketmq.client.instance import acquire_consumer_instance, now_ms
 from pocketmq.client.message import MessageExt
 from pocketmq.client.offset_store import RemoteOffsetStore
 from pocketmq.client.producer import check_group, check_topic
-from pocketmq.client.rebalance import AllocateAveragely
 from pocketmq.client.rebalancer import Rebalancer, compute_pull_from_where
 from pocketmq.client.subscription_state import QueueState, SubscriptionState
 from pocketmq.protocol.bodies import ConsumerData, MessageQueue
@@ -63,23 +62,9 @@ class LitePullConsumer:
                  **options):
         check_group(group)
         cfg = build_config(LitePullConsumerConfig, config, options)
-        self.config = cfg
+        apply_config(self, cfg, now_ms())
         self.group = group
         self.namesrv_addr = namesrv_addr
-        self.instance_name = cfg.instance_name       # acquire_consumer_instance may choose one
-        self.consume_from_where = cfg.consume_from_where
-        self.consume_timestamp_ms = (cfg.consume_timestamp_ms if cfg.consume_timestamp_ms is not None
-                                     else now_ms() - DEFAULT_CONSUME_TIMESTAMP_AGO_MS)
-        self.auto_commit = cfg.auto_commit
-        self.auto_commit_interval_s = cfg.auto_commit_interval_s
-        self.max_poll_records = cfg.max_poll_records
-        self.pull_batch_size = cfg.pull_batch_size
-        self.pull_threshold_for_queue = cfg.pull_threshold_for_queue
-        self.suspend_timeout_ms = cfg.suspend_timeout_ms
-        self.pull_timeout_ms = cfg.pull_timeout_ms
-        self.pull_error_delay_ms = cfg.pull_error_delay_ms
-        self.allocate_strategy = cfg.allocate_strategy or AllocateAveragely()
-        self.serialize_type = cfg.serialize_type
         self.subscription_state = SubscriptionState()
         self.stats = {"pulls": 0}
         self.fetcher = Fetcher(group, self.subscription_state, self, pull_batch_size=self.pull_batch_size,

@@ -42,8 +42,8 @@ from enum import Enum
 from pocketmq.client.api import SendBackRequest
 from pocketmq.client.consumer_config import (
     CONSUME_FROM,
-    DEFAULT_CONSUME_TIMESTAMP_AGO_MS,
     PushConsumerConfig,
+    apply_config,
     build_config,
 )
 from pocketmq.client.errors import (
@@ -57,7 +57,6 @@ from pocketmq.client.message import MessageExt
 from pocketmq.client.offset_store import LocalOffsetStore, RemoteOffsetStore
 from pocketmq.client.process_queue import FlowLimits, ProcessQueue
 from pocketmq.client.producer import check_group, check_topic
-from pocketmq.client.rebalance import AllocateAveragely
 from pocketmq.client.rebalancer import Rebalancer, compute_pull_from_where
 from pocketmq.client.subscription_state import QueueState, SubscriptionState
 from pocketmq.client.subscription_state import tag_filter as tag_filter  # re-exported
@@ -134,32 +133,15 @@ class PushConsumer:
         if listener is not None and batch_listener is not None:
             raise InvalidArgumentError("give listener or batch_listener, not both")
         cfg = build_config(PushConsumerConfig, config, options)
-        self.config = cfg
+        apply_config(self, cfg, now_ms())
         self.group = group
         self.namesrv_addr = namesrv_addr
         self.listener = listener
         self.batch_listener = batch_listener
         self.consume_batch_size = cfg.consume_batch_size if batch_listener else 1
-        self.message_model = cfg.message_model
-        self.consume_from_where = cfg.consume_from_where
-        self.consume_timestamp_ms = (cfg.consume_timestamp_ms if cfg.consume_timestamp_ms is not None
-                                     else now_ms() - DEFAULT_CONSUME_TIMESTAMP_AGO_MS)
-        self.allocate_strategy = cfg.allocate_strategy or AllocateAveragely()
-        self.consume_concurrency = cfg.consume_concurrency
-        self.pull_batch_size = cfg.pull_batch_size
         self.flow_limits = cfg.flow_limits or FlowLimits()
-        self.instance_name = cfg.instance_name       # acquire_consumer_instance may choose one
-        self.max_reconsume_times = cfg.max_reconsume_times
-        self.suspend_timeout_ms = cfg.suspend_timeout_ms
-        self.pull_timeout_ms = cfg.pull_timeout_ms
-        self.persist_interval_s = cfg.persist_interval_s
-        self.pull_error_delay_ms = cfg.pull_error_delay_ms
-        self.handover_delay_ms = cfg.handover_delay_ms
-        self.sync_listener_in_thread = cfg.sync_listener_in_thread
         self.broadcast_offset_dir = cfg.broadcast_offset_dir or os.path.join(
             os.path.expanduser("~"), ".pocketmq_offsets")
-        self.close_timeout_s = cfg.close_timeout_s
-        self.serialize_type = cfg.serialize_type
 
         self.subscription_state = SubscriptionState()
         self.stats = {"consumed": 0, "failed": 0, "sent_back": 0, "pulls": 0}
