@@ -120,7 +120,11 @@ class Fetcher:
         mq = qs.mq
         group = self.group
         bn = mq.broker_name
-        sub = self.state.subscriptions[mq.topic]
+        sub = self.state.subscriptions.get(mq.topic)
+        if sub is None:
+            # unsubscribed meanwhile (lite): the next rebalance drops the queue
+            log.info("%s: %s no longer subscribed; not pulling it", group, mq)
+            return
         accept = self.state.filters.get(mq.topic)
         batch = self.pull_batch_size
         suspend_ms = self.suspend_timeout_ms
