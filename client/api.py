@@ -446,9 +446,17 @@ class ClientAPI:
         return self._json(await self._ok(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic}),
                           addr, "topic stats")
 
-    async def broker_runtime_info(self, addr: str) -> dict:
-        """GET_BROKER_RUNTIME_INFO: {"table": {key: value}}."""
-        return self._json(await self._ok(addr, RequestCode.GET_BROKER_RUNTIME_INFO), addr, "runtime info")
+    async def broker_runtime_info(self, addr: str, *, unprepared: bool = False) -> dict:
+        """GET_BROKER_RUNTIME_INFO: {"table": {key: value}}. `unprepared`: over the bare
+        connection (the ClientInstance asks it to choose the connection's header codec)."""
+        cmd = RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO)
+        if unprepared:
+            resp = await self._t.invoke_unprepared(addr, cmd, DEFAULT_TIMEOUT_S)
+        else:
+            resp = await self._t.invoke(addr, cmd, DEFAULT_TIMEOUT_S)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, addr)
+        return self._json(resp, addr, "runtime info")
 
     async def consume_stats(self, addr: str, group: str, topic: str | None = None) -> dict:
         ext = {"consumerGroup": group}

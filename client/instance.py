@@ -46,7 +46,6 @@ from pocketmq.protocol.bodies import (
     TopicRouteData,
     decode_reset_offset_body,
     dumps,
-    loads,
 )
 from pocketmq.protocol.codes import (
     LanguageCode,
@@ -486,7 +485,7 @@ class ClientInstance:
                 if "serialize_type" not in conn.attrs:
                     st = self.serialize_type
                     if st is None:
-                        st = await self._negotiate(conn)
+                        st = await self._negotiate(addr)
                     conn.attrs["serialize_type"] = st
         if not conn.attrs.get("heartbeat_sent") and (self.consumers or self.producers):
             conn.attrs["heartbeat_sent"] = True
@@ -495,20 +494,17 @@ class ClientInstance:
             conn.attrs["ready"] = True     # invoke() may skip this preparation from now on
         return conn
 
-    async def _negotiate(self, conn) -> int:
+    async def _negotiate(self, addr: str) -> int:
         """msgpack headers if the broker is pocketmq's (GET_BROKER_RUNTIME_INFO's
         brokerVersionDesc says so), JSON otherwise (Java and other brokers)."""
-        cmd = RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO, language=LanguageCode.PYTHON)
         try:
-            resp = await conn.request(cmd, 3.0)
-            if resp.code == ResponseCode.SUCCESS and resp.body:
-                d = loads(resp.body)
-                table = d.get("table") if isinstance(d, dict) else None
-                desc = str((table or {}).get("brokerVersionDesc", ""))
-                if desc.startswith("pocketmq"):
-                    return SerializeType.MSGPACK
-        except (RemotingError, ValueError) as e:
-            log.debug("header negotiation with %s failed: %s", conn.remote_addr, e)
+            d = await self.api.broker_runtime_info(addr, unprepared=True)
+            table = d.get("table") if isinstance(d, dict) else None
+            desc = str((table or {}).get("brokerVersionDesc", "")) if isinstance(table, dict) else ""
+            if desc.startswith("pocketmq"):
+                return SerializeType.MSGPACK
+        except MQClientError as e:
+            log.debug("header negotiation with %s failed: %s", addr, e)
         return SerializeType.JSON
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
