@@ -1,6 +1,8 @@
 """The client against real `mqnamesrv` / `mqbroker` processes (tests/support/daemons.py).
 
-Every test is bounded by asyncio timeouts; waits are bounded polling loops.
+Every test is bounded by asyncio timeouts. Waits for what listeners received await their
+sinks (tests/support/events.py); what only the broker knows (assignments settled, routes,
+commits) is polled within a bound.
 """
 from __future__ import annotations
 
@@ -12,11 +14,14 @@ import time
 import pytest
 
 from pocketmq.client import CONSUME_SUCCESS, LitePullConsumer, Message, Producer, PushConsumer
-from pocketmq.protocol.bodies import MessageQueue
-from pocketmq.protocol.codes import RequestCode, ResponseCode
-from pocketmq.protocol.command import RemotingCommand
-from pocketmq.remoting.client import RemotingClient
+from pocketmq.client import errors
+from pocketmq.client.api import ResetOffsetRequest
+from pocketmq.client.instance import ClientInstance
+from pocketmq.protocol.bodies import MessageQueue, TopicConfig
+from pocketmq.protocol.headers.typed import SendMessageRequestHeader
+from pocketmq.protocol.message import decode_offset_msg_id, encode_properties
 from tests.support.daemons import Cluster
+from tests.support.events import Sink, Waiters
 from tests.support.workloads import produce_around_a_timestamp, run_mqadmin
 
 pytestmark = pytest.mark.slow
@@ -40,24 +45,23 @@ async def wait_for(pred, timeout_s=15.0, what="condition"):
 
 
 async def create_topic(cluster, topic: str, queues: int) -> None:
-    rc = RemotingClient()
+    inst = ClientInstance("127.0.0.1@create-topic", cluster.namesrv_addr)
     try:
-        ext = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues),
-               "writeQueueNums": str(queues), "perm": "6", "topicFilterType": "SINGLE_TAG",
-               "topicSysFlag": "0", "order": "false"}
-        resp = await rc.invoke(cluster.broker_addr, RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC,
-                                                                    ext_fields=ext), 5)
-        assert resp.code == ResponseCode.SUCCESS, resp.remark
-        rc.set_namesrv_addr(cluster.namesrv_addr)
-        for _ in range(200):     # the broker re-registers with the nameserver
-            r = await rc.invoke_namesrv(RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                                                        ext_fields={"topic": topic}), 3)
-            if r.code == ResponseCode.SUCCESS and f'"writeQueueNums":{queues}' in r.body.decode():
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"route of {topic} never showed {queues} queues")
+        await wait_topic(inst.api, cluster, topic, queues)
     finally:
-        await rc.close()
+        await inst.close()
+
+
+async def wait_topic(api, cluster, topic: str, queues: int) -> None:
+    """Create `topic` on the broker, then wait until the nameserver's route shows it (the
+    broker re-registers on its own schedule: nothing to await but the route itself)."""
+    await api.create_topic(cluster.broker_addr, TopicConfig(topic, queues, queues), "TBW102")
+    for _ in range(200):
+        route = await api.get_route(topic)
+        if route is not None and [q.write_queue_nums for q in route.queue_datas] == [queues]:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"route of {topic} never showed {queues} queues")
 
 
 def uniq(name: str) -> str:
@@ -155,7 +159,7 @@ async def test_three_push_consumers_split_and_rebalance(cluster):
         topic = uniq("Split")
         group = uniq("SplitGroup")
         await create_topic(cluster, topic, 8)
-        got = []
+        got = Sink()
 
         def make(name):
             async def listener(msg):
@@ -178,7 +182,7 @@ async def test_three_push_consumers_split_and_rebalance(cluster):
         async with Producer("ItProducer", cluster.namesrv_addr, instance_name=uniq("p")) as p:
             for i in range(160):
                 await p.send(Message(topic, f"a{i}".encode()))
-            await wait_for(lambda: len({b for _, b in got}) == 160, 20, "160 messages")
+            await got.until(lambda s: len({b for _, b in s}) == 160)
             assert len({name for name, _ in got}) == 3
             await cs[0].close()                                  # remove one
             await wait_for(lambda: split_ok(2), 20, "a 2-way split")
@@ -189,7 +193,7 @@ async def test_three_push_consumers_split_and_rebalance(cluster):
             await wait_for(lambda: split_ok(3), 20, "a 3-way split again")
             for i in range(80):
                 await p.send(Message(topic, f"c{i}".encode()))
-            await wait_for(lambda: len({b for _, b in got}) == 320, 30, "320 messages, none lost")
+            await got.until(lambda s: len({b for _, b in s}) == 320)
         for c in cs:
             await c.close()
 
@@ -200,10 +204,12 @@ async def test_closed_and_restarted_consumer_gets_no_duplicates(cluster):
         group = uniq("RestartGroup")
         await create_topic(cluster, topic, 4)
         seen = collections.Counter()
+        changed = Waiters()
 
         async def listener(msg):
             seen[msg.body] += 1
-            await asyncio.sleep(0.001)
+            changed.check()
+            await asyncio.sleep(0.001)      # a listener that yields
 
         async with Producer("ItProducer", cluster.namesrv_addr, instance_name=uniq("p")) as p:
             for i in range(300):
@@ -214,7 +220,7 @@ async def test_closed_and_restarted_consumer_gets_no_duplicates(cluster):
             c.subscribe(topic)
             await c.start()
             target = min(300, 100 * (round_ + 1))
-            await wait_for(lambda target=target: len(seen) >= target, 20, f"{target} messages")
+            await changed.until(lambda target=target: len(seen) >= target)
             assert await c.drain(15)
         assert len(seen) == 300
         assert max(seen.values()) == 1, [k for k, v in seen.items() if v > 1][:5]
@@ -265,9 +271,11 @@ async def test_broker_restart_mid_stream(tmp_path):
             topic = "RestartTopic"
             await create_topic(cl, topic, 2)
             got = set()
+            changed = Waiters()
 
             async def listener(msg):
                 got.add(msg.body)
+                changed.check()
 
             c = PushConsumer("RestartGroup", cl.namesrv_addr, listener=listener,
                              consume_from_where="FIRST_OFFSET", pull_error_delay_ms=200)
@@ -288,13 +296,13 @@ async def test_broker_restart_mid_stream(tmp_path):
                             await asyncio.sleep(0.1)
                         await asyncio.sleep(0.005)
                 task = asyncio.create_task(produce())
-                await wait_for(lambda: len(got) >= 50, 20, "messages before the restart")
+                await changed.until(lambda: len(got) >= 50)
                 await asyncio.to_thread(cl.restart_broker)
                 n = len(sent)
                 await wait_for(lambda: len(sent) >= n + 50, 30, "sends after the restart")
                 stop.set()
                 await task
-                await wait_for(lambda: sent <= got, 40, "every sent message consumed")
+                await changed.until(lambda: sent <= got)
         finally:
             cl.stop()
 
@@ -321,9 +329,11 @@ async def test_reset_offset_by_time_rewinds_online_and_offline_consumers(cluster
 
         # a push consumer that has consumed everything
         seen = collections.Counter()
+        pushed = Waiters()
 
         async def listener(msg):
             seen[msg.body] += 1
+            pushed.check()
         push_group = uniq("ResetPush")
         c = PushConsumer(push_group, ns, listener=listener, instance_name=uniq("rp"),
                          consume_from_where="FIRST_OFFSET", persist_interval_s=0.2)
@@ -335,13 +345,13 @@ async def test_reset_offset_by_time_rewinds_online_and_offline_consumers(cluster
         lite.subscribe(topic)
         polled = []
         async with c, lite:
-            await wait_for(lambda: set(seen) == everything, 20, "20 messages pushed")
+            await pushed.until(lambda: set(seen) == everything)
             while len(polled) < 20:
                 polled.extend(m.body for m in await lite.poll(1))
             await asyncio.sleep(0.6)        # both have committed the end of every queue
             table = await reset(push_group)
             assert len(table) == 4 and sum(table.values()) == 10   # the 10 old messages stay behind
-            await wait_for(lambda: all(seen[b] == 2 for b in new), 20, "the new messages once more")
+            await pushed.until(lambda: all(seen[b] == 2 for b in new))
             await asyncio.sleep(0.3)
             assert all(seen[b] == 1 for b in everything - new), seen
             assert await reset(lite_group) == table
@@ -362,7 +372,7 @@ async def test_reset_offset_by_time_rewinds_online_and_offline_consumers(cluster
         # without force a reset only moves offsets back: to t_mid, then not forward to the end
         assert await reset(off_group, "-f", "false") == table
         assert await reset(off_group, "-f", "false", ts=-1) == table
-        later = []
+        later = Sink()
 
         async def listener2(msg):
             later.append(msg.body)
@@ -370,10 +380,56 @@ async def test_reset_offset_by_time_rewinds_online_and_offline_consumers(cluster
                           consume_from_where="FIRST_OFFSET")
         c2.subscribe(topic)
         async with c2:
-            await wait_for(lambda: len(later) >= 10, 20, "the offline group's new messages")
+            await later.until(lambda s: len(s) >= 10)
             await asyncio.sleep(0.3)
         assert sorted(later) == sorted(new)
 
         r = await asyncio.to_thread(run_mqadmin, "resetOffsetByTime", "-n", ns, "-g", uniq("NoSuchGroup"), "-t", topic,
                                     "-s", "now")
         assert r.returncode == 1 and "not exist" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+async def test_client_api_serves_an_admin_without_producers_or_consumers(cluster):
+    """What mqadmin needs, through ClientInstance(...).api alone (never started: no timers,
+    no heartbeats): cluster info, topic create/list/route/stats/delete, send, view by id,
+    offsets, consume stats, connections, runtime info, offset reset."""
+    topic, group = uniq("ApiTopic"), uniq("api_group")
+    inst = ClientInstance("127.0.0.1@api-admin", cluster.namesrv_addr)
+    api = inst.api
+    try:
+        async with asyncio.timeout(60):
+            brokers, clusters = await api.cluster_info()
+            [(name, bd)] = brokers.items()
+            assert bd.master_addr() == cluster.broker_addr and name in clusters["DefaultCluster"]
+            assert "brokerVersionDesc" in (await api.broker_runtime_info(cluster.broker_addr))["table"]
+            await wait_topic(api, cluster, topic, 2)
+            assert topic in await api.topic_list(cluster.namesrv_addr)
+            assert (await api.get_route_json(topic))["brokerDatas"][0]["brokerName"] == name
+            h = SendMessageRequestHeader("api_producer", topic, "TBW102", 4, 1, 0, 1_700_000_000_000, 0,
+                                         encode_properties({"TAGS": "A", "UNIQ_KEY": "U1"}), 0, False, False, None)
+            resp = await api.send_message(cluster.broker_addr, h, b"hello api")
+            assert resp.ext_fields["queueId"] == "1"
+            ip, port, commit_log_offset = decode_offset_msg_id(resp.ext_fields["msgId"])
+            msg = await api.view_message(f"{ip}:{port}", commit_log_offset)
+            assert (msg.body, msg.topic, msg.properties["TAGS"]) == (b"hello api", topic, "A")
+            mq = MessageQueue(topic, name, 1)
+            assert await api.max_offset(cluster.broker_addr, mq) == 1
+            # no stored offset: -1 (QUERY_NOT_FOUND), or 0 when the queue still starts at 0 (Java's rule)
+            assert await api.query_consumer_offset(cluster.broker_addr, group, mq) in (-1, 0)
+            await api.update_consumer_offset(cluster.broker_addr, group, mq, 1)
+            assert await api.query_consumer_offset(cluster.broker_addr, group, mq) == 1
+            stats = await api.topic_stats(cluster.broker_addr, topic)
+            assert stats["offsetTable"]
+            consume = await api.consume_stats(cluster.broker_addr, group, topic)
+            assert "offsetTable" in consume
+            with pytest.raises(errors.BrokerError):
+                await api.consumer_connection_list(cluster.broker_addr, group)   # nobody online
+            table = await api.reset_offset(cluster.broker_addr, ResetOffsetRequest(topic, group, 0))
+            assert table.get(mq) == 0
+            assert await api.query_consumer_offset(cluster.broker_addr, group, mq) == 0
+            await api.delete_topic_in_broker(cluster.broker_addr, topic)
+            await api.delete_topic_in_namesrv(topic)
+            assert await api.get_route(topic) is None
+            assert not inst.started and not inst._tasks
+    finally:
+        await inst.close()

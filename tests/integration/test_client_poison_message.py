@@ -7,6 +7,7 @@ from pocketmq.client import CONSUME_SUCCESS, Message, Producer, PushConsumer
 from pocketmq.protocol.codes import ResponseCode as C
 from pocketmq.remoting.client import RemotingClient
 from tests.integration.test_broker import send_cmd
+from tests.support.events import Sink
 from tests.support.local import local_cluster
 
 pytestmark = pytest.mark.asyncio
@@ -25,7 +26,7 @@ async def test_undecodable_message_is_skipped_not_stalling_the_queue(tmp_path):
                 assert (await raw.invoke(broker.addr, send_cmd("Poison", b"after%d" % i, queue_id=0))).code == 0
         finally:
             await raw.close()
-        got = []
+        got = Sink()
 
         async def listener(msg):
             got.append(msg.body)
@@ -33,9 +34,7 @@ async def test_undecodable_message_is_skipped_not_stalling_the_queue(tmp_path):
         c = PushConsumer("PoisonG", ns, listener=listener, consume_from_where="FIRST_OFFSET")
         c.subscribe("Poison")
         async with c:
-            for _ in range(200):
-                if len([b for b in got if b.startswith(b"after")]) == 4:
-                    break
-                await asyncio.sleep(0.05)
+            async with asyncio.timeout(10):
+                await got.until(lambda s: len([b for b in s if b.startswith(b"after")]) == 4)
         assert sorted(b for b in got if b.startswith(b"after")) == [b"after%d" % i for i in range(4)]
         assert b"this is not zlib" not in got

@@ -137,11 +137,8 @@ async def test_oneway_and_auto_created_topic():
                 r = await p.send(Message("NewTopic", b"x"))      # via TBW102
                 assert r.ok
                 await p.send_oneway(Message("NewTopic", b"y"))
-                for _ in range(100):
-                    if cluster.brokers[0].message_count("NewTopic") == 2:
-                        break
-                    await asyncio.sleep(0.01)
-                assert cluster.brokers[0].message_count("NewTopic") == 2
+                broker = cluster.brokers[0]
+                await broker.until(lambda: broker.message_count("NewTopic") == 2)   # the oneway arrived
                 assert cluster.brokers[0].topics["NewTopic"] == 4
 
 

@@ -1,4 +1,5 @@
-"""PushConsumer against the in-process fake cluster (bounded by timeouts, polling not sleeping)."""
+"""PushConsumer against the in-process fake cluster (bounded by timeouts; waits await the
+listeners' sinks or the fake broker's state, tests/support/events.py)."""
 import asyncio
 import collections
 import time
@@ -9,6 +10,7 @@ from pocketmq.client.message import Message
 from pocketmq.client.process_queue import FlowLimits
 from pocketmq.client.producer import Producer
 from pocketmq.client.push_consumer import CONSUME_SUCCESS, RECONSUME_LATER, PushConsumer
+from tests.support.events import Sink
 from tests.support.fake_broker import FakeCluster
 
 
@@ -41,13 +43,13 @@ async def test_consumes_everything_and_commits_on_close():
         async with FakeCluster() as cluster:
             cluster.create_topic("T", 4)
             await produce(cluster.namesrv_addr, "T", 40)
-            got = []
+            got = Sink()
             c = consumer(cluster, "CG", got, "c1", consume_from_where="FIRST_OFFSET")
             c.subscribe("T")
             async with c:
-                await wait_for(lambda: len(got) == 40, what="40 messages")
+                await got.until(lambda s: len(s) == 40)
                 await produce(cluster.namesrv_addr, "T", 10, start=40)   # woken long polls
-                await wait_for(lambda: len(got) == 50, what="50 messages")
+                await got.until(lambda s: len(s) == 50)
             assert sorted(int(b[1:]) for _, b, _ in got) == list(range(50))
             assert sum(cluster.brokers[0].committed("CG", "T").values()) == 50
             assert c.state == "CLOSED"
@@ -58,7 +60,7 @@ async def test_tag_filter_and_sync_listener():
         async with FakeCluster() as cluster:
             cluster.create_topic("T", 2)
             await produce(cluster.namesrv_addr, "T", 30, tags=lambda i: "TagA" if i % 3 == 0 else "TagB")
-            seen = []
+            seen = Sink()
 
             def listener(msg):          # a plain function runs in the worker thread pool
                 seen.append(msg.tags)
@@ -66,9 +68,11 @@ async def test_tag_filter_and_sync_listener():
             c = PushConsumer("CG2", cluster.namesrv_addr, listener=listener, instance_name="c2",
                              consume_from_where="FIRST_OFFSET")
             c.subscribe("T", "TagA || TagC")
+            broker = cluster.brokers[0]
             async with c:
-                await wait_for(lambda: len(seen) == 10, what="TagA messages")
-                await asyncio.sleep(0.2)
+                await seen.until(lambda s: len(s) == 10)
+                # everything was pulled; close() consumes what is cached before the check below
+                await broker.until(lambda: broker.caught_up("CG2", "T"))
             assert seen == ["TagA"] * 10
             # filtered-out messages still advance the committed offset
             assert sum(cluster.brokers[0].committed("CG2", "T").values()) == 30
@@ -104,7 +108,7 @@ async def test_three_consumers_split_disjointly_and_rebalance():
     async with asyncio.timeout(60):
         async with FakeCluster() as cluster:
             cluster.create_topic("T", 8)
-            got = []
+            got = Sink()
             cs = [consumer(cluster, "G", got, f"c{i}", consume_from_where="FIRST_OFFSET") for i in range(3)]
             for c in cs:
                 c.subscribe("T")
@@ -120,20 +124,20 @@ async def test_three_consumers_split_disjointly_and_rebalance():
             await wait_for(lambda: split_ok(3), what="3-way split")
             assert sorted(len(x) for x in owned()) == [2, 3, 3]
             await produce(cluster.namesrv_addr, "T", 80)
-            await wait_for(lambda: len(got) == 80, what="80 messages")
+            await got.until(lambda s: len(s) == 80)
             assert len({name for name, _, _ in got}) == 3
             # remove one consumer: the other two take over its queues
             await cs[0].close()
             await wait_for(lambda: split_ok(2), what="2-way split")
             await produce(cluster.namesrv_addr, "T", 40, start=80)
-            await wait_for(lambda: len(got) == 120, what="120 messages")
+            await got.until(lambda s: len(s) == 120)
             # add one back
             cs[0] = consumer(cluster, "G", got, "c0b", consume_from_where="FIRST_OFFSET")
             cs[0].subscribe("T")
             await cs[0].start()
             await wait_for(lambda: split_ok(3), what="3-way split again")
             await produce(cluster.namesrv_addr, "T", 40, start=120)
-            await wait_for(lambda: len({b for _, b, _ in got}) == 160, what="160 distinct messages")
+            await got.until(lambda s: len({b for _, b, _ in s}) == 160)
             for c in cs:
                 await c.close()
             bodies = [b for _, b, _ in got]
@@ -229,7 +233,7 @@ async def test_broadcasting_every_member_gets_everything_and_resumes_from_local_
         async with FakeCluster() as cluster:
             cluster.create_topic("T", 2)
             await produce(cluster.namesrv_addr, "T", 20)
-            a, b = [], []
+            a, b = Sink(), Sink()
             ca = consumer(cluster, "BG", a, "ba", message_model="BROADCASTING", consume_from_where="FIRST_OFFSET",
                           broadcast_offset_dir=str(tmp_path))
             cb = consumer(cluster, "BG", b, "bb", message_model="BROADCASTING", consume_from_where="FIRST_OFFSET",
@@ -237,7 +241,8 @@ async def test_broadcasting_every_member_gets_everything_and_resumes_from_local_
             for c in (ca, cb):
                 c.subscribe("T")
                 await c.start()
-            await wait_for(lambda: len(a) == 20 and len(b) == 20, what="both members get all 20")
+            await a.until(lambda s: len(s) == 20)
+            await b.until(lambda s: len(s) == 20)
             for c in (ca, cb):
                 await c.close()
             assert not any(k[1] == "T" for k in cluster.brokers[0].offsets)   # nothing stored at the broker
@@ -247,8 +252,9 @@ async def test_broadcasting_every_member_gets_everything_and_resumes_from_local_
                            broadcast_offset_dir=str(tmp_path))
             ca2.subscribe("T")
             async with ca2:
-                await wait_for(lambda: len(a) == 5, what="only the 5 new ones")
-                await asyncio.sleep(0.2)
+                await a.until(lambda s: len(s) == 5)
+                broker = cluster.brokers[0]
+                await broker.until(lambda: broker.caught_up("BG", "T"))   # nothing more to come
             assert sorted(int(x[1][1:]) for x in a) == list(range(20, 25))
 
 
@@ -315,7 +321,7 @@ async def test_close_from_inside_a_listener_shuts_down_cleanly():
         async with FakeCluster() as cluster:
             cluster.create_topic("T", 2)
             await produce(cluster.namesrv_addr, "T", 10)
-            seen = []
+            seen = Sink()
             holder = {}
 
             async def listener(msg):
@@ -328,14 +334,17 @@ async def test_close_from_inside_a_listener_shuts_down_cleanly():
             holder["c"] = c
             c.subscribe("T")
             await c.start()
-            await wait_for(lambda: c.state == "CLOSED", timeout_s=15, what="the drain started by the listener")
+            await seen.until(lambda s: len(s) >= 3)
+            await c.drain()        # waits for the drain the listener started
+            assert c.state == "CLOSED"
             # What was consumed is committed: a new member does not get those messages again.
-            again = []
+            again = Sink()
             c2 = consumer(cluster, "CG", again, "after", consume_from_where="FIRST_OFFSET")
             c2.subscribe("T")
+            broker = cluster.brokers[0]
             async with c2:
-                await wait_for(lambda: len(seen) + len(again) >= 10, what="the rest")
-                await asyncio.sleep(0.3)
+                await again.until(lambda s: len(seen) + len(s) >= 10)
+                await broker.until(lambda: broker.caught_up("CG", "T"))   # nothing more to come
             assert len(seen) + len(again) == 10
 
 
@@ -344,7 +353,7 @@ async def test_plain_callable_returning_a_coroutine_is_awaited():
         async with FakeCluster() as cluster:
             cluster.create_topic("T", 1)
             await produce(cluster.namesrv_addr, "T", 3)
-            got = []
+            got = Sink()
 
             async def handle(msg, sink):
                 sink.append(msg.body)
@@ -353,6 +362,33 @@ async def test_plain_callable_returning_a_coroutine_is_awaited():
                              instance_name="wrap", consume_from_where="FIRST_OFFSET")
             c.subscribe("T")
             async with c:
-                await wait_for(lambda: len(got) == 3, what="3 messages through the wrapper")
-                await asyncio.sleep(0.2)
-            assert len(got) == 3   # none failed and came back
+                await got.until(lambda s: len(s) == 3)
+                broker = cluster.brokers[0]
+                await broker.until(lambda: broker.caught_up("LG", "T"))
+            assert len(got) == 3 and c.stats["failed"] == 0   # none failed (to come back later)
+
+
+@pytest.mark.parametrize("where", ["pull", "decode"])
+async def test_pulling_survives_an_unexpected_exception(monkeypatch, where):
+    """A bug raising in the pull loop (in the pull itself, or while handling what came back)
+    is logged and retried: the queue keeps being consumed."""
+    from tests.integration.test_client_lite_pull import _fail_once
+    async with asyncio.timeout(30):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 1)
+            await produce(cluster.namesrv_addr, "T", 5)
+            failed = _fail_once(monkeypatch, where)
+            got = []
+            all_in = asyncio.Event()
+
+            async def listener(msg):
+                got.append(msg.queue_offset)
+                if len(got) >= 5:
+                    all_in.set()
+            c = PushConsumer("CGX", cluster.namesrv_addr, listener=listener, instance_name="cx",
+                             consume_from_where="FIRST_OFFSET", pull_error_delay_ms=20)
+            c.subscribe("T")
+            async with c:
+                await all_in.wait()
+                assert failed.is_set()
+                assert sorted(got) == list(range(5))

@@ -28,18 +28,19 @@ def test_sync_producer_push_and_lite(cluster):
 
     got = []
     lock = threading.Lock()
+    all_in = threading.Event()
 
     def listener(msg):
         with lock:
             got.append(msg.body)
+            if len(got) >= 13:
+                all_in.set()
 
     c = PushConsumer("SG", cluster.namesrv_addr, listener=listener, instance_name="s2",
                      consume_from_where="FIRST_OFFSET")
     c.subscribe("T")
     with c:
-        end = time.monotonic() + 10
-        while len(got) < 13 and time.monotonic() < end:
-            time.sleep(0.02)
+        assert all_in.wait(10)
     assert len(set(got)) == 13
 
     lite = LitePullConsumer("SL", cluster.namesrv_addr, instance_name="s3", consume_from_where="FIRST_OFFSET")
@@ -110,12 +111,18 @@ def test_close_from_inside_a_plain_listener_returns_and_loses_nothing(cluster):
     assert c.impl.state == "CLOSED"
     first = list(got)
     again = []
-    c2 = PushConsumer("SC", cluster.namesrv_addr, listener=lambda m: again.append(m.body), instance_name="s6",
+    rest_in = threading.Event()
+
+    def listener2(m):
+        again.append(m.body)
+        if len(first) + len(again) >= 20:
+            rest_in.set()
+    c2 = PushConsumer("SC", cluster.namesrv_addr, listener=listener2, instance_name="s6",
                       consume_from_where="FIRST_OFFSET")
     c2.subscribe("T")
+    broker = cluster.brokers[0]
     with c2:
-        end = time.monotonic() + 10
-        while len(first) + len(again) < 20 and time.monotonic() < end:
-            time.sleep(0.02)
-        time.sleep(0.3)
+        assert rest_in.wait(10)
+        # nothing more to come (a duplicate would already be pulled); close consumes the cache
+        run(broker.until(lambda: broker.caught_up("SC", "T")), 10)
     assert sorted(first + again) == sorted(f"c{i}".encode() for i in range(20))   # nothing twice

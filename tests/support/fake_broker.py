@@ -35,6 +35,7 @@ from pocketmq.protocol.codes import RequestCode, ResponseCode
 from pocketmq.protocol.command import RemotingCommand
 from pocketmq.protocol.headers.typed import decode_pull_header, decode_send_header
 from pocketmq.remoting.server import RemotingServer
+from tests.support.events import Waiters
 
 _now = lambda: time.time_ns() // 1_000_000
 
@@ -89,6 +90,7 @@ class FakeBroker:
         self.port = 0
         self.server: RemotingServer | None = None
         self._tick: asyncio.Task | None = None
+        self.changes = Waiters()      # until(): re-checked after every request handled
 
     @property
     def addr(self) -> str:
@@ -111,6 +113,7 @@ class FakeBroker:
             RequestCode.CONSUMER_SEND_MSG_BACK: self._send_back,
             RequestCode.GET_BROKER_RUNTIME_INFO: self._runtime_info,
         }
+        procs = {code: self._notifying(fn) for code, fn in procs.items()}
         self.server = RemotingServer(procs, host="127.0.0.1", port=self.port, name=f"fake-{self.name}",
                                      on_connection_close=self._conn_closed)
         self.port = await self.server.start()
@@ -126,6 +129,18 @@ class FakeBroker:
         if self.server is not None:
             await self.server.close()
             self.server = None
+
+    def _notifying(self, fn):
+        def handle(conn, cmd):
+            try:
+                return fn(conn, cmd)
+            finally:
+                self.changes.check()
+        return handle
+
+    async def until(self, pred) -> None:
+        """Wait (bound it with asyncio.timeout) until pred() holds; checked after every request."""
+        await self.changes.until(pred)
 
     def _runtime_info(self, conn, cmd):
         return cmd.response(ResponseCode.SUCCESS, body=dumps({"table": {"brokerVersionDesc": self.version_desc}}))
@@ -339,6 +354,13 @@ class FakeBroker:
     # -- helpers for tests -------------------------------------------------------------------
     def committed(self, group: str, topic: str) -> dict[int, int]:
         return {qid: off for (g, t, qid), off in self.offsets.items() if g == group and t == topic}
+
+    def caught_up(self, group: str, *topics: str) -> bool:
+        """Every queue of `topics` has a long poll of `group` held at its end: everything
+        stored was pulled (until() this instead of sleeping to see that nothing more comes)."""
+        held = {(h.topic, h.queue_id) for (_k, _d, _c, _cmd, h) in self.held
+                if h.consumer_group == group and h.queue_offset == len(self.queues.get((h.topic, h.queue_id), []))}
+        return all((t, q) in held for t in topics for q in range(self.topics.get(t, 0)))
 
     def message_count(self, topic: str) -> int:
         return sum(len(v) for (t, _), v in self.queues.items() if t == topic)
