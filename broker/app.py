@@ -21,7 +21,6 @@ import os
 import time
 from functools import partial
 
-from pocketmq.common.constants import SCHEDULE_TOPIC
 from pocketmq.broker.core.clients import ConsumerManager, ProducerManager
 from pocketmq.broker.core.delay import ScheduleCursors
 from pocketmq.broker.core.held_pulls import HeldPullTable
@@ -30,18 +29,23 @@ from pocketmq.broker.core.offsets import ConsumerOffsetManager
 from pocketmq.broker.core.subscription_groups import SubscriptionGroupManager
 from pocketmq.broker.core.topics import TopicConfigManager
 from pocketmq.broker.processors import build_processor_table
-from pocketmq.broker.processors.client_manage import connection_closed, notify_consumer_ids_changed
+from pocketmq.broker.processors.client_manage import (
+    connection_closed,
+    notify_consumer_ids_changed,
+)
 from pocketmq.broker.processors.context import BrokerContext, BrokerStats
 from pocketmq.broker.processors.pull import replay
 from pocketmq.broker.services.flush import FlushService
 from pocketmq.broker.services.hold import HoldService
 from pocketmq.broker.services.schedule import ScheduleService
+from pocketmq.common.constants import SCHEDULE_TOPIC
 from pocketmq.common.files import write_file_atomic
 from pocketmq.protocol import bodies
 from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.codes import RequestCode, ResponseCode
 from pocketmq.protocol.command import RemotingCommand
 from pocketmq.remoting.client import RemotingClient
+from pocketmq.remoting.clock import monotonic_ms
 from pocketmq.remoting.server import RemotingServer
 
 log = logging.getLogger("pocketmq.broker")
@@ -97,10 +101,8 @@ class Broker:
     def now_ms(self) -> int:
         return int(self._clock() * 1000)
 
-    @staticmethod
-    def mono_ms() -> int:
-        """For deadlines (held pulls): immune to wall-clock steps."""
-        return int(time.monotonic() * 1000)
+    # For deadlines (held pulls): immune to wall-clock steps.
+    mono_ms = staticmethod(monotonic_ms)
 
     # -- paths ----------------------------------------------------------------------
     @property

@@ -18,12 +18,10 @@ import asyncio
 import logging
 import os
 import struct
-import time
 import weakref
 
 from pocketmq.client.api import ClientAPI, PullResult, pull_sys_flag
 from pocketmq.client.connection import ClientRemoting
-from pocketmq.common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
 from pocketmq.client.errors import (
     BrokerError,
     ClientStateError,
@@ -38,6 +36,10 @@ from pocketmq.client.route import (
     TopicPublishInfo,
     publish_info,
     subscribe_queues,
+)
+from pocketmq.common.constants import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    DEFAULT_TOPIC_QUEUE_NUMS,
 )
 from pocketmq.protocol.bodies import (
     ConsumerData,
@@ -55,6 +57,9 @@ from pocketmq.protocol.codes import (
 )
 from pocketmq.protocol.command import RemotingCommand
 from pocketmq.protocol.errors import BodyError
+from pocketmq.remoting.client import split_addr_list
+from pocketmq.remoting.clock import monotonic_ms as mono_ms
+from pocketmq.remoting.clock import wall_ms as now_ms
 from pocketmq.remoting.connection import RemotingError
 
 log = logging.getLogger("pocketmq.client")
@@ -63,14 +68,6 @@ DEFAULT_TOPIC = AUTO_CREATE_TOPIC_KEY_TOPIC
 ROUTE_REFRESH_INTERVAL_S = 30.0
 HEARTBEAT_INTERVAL_S = 30.0
 REBALANCE_INTERVAL_S = 20.0
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def mono_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 def local_ip() -> str:
@@ -195,9 +192,8 @@ class ClientInstance:
     # -- lifecycle ----------------------------------------------------------------------
     def add_namesrv_addr(self, addrs: str) -> None:
         known = list(self.remoting.namesrv_addrs)
-        for a in addrs.split(";"):
-            a = a.strip()
-            if a and a not in known:
+        for a in split_addr_list(addrs):
+            if a not in known:
                 known.append(a)
         self.remoting.set_namesrv_addr(known)
 

@@ -51,6 +51,7 @@ from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
 from pocketmq.protocol.errors import BodyError
 from pocketmq.remoting.clock import monotonic_ms
 from pocketmq.remoting.server import RemotingServer
+from pocketmq.remoting.tasks import cancel_and_wait
 
 log = logging.getLogger("pocketmq.namesrv")
 
@@ -119,13 +120,8 @@ class NameServer:
         if self._closed:
             return
         self._closed = True
-        if self._scan_task is not None:
-            self._scan_task.cancel()
-            try:
-                await self._scan_task
-            except asyncio.CancelledError:
-                pass
-            self._scan_task = None
+        await cancel_and_wait(self._scan_task)
+        self._scan_task = None
         if self._server is not None:
             await self._server.close()
         # A flush in a worker thread cannot be cancelled: let it finish, then write the last state.

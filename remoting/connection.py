@@ -19,8 +19,13 @@ import traceback
 from time import monotonic as _monotonic
 
 from pocketmq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
-from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT, FrameDecoder, RemotingCommand, encode_parts
-from pocketmq.protocol.errors import HeaderError, ProtocolError, BodyError
+from pocketmq.protocol.command import (
+    FRAME_SIZE_BYTES_MAX_DEFAULT,
+    FrameDecoder,
+    RemotingCommand,
+    encode_parts,
+)
+from pocketmq.protocol.errors import BodyError, HeaderError, ProtocolError
 
 log = logging.getLogger("pocketmq.remoting")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from pocketmq.remoting.clock import monotonic_ms
 from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
+from pocketmq.remoting.clock import monotonic_ms
 from pocketmq.remoting.connection import Connection
 
 log = logging.getLogger("pocketmq.remoting")

@@ -17,6 +17,7 @@ import logging
 from typing import Callable
 
 from pocketmq.broker.core.held_pulls import HeldPull, HeldPullTable
+from pocketmq.remoting.tasks import cancel_and_wait
 
 log = logging.getLogger("pocketmq.broker.hold")
 
@@ -99,12 +100,7 @@ class HoldService:
                 log.exception("hold service pass failed")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)
         # Answer everything still held so clients re-pull elsewhere instead of timing out.
         for p in self.table.drain_all():
             self.replay(p)

@@ -18,6 +18,7 @@ from pocketmq.broker.core.status import PUT_NEVER_STORABLE
 from pocketmq.broker.store.api import MessageToStore, PutMessageStatus, Store
 from pocketmq.common.constants import SCHEDULE_TOPIC
 from pocketmq.protocol import message as msgcodec
+from pocketmq.remoting.tasks import cancel_and_wait
 
 log = logging.getLogger("pocketmq.broker.schedule")
 
@@ -42,12 +43,7 @@ class ScheduleService:
         self._event.set()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)
 
     async def _run(self) -> None:
         while True:
