@@ -66,7 +66,7 @@ __all__ = [
     "store_timestamp_pos", "property_value", "tags_code_of_properties",
     # the record layout, for the stores (one owner: nothing else retypes an offset or a mask)
     "POS_QUEUE_OFFSET", "POS_PHYSICAL_OFFSET", "POS_SYSFLAG", "POS_BORN_TIMESTAMP", "POS_BORN_HOST",
-    "RECORD_HEAD_MIN", "HOST_V6_FLAGS", "BLANK_MARKER_SIZE", "head_struct", "head_struct_at",
+    "RECORD_HEAD_MIN", "HOST_V6_FLAGS", "PORT_MAX", "MAX_INT", "BLANK_MARKER_SIZE", "head_struct", "head_struct_at",
     "sys_flag_at", "store_timestamp_at", "record_overhead", "body_crc", "host_flags",
     "pack_blank_marker", "unpack_size_magic", "record_middle", "topic_field", "join_record",
     "iter_batch_body", "decode_records_skipping", "FrozenProperties", "frozen_properties",
@@ -81,6 +81,7 @@ TOPIC_LENGTH_BYTES_MAX = 127
 PROPERTIES_LENGTH_BYTES_MAX = 32767
 BATCH_ELEMENT_OVERHEAD = 22              # 4+4+4+4+4 + 2 (+ body + properties)
 MAX_INT = 0x7FFFFFFF
+PORT_MAX = 0xFFFF                        # a host's port (int on the wire, 16 bits in practice)
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -281,7 +282,7 @@ def parse_host(host: str) -> tuple[bytes, int]:
         addr = ipaddress.ip_address(ip)
     except ValueError:
         raise ValueError(f"host {host!r} is not ip:port") from None
-    if not 0 <= port <= 0xFFFF:
+    if not 0 <= port <= PORT_MAX:
         raise ValueError(f"host {host!r}: port out of range")
     return addr.packed, port
 
@@ -995,7 +996,7 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     port, offset = struct.unpack_from(">iq", raw, alen)
     if offset < 0:
         raise ValueError(f"message id {msg_id!r} holds a negative offset")
-    if not 0 <= port <= 0xFFFF:
+    if not 0 <= port <= PORT_MAX:
         raise ValueError(f"message id {msg_id!r} holds port {port} out of range")
     return _format_ip(raw[:alen]), port, offset
 
