@@ -12,14 +12,13 @@ The record layout is protocol.message's; nothing here knows a byte offset.
 from __future__ import annotations
 
 import logging
-import struct
 import time
 
 from pocketmq.common.constants import SCHEDULE_TOPIC
 from pocketmq.protocol.message import (BATCH_ELEMENT_OVERHEAD, BLANK_MARKER_SIZE, HOST_V6_FLAGS, MAX_INT, PORT_MAX,
                                        PROPERTIES_LENGTH_BYTES_MAX, MessageSysFlag, decode_batch_body, host_flags,
-                                       iter_batch_body, join_record, record_middle, record_overhead,
-                                       tags_code_of_properties, topic_field)
+                                       iter_batch_body, join_record, offset_msg_ids, record_middle,
+                                       record_overhead, tags_code_of_properties, topic_field)
 from pocketmq.broker.store.api import (MessageBatchToStore, MessageToStore, PutMessageResult, PutMessageStatus,
                                        schedule_tags_code, valid_topic)
 from pocketmq.broker.store.consumequeue import CQ_UNIT, ConsumeQueue
@@ -294,9 +293,5 @@ class AppendPart:
                 self._dispatched_ts = now
         else:
             self._reput()
-        # The offsetMsgIds (host prefix + 16 hex digits of the offset each), comma-joined,
-        # made by C-level bytes/str operations instead of a format() per message.
-        prefix = self._msg_id_prefix
-        hexes = struct.pack(f">{len(physs)}q", *physs).hex(",", 8).upper()
         return PutMessageResult(PutMessageStatus.PUT_OK, phys0, total, qo0,
-                                prefix + hexes.replace(",", "," + prefix), now, len(units))
+                                offset_msg_ids(self._msg_id_prefix, physs), now, len(units))

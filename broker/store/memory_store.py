@@ -13,6 +13,7 @@ Segment "mtime" for clean_expired_files is the now_ms of the last write into the
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from pocketmq.common.constants import SCHEDULE_TOPIC, CQ_UNIT_SIZE
 from pocketmq.protocol.message import (BLANK_MARKER_SIZE, MAX_INT, PORT_MAX, PROPERTIES_LENGTH_BYTES_MAX, TAGS,
@@ -22,7 +23,9 @@ from pocketmq.protocol.message import (BLANK_MARKER_SIZE, MAX_INT, PORT_MAX, PRO
 from pocketmq.broker.store.api import (CleanResult, GetMessageResult, GetMessageStatus, MessageBatchToStore,
                                        MessageToStore, PutMessageResult, PutMessageStatus, RecoveryReport,
                                        schedule_tags_code, valid_topic)
-from pocketmq.broker.store.store_config import StoreConfig
+
+if TYPE_CHECKING:       # (a type only: the reference model imports nothing of the file store)
+    from pocketmq.broker.store.store_config import StoreConfig
 
 __all__ = ["MemoryStore"]
 

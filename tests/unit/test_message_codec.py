@@ -362,3 +362,11 @@ def test_one_message_ext_type():
     assert view.topic == "T" and view.real_topic == "%RETRY%G" and view.broker_name == "b"
     assert decode_records(encode_record("T", 0, 0, b"b", "", 0, 1, (LOCAL, 1), (LOCAL, 2), 0, 0, 0, 0, 5)) == \
         [decode_record(encode_record("T", 0, 0, b"b", "", 0, 1, (LOCAL, 1), (LOCAL, 2), 0, 0, 0, 0, 5))]
+
+
+def test_offset_msg_ids_joined():
+    host = bytes([10, 0, 0, 1])
+    prefix = m.offset_msg_id_prefix(host, 10911)
+    offsets = [0, 1234, 2**40 + 7]
+    assert m.offset_msg_ids(prefix, offsets) == ",".join(offset_msg_id(host, 10911, o) for o in offsets)
+    assert m.offset_msg_ids(prefix, [5]) == offset_msg_id(host, 10911, 5)
