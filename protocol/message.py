@@ -323,22 +323,15 @@ BLANK_MARKER_SIZE = 8           # [int remaining][int BLANK_MAGIC_CODE]
 # Fixed head up to and including BODYLENGTH, one Struct per (born v6, store v6); it is
 # _HEAD_FIRST (TOTALSIZE .. PHYSICALOFFSET) + a middle (SYSFLAG .. PREPAREDTRANSACTIONOFFSET)
 # + BODYLENGTH. The middle is the same for every record of a batch.
-_HEAD_FIRST = struct.Struct(">iiiiiqq")
+_FIRST_FMT = "iiiiiqq"                   # TOTALSIZE MAGICCODE BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET
+_MIDDLE_FMT = "iq%dsiq%dsiiq"           # SYSFLAG BORNTIMESTAMP BORNHOST(addr, port) STORETIMESTAMP
+                                        # STOREHOST(addr, port) RECONSUMETIMES PREPAREDTRANSACTIONOFFSET
+_HEAD_FIRST = struct.Struct(">" + _FIRST_FMT)
 assert _HEAD_FIRST.size == POS_SYSFLAG
-
-
-def _addr_len(v6: bool) -> int:
-    return 16 if v6 else 4
-
-
-_HEADS = {
-    (b6, s6): struct.Struct(">iiiiiqqiq%dsiq%dsiiqi" % (_addr_len(b6), _addr_len(s6)))
-    for b6 in (False, True) for s6 in (False, True)
-}
-_HEAD_V4 = _HEADS[(False, False)]
-_HEADS_BY_BITS = [_HEADS[(False, False)], _HEADS[(True, False)], _HEADS[(False, True)], _HEADS[(True, True)]]
-_MIDDLES_BY_BITS = [struct.Struct(">iq%dsiq%dsiiq" % (_addr_len(b6), _addr_len(s6)))
-                    for (b6, s6) in ((False, False), (True, False), (False, True), (True, True))]
+# index: the host bits of SYSFLAG, (sys_flag >> 4) & 3: born v6 = 1, store v6 = 2
+_ADDR_LENS_BY_BITS = [(4, 4), (16, 4), (4, 16), (16, 16)]
+_MIDDLES_BY_BITS = [struct.Struct(">" + _MIDDLE_FMT % lens) for lens in _ADDR_LENS_BY_BITS]
+_HEADS_BY_BITS = [struct.Struct(">" + _FIRST_FMT + _MIDDLE_FMT % lens + "i") for lens in _ADDR_LENS_BY_BITS]
 _pack_first = _HEAD_FIRST.pack
 _pack_i = _I.pack
 _pack_h = _H.pack
