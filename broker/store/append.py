@@ -60,6 +60,14 @@ class AppendPart:
             return schedule_tags_code(queue_id, store_ts, self._delay_levels)
         return tags_code_of_properties(props_b)
 
+    def _reserve(self, size: int) -> int:
+        """CommitLog.reserve, or -1 when the next segment cannot be created (logged)."""
+        try:
+            return self._commitlog.reserve(size)
+        except OSError as e:
+            self._log_create_failed(e)
+            return -1
+
     def _log_create_failed(self, e: OSError) -> None:
         # Every send fails the same way while the disk is full: one line per 10 s (with
         # the count) instead of one per message, which would fill the disk with logs too.
@@ -107,13 +115,10 @@ class AppendPart:
         else:
             cq = None
             queue_offset = 0
-        cl = self._commitlog
-        try:
-            phys = cl.reserve(size)
-        except OSError as e:
-            self._log_create_failed(e)
+        phys = self._reserve(size)
+        if phys < 0:
             return _CREATE_FAILED
-        cl.append_reserved(join_record(
+        self._commitlog.append_reserved(join_record(
             size, queue_id, flag, queue_offset, phys,
             record_middle(sys_flag, born_timestamp, born_host, now, self._store_host, reconsume_times,
                           prepared_transaction_offset),
@@ -177,11 +182,8 @@ class AppendPart:
         if total + BLANK_MARKER_SIZE > self._file_size:
             return _ILLEGAL
         cq = self._cq(batch.topic, batch.queue_id)
-        cl = self._commitlog
-        try:
-            phys0 = cl.reserve(total)
-        except OSError as e:
-            self._log_create_failed(e)
+        phys0 = self._reserve(total)
+        if phys0 < 0:
             return _CREATE_FAILED
         # (put_batch_body parses and writes the batches that fit the current segment in one
         # pass, the hot path; this is the general path, which may roll to the next segment)
@@ -202,7 +204,7 @@ class AppendPart:
             codes.add(code)
             phys += size
             qo += 1
-        cl.append_reserved(b"".join(records))
+        self._commitlog.append_reserved(b"".join(records))
         return self._batch_stored(topic, queue_id, cq, qo0, phys0, total, physs, units, codes, now)
 
     def put_batch_body(self, topic: str, queue_id: int, sys_flag: int, born_timestamp: int,
