@@ -315,10 +315,11 @@ POS_SYSFLAG = 36
 POS_BORN_TIMESTAMP = 40
 POS_BORN_HOST = 48
 RECORD_HEAD_MIN = 40            # TOTALSIZE .. SYSFLAG: enough to know the rest of the layout
-HOST_V6_FLAGS = 0x30            # BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+HOST_V6_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 _HOST_BITS_SHIFT = 4            # (sys_flag >> 4) & 3 indexes the per-host-size layouts
 _POS_SYSFLAG_LOW = POS_SYSFLAG + 3   # SYSFLAG's low byte holds the host bits
 BLANK_MARKER_SIZE = 8           # [int remaining][int BLANK_MAGIC_CODE]
+_HOST_V4_SIZE, _HOST_V6_SIZE = 4 + 4, 16 + 4     # address bytes + int port
 
 # Fixed head up to and including BODYLENGTH, one Struct per (born v6, store v6); it is
 # _HEAD_FIRST (TOTALSIZE .. PHYSICALOFFSET) + a middle (SYSFLAG .. PREPAREDTRANSACTIONOFFSET)
@@ -357,7 +358,7 @@ def sys_flag_at(buf, pos: int = 0) -> int:
 
 def store_timestamp_pos(sys_flag: int) -> int:
     """Offset of STORETIMESTAMP inside a record."""
-    return 68 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 56
+    return POS_BORN_HOST + (_HOST_V6_SIZE if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else _HOST_V4_SIZE)
 
 
 def store_timestamp_at(buf, pos: int = 0, size: int | None = None) -> int:
