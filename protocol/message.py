@@ -2,8 +2,8 @@
 
 PURE module: stdlib only, no I/O, no clock. The one owner of the stored-record format:
 the layout below as named positions and functions (POS_*, head_struct, store_timestamp_at,
-host_flags, ...), the one record writer (join_record, with record_middle for what a batch
-shares), the one SEND_BATCH body parser (iter_batch_body), the decoders and the one
+host_flags, ...), the one record writer (join_records: single records and batches, whose shared
+header fields it packs once), the one SEND_BATCH body parser (iter_batch_body), the decoders and the one
 decoded-message type, MessageExt. The stores and the client import these.
 
 Stored record (CommitLog entry; also what PULL / VIEW / QUERY bodies contain),
@@ -68,7 +68,7 @@ __all__ = [
     "POS_QUEUE_OFFSET", "POS_PHYSICAL_OFFSET", "POS_SYSFLAG", "POS_BORN_TIMESTAMP", "POS_BORN_HOST",
     "RECORD_HEAD_MIN", "HOST_V6_FLAGS", "PORT_MAX", "MAX_INT", "BLANK_MARKER_SIZE", "head_struct", "head_struct_at",
     "sys_flag_at", "store_timestamp_at", "record_overhead", "body_crc", "host_flags",
-    "pack_blank_marker", "unpack_size_magic", "record_middle", "topic_field", "join_record",
+    "pack_blank_marker", "unpack_size_magic", "topic_field", "join_records",
     "iter_batch_body", "decode_records_skipping", "FrozenProperties", "frozen_properties",
     "keys_tuple", "SYSTEM_PROPERTY_KEYS", "offset_msg_id_prefix", "offset_msg_ids",
 ]
@@ -416,28 +416,44 @@ def _host_flags(sys_flag: int, born_addr: bytes, store_addr: bytes) -> int:
     return checked
 
 
-def record_middle(sys_flag: int, born_timestamp: int, born_host: tuple[bytes, int], store_timestamp: int,
-                  store_host: tuple[bytes, int], reconsume_times: int, prepared_transaction_offset: int) -> bytes:
-    """The record bytes from SYSFLAG to PREPAREDTRANSACTIONOFFSET, for join_record. sys_flag
-    must already carry the host bits (host_flags). Pack it once for all records of a batch."""
-    return _MIDDLES_BY_BITS[(sys_flag >> _HOST_BITS_SHIFT) & 3].pack(
-        sys_flag, born_timestamp, born_host[0], born_host[1], store_timestamp, store_host[0], store_host[1],
-        reconsume_times, prepared_transaction_offset)
-
-
 def topic_field(topic_b: bytes) -> bytes:
     """TOPICLENGTH + TOPIC (the caller has checked the length)."""
     return bytes((len(topic_b),)) + topic_b
 
 
-def join_record(size: int, queue_id: int, flag: int, queue_offset: int, physical_offset: int,
-                middle: bytes, body, topic_part: bytes, props_b: bytes) -> bytes:
-    """THE record writer: one stored record of `size` bytes (record_overhead + body + topic +
-    properties) from its parts: middle from record_middle, topic_part from topic_field.
+def join_records(queue_id: int, queue_offset: int, physical_offset: int, sys_flag: int, born_timestamp: int,
+                 born_host: tuple[bytes, int], store_timestamp: int, store_host: tuple[bytes, int],
+                 reconsume_times: int, prepared_transaction_offset: int, topic_part: bytes, elements) -> bytes:
+    """THE record writer: consecutive stored records of one queue, back to back (a batch;
+    a single record is a batch of one), from elements [(size, flag, body, props_b)] where
+    size = record_overhead(sys_flag) + body + topic + properties bytes. QUEUEOFFSET and
+    PHYSICALOFFSET count up from the given ones; the other header fields are shared.
+    sys_flag must already carry the host bits (host_flags); topic_part is topic_field's.
     Every record the store, the memory store and encode_record write comes from here."""
-    return _join((_pack_first(size, MESSAGE_MAGIC_CODE, _crc32(body) & MAX_INT, queue_id, flag, queue_offset,
-                              physical_offset),
-                  middle, _pack_i(len(body)), body, topic_part, _pack_h(len(props_b)), props_b))
+    bits = (sys_flag >> _HOST_BITS_SHIFT) & 3
+    born_addr, born_port = born_host
+    store_addr, store_port = store_host
+    if len(elements) == 1:
+        # one record (the single-send hot path): its whole fixed head in one pack
+        ((size, flag, body, props_b),) = elements
+        return _join((_HEADS_BY_BITS[bits].pack(
+            size, MESSAGE_MAGIC_CODE, _crc32(body) & MAX_INT, queue_id, flag, queue_offset, physical_offset,
+            sys_flag, born_timestamp, born_addr, born_port, store_timestamp, store_addr, store_port,
+            reconsume_times, prepared_transaction_offset, len(body)), body, topic_part, _pack_h(len(props_b)),
+            props_b))
+    # a batch: the header fields its records share (SYSFLAG .. PREPAREDTRANSACTIONOFFSET)
+    # packed once, then per record the ones before them and BODYLENGTH
+    middle = _MIDDLES_BY_BITS[bits].pack(sys_flag, born_timestamp, born_addr, born_port, store_timestamp,
+                                         store_addr, store_port, reconsume_times, prepared_transaction_offset)
+    parts: list = []
+    extend = parts.extend
+    for size, flag, body, props_b in elements:
+        extend((_pack_first(size, MESSAGE_MAGIC_CODE, _crc32(body) & MAX_INT, queue_id, flag, queue_offset,
+                            physical_offset),
+                middle, _pack_i(len(body)), body, topic_part, _pack_h(len(props_b)), props_b))
+        queue_offset += 1
+        physical_offset += size
+    return _join(parts)
 
 
 def encode_record(topic: str | bytes, queue_id: int, flag: int, body: bytes,
@@ -459,10 +475,9 @@ def encode_record(topic: str | bytes, queue_id: int, flag: int, body: bytes,
         raise ValueError(f"properties are {pl} bytes, max {PROPERTIES_LENGTH_BYTES_MAX}")
     sys_flag = _host_flags(sys_flag, born_host[0], store_host[0])
     size = record_overhead(sys_flag) + len(body) + tl + pl
-    return join_record(size, queue_id, flag, queue_offset, physical_offset,
-                       record_middle(sys_flag, born_timestamp, born_host, store_timestamp, store_host,
-                                     reconsume_times, prepared_transaction_offset),
-                       body, topic_field(topic_b), props_b)
+    return join_records(queue_id, queue_offset, physical_offset, sys_flag, born_timestamp, born_host,
+                        store_timestamp, store_host, reconsume_times, prepared_transaction_offset,
+                        topic_field(topic_b), ((size, flag, body, props_b),))
 
 
 def encode_record_into(buf, pos: int, topic_b: bytes, queue_id: int, flag: int, body: bytes,
@@ -477,11 +492,10 @@ def encode_record_into(buf, pos: int, topic_b: bytes, queue_id: int, flag: int, 
     """
     sys_flag = _host_flags(sys_flag, born_host[0], store_host[0])
     size = record_overhead(sys_flag) + len(body) + len(topic_b) + len(props_b)
-    buf[pos:pos + size] = join_record(
-        size, queue_id, flag, queue_offset, physical_offset,
-        record_middle(sys_flag, born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
-                      prepared_transaction_offset),
-        body, topic_field(topic_b), props_b)
+    buf[pos:pos + size] = join_records(
+        queue_id, queue_offset, physical_offset, sys_flag, born_timestamp, born_host, store_timestamp,
+        store_host, reconsume_times, prepared_transaction_offset, topic_field(topic_b),
+        ((size, flag, body, props_b),))
     return size
 
 

@@ -2,8 +2,8 @@
 
 Owns the write side of MessageStore: checking what may be stored (topic, sizes, hosts,
 ids, timestamps: recovery refuses records that break these, so none is ever written),
-building records with protocol.message's one writer (join_record; a batch packs the
-fields its records share once, record_middle), appending them through CommitLog's API
+building records with protocol.message's one writer (join_records, which packs the
+header fields a batch's records share once), appending them through CommitLog's API
 (reserve / append_reserved), writing their consume-queue units right away when dispatch
 is up to date (else DispatchPart.reput does), and the PutMessageResult with offsetMsgIds.
 
@@ -17,7 +17,7 @@ import time
 from pocketmq.common.constants import SCHEDULE_TOPIC
 from pocketmq.protocol.message import (BATCH_ELEMENT_OVERHEAD, BLANK_MARKER_SIZE, HOST_V6_FLAGS, MAX_INT, PORT_MAX,
                                        PROPERTIES_LENGTH_BYTES_MAX, MessageSysFlag, decode_batch_body, host_flags,
-                                       iter_batch_body, join_record, offset_msg_ids, record_middle,
+                                       iter_batch_body, join_records, offset_msg_ids,
                                        record_overhead, tags_code_of_properties, topic_field)
 from pocketmq.broker.store.api import (MessageBatchToStore, MessageToStore, PutMessageResult, PutMessageStatus,
                                        schedule_tags_code, valid_topic)
@@ -118,11 +118,9 @@ class AppendPart:
         phys = self._reserve(size)
         if phys < 0:
             return _CREATE_FAILED
-        self._commitlog.append_reserved(join_record(
-            size, queue_id, flag, queue_offset, phys,
-            record_middle(sys_flag, born_timestamp, born_host, now, self._store_host, reconsume_times,
-                          prepared_transaction_offset),
-            body, topic_part, props_b))
+        self._commitlog.append_reserved(join_records(
+            queue_id, queue_offset, phys, sys_flag, born_timestamp, born_host, now, self._store_host,
+            reconsume_times, prepared_transaction_offset, topic_part, ((size, flag, body, props_b),)))
         self._last_store_ts = now
         if self._reput_from == phys:
             self._reput_from = phys + size
@@ -177,7 +175,7 @@ class AppendPart:
             size = fixed + len(body) + len(props_b)
             if size > self._max_record:
                 return _ILLEGAL
-            elements.append((flag, body, props_b, size))
+            elements.append((size, flag, body, props_b))
             total += size
         if total + BLANK_MARKER_SIZE > self._file_size:
             return _ILLEGAL
@@ -188,23 +186,20 @@ class AppendPart:
         # (put_batch_body parses and writes the batches that fit the current segment in one
         # pass, the hot path; this is the general path, which may roll to the next segment)
         topic, queue_id, now = batch.topic, batch.queue_id, batch.now_ms
-        middle = record_middle(sys_flag, batch.born_timestamp, batch.born_host, now, self._store_host,
-                               batch.reconsume_times, 0)
-        qo0 = qo = cq.max_offset
+        qo0 = cq.max_offset
         phys = phys0
-        records = []
         physs = []
         units = []
         codes = set()
-        for flag, data, pb, size in elements:
-            records.append(join_record(size, queue_id, flag, qo, phys, middle, data, topic_part, pb))
+        for size, _flag, _data, pb in elements:
             code = self._tags_code(topic, queue_id, pb, now)
             physs.append(phys)
             units.append(CQ_UNIT.pack(phys, size, code))
             codes.add(code)
             phys += size
-            qo += 1
-        self._commitlog.append_reserved(b"".join(records))
+        self._commitlog.append_reserved(join_records(queue_id, qo0, phys0, sys_flag, batch.born_timestamp,
+                                                     batch.born_host, now, self._store_host, batch.reconsume_times,
+                                                     0, topic_part, elements))
         return self._batch_stored(topic, queue_id, cq, qo0, phys0, total, physs, units, codes, now)
 
     def put_batch_body(self, topic: str, queue_id: int, sys_flag: int, born_timestamp: int,
@@ -241,14 +236,12 @@ class AppendPart:
         cq = table.get(queue_id) if table is not None else None
         qo0 = cq.max_offset if cq is not None else 0       # the queue is created once stored
         max_record = self._max_record
-        middle = record_middle(sys_flag, born_timestamp, born_host, now, self._store_host, reconsume_times, 0)
         # (self._tags_code, with its SCHEDULE_TOPIC test hoisted out of the loop)
         tags_code_of = tags_code_of_properties if topic != SCHEDULE_TOPIC else None
         pack_unit = CQ_UNIT.pack
         phys0 = phys = cl.wrote_offset      # where reserve() puts a batch that fits (checked above)
         codes = set()
-        qo = qo0
-        records = []
+        elements = []
         physs = []
         units = []
         for flag, data, pb in iter_batch_body(body, append_properties, body_bytes_max):
@@ -259,19 +252,19 @@ class AppendPart:
             size = fixed + len(data) + len(pb)
             if size > max_record:
                 return _ILLEGAL
-            records.append(join_record(size, queue_id, flag, qo, phys, middle, data, topic_part, pb))
+            elements.append((size, flag, data, pb))
             code = tags_code_of(pb) if tags_code_of is not None else self._tags_code(topic, queue_id, pb, now)
             physs.append(phys)
             units.append(pack_unit(phys, size, code))
             codes.add(code)
             phys += size
-            qo += 1
         total = phys - phys0
         if cq is None:
             cq = self._cq(topic, queue_id)
         at = cl.reserve(total)              # fits the active segment: never rolls, never raises
         assert at == phys0
-        cl.append_reserved(b"".join(records))
+        cl.append_reserved(join_records(queue_id, qo0, phys0, sys_flag, born_timestamp, born_host, now,
+                                        self._store_host, reconsume_times, 0, topic_part, elements))
         return self._batch_stored(topic, queue_id, cq, qo0, phys0, total, physs, units, codes, now)
 
     def _batch_stored(self, topic: str, queue_id: int, cq: ConsumeQueue, qo0: int, phys0: int, total: int,

@@ -306,11 +306,25 @@ def test_layout_positions_match_the_encoder():
     assert m.unpack_size_magic(buf, 4) == (12, BLANK_MAGIC_CODE) and m.BLANK_MARKER_SIZE == 8
 
 
-def test_join_record_with_a_shared_middle_equals_encode_record():
-    middle = m.record_middle(0, 1700000000000, (LOCAL, 50000), 1700000000123, (LOCAL, 10911), 0, 0)
+def test_join_records_single_and_batch_equal_encode_record():
     size = m.record_overhead(0) + 2 + 1 + len(A3_PROPS)
-    rec = m.join_record(size, 0, 0, 0, 0, middle, memoryview(b"xhi")[1:], m.topic_field(b"T"), A3_PROPS.encode())
+    rec = m.join_records(0, 0, 0, 0, 1700000000000, (LOCAL, 50000), 1700000000123, (LOCAL, 10911), 0, 0,
+                         m.topic_field(b"T"), [(size, 0, memoryview(b"xhi")[1:], A3_PROPS.encode())])
     assert rec.hex().upper() == A3_HEX
+    # a batch (the shared header fields packed once): offsets count up, each record as
+    # encode_record writes it, IPv4 and IPv6 hosts
+    v6 = bytes(range(16))
+    for born, store in ((LOCAL, LOCAL), (v6, LOCAL), (LOCAL, v6), (v6, v6)):
+        sys_flag = m.host_flags(0, len(born), len(store))
+        elements = [(m.record_overhead(sys_flag) + len(b) + 1 + 3, 7, b, b"k\x01v") for b in (b"a", b"bb", b"")]
+        batch = m.join_records(3, 10, 4096, sys_flag, 1700000000000, (born, 50000), 1700000000123, (store, 10911),
+                               2, 0, m.topic_field(b"T"), elements)
+        want, phys = b"", 4096
+        for i, (size, flag, b, p) in enumerate(elements):
+            want += encode_record("T", 3, flag, b, p, 0, 1700000000000, (born, 50000), (store, 10911), 2, 0,
+                                  10 + i, phys, 1700000000123)
+            phys += size
+        assert batch == want
 
 
 def test_indexed_rule():
