@@ -3,7 +3,7 @@
 PURE module: stdlib only, no I/O, no clock. The one owner of the stored-record format:
 the layout below as named positions and functions (POS_*, head_struct, store_timestamp_at,
 host_flags, ...), the one record writer (join_records: single records and batches, whose shared
-header fields it packs once), the one SEND_BATCH body parser (iter_batch_body), the decoders and the one
+header fields it packs once), the one SEND_BATCH body parser (parse_batch_body), the decoders and the one
 decoded-message type, MessageExt. The stores and the client import these.
 
 Stored record (CommitLog entry; also what PULL / VIEW / QUERY bodies contain),
@@ -69,7 +69,7 @@ __all__ = [
     "RECORD_HEAD_MIN", "HOST_V6_FLAGS", "PORT_MAX", "MAX_INT", "BLANK_MARKER_SIZE", "head_struct", "head_struct_at",
     "sys_flag_at", "store_timestamp_at", "record_overhead", "body_crc", "host_flags",
     "pack_blank_marker", "unpack_size_magic", "topic_field", "join_records",
-    "iter_batch_body", "decode_records_skipping", "FrozenProperties", "frozen_properties",
+    "parse_batch_body", "decode_records_skipping", "FrozenProperties", "frozen_properties",
     "keys_tuple", "SYSTEM_PROPERTY_KEYS", "offset_msg_id_prefix", "offset_msg_ids",
 ]
 
@@ -1024,14 +1024,15 @@ _BATCH_FLAG_BODYLEN = struct.Struct(">ii")      # FLAG, BODYLEN at +12 of an ele
 _BATCH_POS_FLAG = 12
 
 
-def iter_batch_body(body: bytes, append_properties: bytes = b"", body_bytes_max: int | None = None):
-    """THE SEND_BATCH_MESSAGE body parser: yields (flag, body as a memoryview of `body`,
-    properties as the UTF-8-checked bytes they came in) element by element, so the broker's
-    store can write each record as it is parsed (one pass, each body copied once).
+def parse_batch_body(body: bytes, append_properties: bytes = b"",
+                     body_bytes_max: int | None = None) -> list[tuple[int, memoryview, bytes]]:
+    """THE SEND_BATCH_MESSAGE body parser: [(flag, body as a memoryview of `body`, properties
+    as the UTF-8-checked bytes they came in)], so the broker's store can make each element a
+    record with its body copied once (and a list, not a generator: the batch hot path).
 
     append_properties (encoded properties) are added to every element's, as the broker
     adds the batch-level ones; body_bytes_max refuses larger element bodies. Raises
-    ValueError naming the first malformed element (after yielding those before it)."""
+    ValueError naming the first malformed element."""
     if type(body) is not bytes:
         body = bytes(body)
     n = len(body)
@@ -1044,33 +1045,34 @@ def iter_batch_body(body: bytes, append_properties: bytes = b"", body_bytes_max:
     unpack_h = _H.unpack_from
     src = memoryview(body)
     head = _BATCH_HEAD.size
-    k = 0
+    out: list[tuple[int, memoryview, bytes]] = []
+    append = out.append
     pos = 0
     while pos < n:
         if n - pos < head + 2:
-            raise ValueError(f"batch element {k} truncated at byte {pos}")
+            raise ValueError(f"batch element {len(out)} truncated at byte {pos}")
         flag, bl = unpack_fb(body, pos + _BATCH_POS_FLAG)
         bstart = pos + head
         pos = bstart + bl
         if bl < 0 or pos + 2 > n:
-            raise ValueError(f"batch element {k}: body length {bl} out of bounds")
+            raise ValueError(f"batch element {len(out)}: body length {bl} out of bounds")
         if bl > body_bytes_max:
-            raise ValueError(f"batch element {k}: body of {bl}B exceeds the limit {body_bytes_max}B")
+            raise ValueError(f"batch element {len(out)}: body of {bl}B exceeds the limit {body_bytes_max}B")
         (pl,) = unpack_h(body, pos)
         pos += 2
         if pl < 0 or pos + pl > n:
-            raise ValueError(f"batch element {k}: properties length {pl} out of bounds")
+            raise ValueError(f"batch element {len(out)}: properties length {pl} out of bounds")
         pb = body[pos:pos + pl]
         pos += pl
         if not pb.isascii():        # (ASCII is UTF-8: no decode needed to check it)
             try:
                 pb.decode()
             except UnicodeDecodeError:
-                raise ValueError(f"batch element {k}: properties not UTF-8") from None
+                raise ValueError(f"batch element {len(out)}: properties not UTF-8") from None
         if append_properties:
             pb = pb + sep_append if pb and pb[-1] != 2 else pb + append_properties
-        yield flag, src[bstart:bstart + bl], pb
-        k += 1
+        append((flag, src[bstart:bstart + bl], pb))
+    return out
 
 
 def decode_batch_body(body, *, raw_properties: bool = False, append_properties: bytes = b"",
@@ -1079,14 +1081,14 @@ def decode_batch_body(body, *, raw_properties: bool = False, append_properties: 
 
     raw_properties=True returns the properties as the (UTF-8 checked) bytes they came in,
     for the broker's store path, which would only encode them again; append_properties and
-    body_bytes_max as for iter_batch_body (append_properties needs raw_properties)."""
+    body_bytes_max as for parse_batch_body (append_properties needs raw_properties)."""
     if append_properties and not raw_properties:
         raise ValueError("append_properties needs raw_properties=True")
     if type(body) is not bytes:
         body = bytes(body)
     if raw_properties:
-        return [(flag, bytes(data), pb) for flag, data, pb in iter_batch_body(body, append_properties, body_bytes_max)]
-    return [(flag, bytes(data), pb.decode()) for flag, data, pb in iter_batch_body(body, b"", body_bytes_max)]
+        return [(flag, bytes(data), pb) for flag, data, pb in parse_batch_body(body, append_properties, body_bytes_max)]
+    return [(flag, bytes(data), pb.decode()) for flag, data, pb in parse_batch_body(body, b"", body_bytes_max)]
 
 
 def encode_batch_body(items) -> bytes:

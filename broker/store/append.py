@@ -17,7 +17,7 @@ import time
 from pocketmq.common.constants import SCHEDULE_TOPIC
 from pocketmq.protocol.message import (BATCH_ELEMENT_OVERHEAD, BLANK_MARKER_SIZE, HOST_V6_FLAGS, MAX_INT, PORT_MAX,
                                        PROPERTIES_LENGTH_BYTES_MAX, MessageSysFlag, decode_batch_body, host_flags,
-                                       iter_batch_body, join_records, offset_msg_ids,
+                                       parse_batch_body, join_records, offset_msg_ids,
                                        record_overhead, tags_code_of_properties, topic_field)
 from pocketmq.broker.store.api import (MessageBatchToStore, MessageToStore, PutMessageResult, PutMessageStatus,
                                        schedule_tags_code, valid_topic)
@@ -209,7 +209,7 @@ class AppendPart:
         the same result and records as put_messages(decode_batch_body(body, raw_properties=True,
         append_properties=..., body_bytes_max=...)), which is what runs when the batch might
         not fit the current segment. Otherwise (the batch send hot path) each element is
-        parsed (protocol.message.iter_batch_body) and made a record in one pass.
+        parsed (protocol.message.parse_batch_body) and made a record in one pass.
         Raises ValueError naming the malformed element; then nothing is stored."""
         if self._failed is not None or not self._open:
             return _NOT_AVAILABLE
@@ -244,7 +244,7 @@ class AppendPart:
         elements = []
         physs = []
         units = []
-        for flag, data, pb in iter_batch_body(body, append_properties, body_bytes_max):
+        for flag, data, pb in parse_batch_body(body, append_properties, body_bytes_max):
             if pb and pb[-1] == 0:
                 pb += b"\x02"       # see commitlog: a record never ends in a zero byte
             if len(pb) > PROPERTIES_LENGTH_BYTES_MAX:
