@@ -1,6 +1,10 @@
 """RocketMQ messages: the stored record codec, properties, batch bodies, message ids.
 
-PURE module: stdlib only, no I/O, no clock.
+PURE module: stdlib only, no I/O, no clock. The one owner of the stored-record format:
+the layout below as named positions and functions (POS_*, head_struct, store_timestamp_at,
+host_flags, ...), the one record writer (join_records: single records and batches, whose shared
+header fields it packs once), the one SEND_BATCH body parser (parse_batch_body), the decoders and the one
+decoded-message type, MessageExt. The stores and the client import these.
 
 Stored record (CommitLog entry; also what PULL / VIEW / QUERY bodies contain),
 big-endian, signed Java types. Offsets for IPv4 hosts; an IPv6 BORNHOST
@@ -41,11 +45,16 @@ offsetMsgId: hex(upper) of STOREHOST address bytes + int port + long commit-log 
 """
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import struct
 import zlib
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
+from operator import itemgetter
+
+from pocketmq.protocol.bodies import MessageQueue
 
 __all__ = [
     "MESSAGE_MAGIC_CODE", "BLANK_MAGIC_CODE", "MessageSysFlag",
@@ -55,6 +64,13 @@ __all__ = [
     "decode_offset_msg_id", "decode_batch_body", "encode_batch_body",
     "compress_body", "decompress_body", "parse_host", "format_host",
     "store_timestamp_pos", "property_value", "tags_code_of_properties",
+    # the record layout, for the stores (one owner: nothing else retypes an offset or a mask)
+    "POS_QUEUE_OFFSET", "POS_PHYSICAL_OFFSET", "POS_SYSFLAG", "POS_BORN_TIMESTAMP", "POS_BORN_HOST",
+    "RECORD_HEAD_MIN", "HOST_V6_FLAGS", "PORT_MAX", "MAX_INT", "BLANK_MARKER_SIZE", "head_struct", "head_struct_at",
+    "sys_flag_at", "store_timestamp_at", "record_overhead", "body_crc", "host_flags",
+    "pack_blank_marker", "unpack_size_magic", "topic_field", "join_records",
+    "parse_batch_body", "decode_records_skipping", "FrozenProperties", "frozen_properties",
+    "keys_tuple", "SYSTEM_PROPERTY_KEYS", "offset_msg_id_prefix", "offset_msg_ids",
 ]
 
 # --------------------------------------------------------------------------- constants
@@ -65,6 +81,7 @@ TOPIC_LENGTH_BYTES_MAX = 127
 PROPERTIES_LENGTH_BYTES_MAX = 32767
 BATCH_ELEMENT_OVERHEAD = 22              # 4+4+4+4+4 + 2 (+ body + properties)
 MAX_INT = 0x7FFFFFFF
+PORT_MAX = 0xFFFF                        # a host's port (int on the wire, 16 bits in practice)
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -92,11 +109,18 @@ class MessageSysFlag:
 
     @staticmethod
     def transaction_value(sys_flag: int) -> int:
-        return sys_flag & 0xC
+        return sys_flag & MessageSysFlag.TRANSACTION_MASK
 
     @staticmethod
     def reset_transaction_value(sys_flag: int, tran_type: int) -> int:
-        return (sys_flag & ~0xC) | tran_type
+        return (sys_flag & ~MessageSysFlag.TRANSACTION_MASK) | tran_type
+
+    @staticmethod
+    def indexed(sys_flag: int) -> bool:
+        """Whether a stored record gets a consume-queue unit: plain and committed messages
+        do; prepared and rolled-back transaction halves do not (Java's reput rule)."""
+        tran = sys_flag & MessageSysFlag.TRANSACTION_MASK
+        return tran == MessageSysFlag.TRANSACTION_NOT_TYPE or tran == MessageSysFlag.TRANSACTION_COMMIT_TYPE
 
 
 # Property keys (MessageConst, 4.9.4).
@@ -135,6 +159,7 @@ CLUSTER = "CLUSTER"
 MSG_TYPE = "MSG_TYPE"
 INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
 INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
+SHARDING_KEY = "__SHARDINGKEY"
 
 # --------------------------------------------------------------------------- hashing
 
@@ -257,7 +282,7 @@ def parse_host(host: str) -> tuple[bytes, int]:
         addr = ipaddress.ip_address(ip)
     except ValueError:
         raise ValueError(f"host {host!r} is not ip:port") from None
-    if not 0 <= port <= 0xFFFF:
+    if not 0 <= port <= PORT_MAX:
         raise ValueError(f"host {host!r}: port out of range")
     return addr.packed, port
 
@@ -281,30 +306,72 @@ _Q = struct.Struct(">q")
 _QQ = struct.Struct(">qq")
 _H = struct.Struct(">h")
 _B = struct.Struct(">b")
+_II = struct.Struct(">ii")
 
-# Fixed head up to and including BODYLENGTH, one Struct per (born v6, store v6).
-_HEADS = {
-    (b4, s4): struct.Struct(">iiiiiqqiq%dsiq%dsiiqi" % (4 if not b4 else 16, 4 if not s4 else 16))
-    for b4 in (False, True) for s4 in (False, True)
-}
-_HEAD_V4 = _HEADS[(False, False)]
-_POS_QUEUE_OFFSET = 20
-_POS_PHYSICAL_OFFSET = 28
-_POS_SYSFLAG = 36
-_POS_BORN_HOST = 48
-_HEAD_MIN = 40  # enough to read TOTALSIZE .. SYSFLAG
+# Field positions of the table above (those before BORNHOST do not depend on the host sizes).
+POS_QUEUE_OFFSET = 20
+POS_PHYSICAL_OFFSET = 28
+POS_SYSFLAG = 36
+POS_BORN_TIMESTAMP = 40
+POS_BORN_HOST = 48
+RECORD_HEAD_MIN = 40            # TOTALSIZE .. SYSFLAG: enough to know the rest of the layout
+HOST_V6_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+_HOST_BITS_SHIFT = 4            # (sys_flag >> 4) & 3 indexes the per-host-size layouts
+_POS_SYSFLAG_LOW = POS_SYSFLAG + 3   # SYSFLAG's low byte holds the host bits
+BLANK_MARKER_SIZE = 8           # [int remaining][int BLANK_MAGIC_CODE]
+_HOST_V4_SIZE, _HOST_V6_SIZE = 4 + 4, 16 + 4     # address bytes + int port
 
+# Fixed head up to and including BODYLENGTH, one Struct per (born v6, store v6); it is
+# _HEAD_FIRST (TOTALSIZE .. PHYSICALOFFSET) + a middle (SYSFLAG .. PREPAREDTRANSACTIONOFFSET)
+# + BODYLENGTH. The middle is the same for every record of a batch.
+_FIRST_FMT = "iiiiiqq"                   # TOTALSIZE MAGICCODE BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET
+_MIDDLE_FMT = "iq%dsiq%dsiiq"           # SYSFLAG BORNTIMESTAMP BORNHOST(addr, port) STORETIMESTAMP
+                                        # STOREHOST(addr, port) RECONSUMETIMES PREPAREDTRANSACTIONOFFSET
+_HEAD_FIRST = struct.Struct(">" + _FIRST_FMT)
+assert _HEAD_FIRST.size == POS_SYSFLAG
+# index: the host bits of SYSFLAG, (sys_flag >> 4) & 3: born v6 = 1, store v6 = 2
+_ADDR_LENS_BY_BITS = [(4, 4), (16, 4), (4, 16), (16, 16)]
+_MIDDLES_BY_BITS = [struct.Struct(">" + _MIDDLE_FMT % lens) for lens in _ADDR_LENS_BY_BITS]
+_HEADS_BY_BITS = [struct.Struct(">" + _FIRST_FMT + _MIDDLE_FMT % lens + "i") for lens in _ADDR_LENS_BY_BITS]
+_pack_first = _HEAD_FIRST.pack
+_pack_i = _I.pack
+_pack_h = _H.pack
+_join = b"".join
+_crc32 = zlib.crc32
 
-_HEADS_BY_BITS = [_HEADS[(False, False)], _HEADS[(True, False)], _HEADS[(False, True)], _HEADS[(True, True)]]
+unpack_size_magic = _II.unpack_from      # (TOTALSIZE, MAGICCODE) at a position: a record or a blank marker
 
 
 def head_struct(sys_flag: int) -> struct.Struct:
-    return _HEADS_BY_BITS[(sys_flag >> 4) & 3]
+    """The Struct of a record's fixed head (TOTALSIZE .. BODYLENGTH) for its host sizes."""
+    return _HEADS_BY_BITS[(sys_flag >> _HOST_BITS_SHIFT) & 3]
+
+
+def head_struct_at(buf, pos: int) -> struct.Struct:
+    """head_struct of the record at buf[pos:] (needs RECORD_HEAD_MIN bytes there)."""
+    return _HEADS_BY_BITS[(buf[pos + _POS_SYSFLAG_LOW] >> _HOST_BITS_SHIFT) & 3]
+
+
+def sys_flag_at(buf, pos: int = 0) -> int:
+    return _I.unpack_from(buf, pos + POS_SYSFLAG)[0]
 
 
 def store_timestamp_pos(sys_flag: int) -> int:
     """Offset of STORETIMESTAMP inside a record."""
-    return 68 if sys_flag & 0x10 else 56
+    return POS_BORN_HOST + (_HOST_V6_SIZE if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else _HOST_V4_SIZE)
+
+
+def store_timestamp_at(buf, pos: int = 0, size: int | None = None) -> int:
+    """STORETIMESTAMP of the record at buf[pos:], or -1 when `size` (default: what buf
+    holds from pos) is too short to hold it."""
+    if size is None:
+        size = len(buf) - pos
+    if size < RECORD_HEAD_MIN:
+        return -1
+    ts_pos = store_timestamp_pos(_I.unpack_from(buf, pos + POS_SYSFLAG)[0])
+    if size < ts_pos + 8:
+        return -1
+    return _Q.unpack_from(buf, pos + ts_pos)[0]
 
 
 def record_overhead(sys_flag: int) -> int:
@@ -316,17 +383,77 @@ def record_size(body_len: int, topic_len: int, props_len: int, sys_flag: int = 0
     return head_struct(sys_flag).size + body_len + 1 + topic_len + 2 + props_len
 
 
-def _host_flags(sys_flag: int, born_addr: bytes, store_addr: bytes) -> int:
-    sys_flag &= ~0x30
-    if len(born_addr) == 16:
-        sys_flag |= 0x10
-    elif len(born_addr) != 4:
-        raise ValueError("born host address must be 4 or 16 bytes")
-    if len(store_addr) == 16:
-        sys_flag |= 0x20
-    elif len(store_addr) != 4:
-        raise ValueError("store host address must be 4 or 16 bytes")
+def body_crc(body) -> int:
+    """BODYCRC of a (stored, possibly compressed) body."""
+    return _crc32(body) & MAX_INT
+
+
+def pack_blank_marker(buf, pos: int, remaining: int) -> None:
+    """Close a commit-log segment: the filler saying `remaining` bytes are unused."""
+    _II.pack_into(buf, pos, remaining, BLANK_MAGIC_CODE)
+
+
+def host_flags(sys_flag: int, born_addr_len: int, store_addr_len: int) -> int | None:
+    """sys_flag with its host-v6 bits set from the address lengths (4 or 16); None when
+    a length is neither."""
+    sys_flag &= ~HOST_V6_FLAGS
+    if born_addr_len == 16:
+        sys_flag |= MessageSysFlag.BORNHOST_V6_FLAG
+    elif born_addr_len != 4:
+        return None
+    if store_addr_len == 16:
+        sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+    elif store_addr_len != 4:
+        return None
     return sys_flag
+
+
+def _host_flags(sys_flag: int, born_addr: bytes, store_addr: bytes) -> int:
+    checked = host_flags(sys_flag, len(born_addr), len(store_addr))
+    if checked is None:
+        which = "born" if len(born_addr) not in (4, 16) else "store"
+        raise ValueError(f"{which} host address must be 4 or 16 bytes")
+    return checked
+
+
+def topic_field(topic_b: bytes) -> bytes:
+    """TOPICLENGTH + TOPIC (the caller has checked the length)."""
+    return bytes((len(topic_b),)) + topic_b
+
+
+def join_records(queue_id: int, queue_offset: int, physical_offset: int, sys_flag: int, born_timestamp: int,
+                 born_host: tuple[bytes, int], store_timestamp: int, store_host: tuple[bytes, int],
+                 reconsume_times: int, prepared_transaction_offset: int, topic_part: bytes, elements) -> bytes:
+    """THE record writer: consecutive stored records of one queue, back to back (a batch;
+    a single record is a batch of one), from elements [(size, flag, body, props_b)] where
+    size = record_overhead(sys_flag) + body + topic + properties bytes. QUEUEOFFSET and
+    PHYSICALOFFSET count up from the given ones; the other header fields are shared.
+    sys_flag must already carry the host bits (host_flags); topic_part is topic_field's.
+    Every record the store, the memory store and encode_record write comes from here."""
+    bits = (sys_flag >> _HOST_BITS_SHIFT) & 3
+    born_addr, born_port = born_host
+    store_addr, store_port = store_host
+    if len(elements) == 1:
+        # one record (the single-send hot path): its whole fixed head in one pack
+        ((size, flag, body, props_b),) = elements
+        return _join((_HEADS_BY_BITS[bits].pack(
+            size, MESSAGE_MAGIC_CODE, _crc32(body) & MAX_INT, queue_id, flag, queue_offset, physical_offset,
+            sys_flag, born_timestamp, born_addr, born_port, store_timestamp, store_addr, store_port,
+            reconsume_times, prepared_transaction_offset, len(body)), body, topic_part, _pack_h(len(props_b)),
+            props_b))
+    # a batch: the header fields its records share (SYSFLAG .. PREPAREDTRANSACTIONOFFSET)
+    # packed once, then per record the ones before them and BODYLENGTH
+    middle = _MIDDLES_BY_BITS[bits].pack(sys_flag, born_timestamp, born_addr, born_port, store_timestamp,
+                                         store_addr, store_port, reconsume_times, prepared_transaction_offset)
+    parts: list = []
+    extend = parts.extend
+    for size, flag, body, props_b in elements:
+        extend((_pack_first(size, MESSAGE_MAGIC_CODE, _crc32(body) & MAX_INT, queue_id, flag, queue_offset,
+                            physical_offset),
+                middle, _pack_i(len(body)), body, topic_part, _pack_h(len(props_b)), props_b))
+        queue_offset += 1
+        physical_offset += size
+    return _join(parts)
 
 
 def encode_record(topic: str | bytes, queue_id: int, flag: int, body: bytes,
@@ -346,115 +473,321 @@ def encode_record(topic: str | bytes, queue_id: int, flag: int, body: bytes,
         raise ValueError(f"topic is {tl} bytes, max {TOPIC_LENGTH_BYTES_MAX}")
     if pl > PROPERTIES_LENGTH_BYTES_MAX:
         raise ValueError(f"properties are {pl} bytes, max {PROPERTIES_LENGTH_BYTES_MAX}")
-    born_addr, born_port = born_host
-    store_addr, store_port = store_host
-    sys_flag = _host_flags(sys_flag, born_addr, store_addr)
-    head = head_struct(sys_flag)
-    bl = len(body)
-    total = head.size + bl + 3 + tl + pl
-    return b"".join((
-        head.pack(total, MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag,
-                  queue_offset, physical_offset, sys_flag, born_timestamp, born_addr, born_port,
-                  store_timestamp, store_addr, store_port, reconsume_times,
-                  prepared_transaction_offset, bl),
-        body, _B.pack(tl), topic_b, _H.pack(pl), props_b,
-    ))
+    sys_flag = _host_flags(sys_flag, born_host[0], store_host[0])
+    size = record_overhead(sys_flag) + len(body) + tl + pl
+    return join_records(queue_id, queue_offset, physical_offset, sys_flag, born_timestamp, born_host,
+                        store_timestamp, store_host, reconsume_times, prepared_transaction_offset,
+                        topic_field(topic_b), ((size, flag, body, props_b),))
 
 
 def encode_record_into(buf, pos: int, topic_b: bytes, queue_id: int, flag: int, body: bytes,
                        props_b: bytes, sys_flag: int, born_timestamp: int,
                        born_host: tuple[bytes, int], store_host: tuple[bytes, int],
                        reconsume_times: int, prepared_transaction_offset: int,
-                       queue_offset: int, physical_offset: int, store_timestamp: int,
-                       body_crc: int | None = None) -> int:
+                       queue_offset: int, physical_offset: int, store_timestamp: int) -> int:
     """Write one record straight into a writable buffer (bytearray, mmap) at pos; returns its size.
 
     Same rules as encode_record, but topic and properties must already be bytes and the
-    caller has checked their lengths and that the record fits. body_crc may be passed
-    when already known.
+    caller has checked their lengths and that the record fits.
     """
-    tl = len(topic_b)
-    pl = len(props_b)
-    born_addr, born_port = born_host
-    store_addr, store_port = store_host
-    sys_flag = _host_flags(sys_flag, born_addr, store_addr)
-    head = head_struct(sys_flag)
-    bl = len(body)
-    hs = head.size
-    total = hs + bl + 3 + tl + pl
-    if body_crc is None:
-        body_crc = zlib.crc32(body) & 0x7FFFFFFF
-    head.pack_into(buf, pos, total, MESSAGE_MAGIC_CODE, body_crc, queue_id, flag,
-                   queue_offset, physical_offset, sys_flag, born_timestamp, born_addr, born_port,
-                   store_timestamp, store_addr, store_port, reconsume_times,
-                   prepared_transaction_offset, bl)
-    p = pos + hs
-    buf[p:p + bl] = body
-    p += bl
-    buf[p] = tl
-    buf[p + 1:p + 1 + tl] = topic_b
-    p += 1 + tl
-    _H.pack_into(buf, p, pl)
-    buf[p + 2:p + 2 + pl] = props_b
-    return total
+    sys_flag = _host_flags(sys_flag, born_host[0], store_host[0])
+    size = record_overhead(sys_flag) + len(body) + len(topic_b) + len(props_b)
+    buf[pos:pos + size] = join_records(
+        queue_id, queue_offset, physical_offset, sys_flag, born_timestamp, born_host, store_timestamp,
+        store_host, reconsume_times, prepared_transaction_offset, topic_field(topic_b),
+        ((size, flag, body, props_b),))
+    return size
 
 
 def patch_record(buf, pos: int, queue_offset: int, physical_offset: int, store_timestamp: int) -> None:
     """Overwrite QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP of the record at pos in place."""
-    _QQ.pack_into(buf, pos + _POS_QUEUE_OFFSET, queue_offset, physical_offset)
-    (sys_flag,) = _I.unpack_from(buf, pos + _POS_SYSFLAG)
+    _QQ.pack_into(buf, pos + POS_QUEUE_OFFSET, queue_offset, physical_offset)
+    (sys_flag,) = _I.unpack_from(buf, pos + POS_SYSFLAG)
     _Q.pack_into(buf, pos + store_timestamp_pos(sys_flag), store_timestamp)
 
 
 # --------------------------------------------------------------------------- MessageExt
 
+# common.constants.RETRY_GROUP_TOPIC_PREFIX: protocol may not import common (test_message_codec
+# pins the two equal); MessageExt.from_raw / from_record give retried messages their topic back.
+_RETRY_TOPIC_PREFIX = "%RETRY%"
 
-@dataclass(frozen=True, slots=True)
-class MessageExt:
-    """A decoded stored record (RocketMQ's MessageExt, snake_case)."""
+SYSTEM_PROPERTY_KEYS = frozenset({
+    KEYS, TAGS, WAIT, DELAY, RETRY_TOPIC, REAL_TOPIC, REAL_QID, TRAN_MSG, PGROUP, MIN_OFFSET, MAX_OFFSET,
+    BUYER_ID, ORIGIN_MESSAGE_ID, TRANSFER_FLAG, CORRECTION_FLAG, MQ2_FLAG, RECONSUME_TIME, MSG_REGION,
+    TRACE_ON, UNIQ_KEY, MAX_RECONSUME_TIMES, CONSUME_START_TIME, TRAN_PREPARED_QUEUE_OFFSET,
+    TRANSACTION_CHECK_TIMES, CHECK_IMMUNITY_TIME_IN_SECONDS, INSTANCE_ID, CORRELATION_ID, REPLY_TO_CLIENT,
+    TTL, ARRIVE_TIME, PUSH_REPLY_TIME, CLUSTER, MSG_TYPE, INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET,
+    SHARDING_KEY,
+})
 
-    topic: str
-    queue_id: int
-    flag: int
-    body: bytes
-    properties: dict[str, str] = field(hash=False)
-    sys_flag: int
-    born_timestamp: int
-    born_host: str
-    store_timestamp: int
-    store_host: str
-    reconsume_times: int
-    prepared_transaction_offset: int
-    queue_offset: int
-    commit_log_offset: int
-    store_size: int
-    body_crc: int
+
+class FrozenProperties(dict):
+    """Message properties: a dict whose mutators raise TypeError (a dict, not a
+    MappingProxyType, so deepcopy, pickle, asdict and json.dumps work)."""
+    __slots__ = ()
+
+    def _read_only(self, *args, **kwargs):
+        raise TypeError("message properties are read-only")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    setdefault = pop = popitem = clear = update = _read_only
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        return FrozenProperties, (dict(self),)
+
+    def __repr__(self) -> str:
+        return f"FrozenProperties({dict.__repr__(self)})"
+
+
+_NO_PROPS: Mapping[str, str] = FrozenProperties()
+
+
+def frozen_properties(props) -> Mapping[str, str]:
+    """props as FrozenProperties (keys and values as str); the shared empty one for none."""
+    if type(props) is FrozenProperties:
+        return props
+    if not props:
+        return _NO_PROPS
+    return FrozenProperties({str(k): str(v) for k, v in props.items()})
+
+
+def keys_tuple(keys) -> tuple[str, ...]:
+    """KEYS as a tuple: "k1 k2" (the wire form) or an iterable of keys."""
+    if not keys:
+        return ()
+    if isinstance(keys, str):
+        return tuple(k for k in keys.split(KEY_SEPARATOR) if k)
+    return tuple(str(k) for k in keys)
+
+
+_FIELDS = ("topic", "body", "queue_id", "queue_offset", "properties", "flag", "sys_flag",
+           "commit_log_offset", "born_timestamp", "born_host", "store_timestamp", "store_host",
+           "reconsume_times", "prepared_transaction_offset", "body_crc", "store_size", "broker_name",
+           "real_topic")
+_tuple_new = tuple.__new__
+_field = property  # readability below
+
+
+def _host_text(raw) -> str:
+    if type(raw) is str:
+        return raw
+    return format_host(raw[0], raw[1])
+
+
+class MessageExt(tuple):
+    """A stored record, decoded (RocketMQ's MessageExt, snake_case): what decode_record(s)
+    return and what consumers receive. Immutable.
+
+    `msg_id` is the producer-generated UNIQ_KEY when present (what SendResult.msg_id
+    returned), else the broker's `offset_msg_id`. `topic` is the stored topic, except for
+    messages the client redelivers from `%RETRY%<group>` (from_raw / from_record), which get
+    their original topic back; `real_topic` is always the topic the record was read from.
+
+    A tuple because a pull body becomes thousands of them per second and most listeners
+    read a few fields: built straight from a decoded pull body (`from_raw`) without
+    parsing what may never be read, `properties` is made from the stored properties text
+    on first access, `born_host` / `store_host` are formatted on first access.
+    Fields are read-only (assigning raises dataclasses.FrozenInstanceError); equality
+    compares the field values; `dataclasses` sees the fields of _MessageExtFields (below),
+    so is_dataclass(), fields(), asdict() and replace() work.
+    """
+    # Storage: a tuple in the field order of _FIELDS (properties and hosts possibly raw:
+    # properties text, (address bytes, port)); values computed lazily are cached in the
+    # instance __dict__.
+
+    def __new__(cls, topic: str, body: bytes, queue_id: int, queue_offset: int, broker_name: str = "",
+                properties: Mapping[str, str] | None = None, flag: int = 0, sys_flag: int = 0,
+                commit_log_offset: int = 0, born_timestamp: int = 0, born_host: str = "",
+                store_timestamp: int = 0, store_host: str = "", reconsume_times: int = 0,
+                prepared_transaction_offset: int = 0, body_crc: int = 0, store_size: int = 0,
+                real_topic: str = ""):
+        return _tuple_new(cls, (topic, body, queue_id, queue_offset, frozen_properties(properties), flag,
+                                sys_flag, commit_log_offset, born_timestamp, born_host, store_timestamp,
+                                store_host, reconsume_times, prepared_transaction_offset, body_crc,
+                                store_size, broker_name, real_topic))
+
+    topic = _field(itemgetter(0))
+    body = _field(itemgetter(1))
+    queue_id = _field(itemgetter(2))
+    queue_offset = _field(itemgetter(3))
+    flag = _field(itemgetter(5))
+    sys_flag = _field(itemgetter(6))
+    commit_log_offset = _field(itemgetter(7))
+    born_timestamp = _field(itemgetter(8))
+    store_timestamp = _field(itemgetter(10))
+    reconsume_times = _field(itemgetter(12))
+    prepared_transaction_offset = _field(itemgetter(13))
+    body_crc = _field(itemgetter(14))
+    store_size = _field(itemgetter(15))
+    broker_name = _field(itemgetter(16))
+    real_topic = _field(itemgetter(17))    # topic the record was read from (e.g. %RETRY%group)
 
     @property
-    def tags(self) -> str | None:
-        return self.properties.get(TAGS)
+    def properties(self) -> Mapping[str, str]:
+        p = self[4]
+        if type(p) is str:
+            d = self.__dict__
+            cached = d.get("properties")
+            if cached is None:
+                cached = d["properties"] = FrozenProperties(decode_properties(p)) if p else _NO_PROPS
+            return cached
+        return p
 
     @property
-    def keys(self) -> str | None:
-        return self.properties.get(KEYS)
+    def born_host(self) -> str:
+        return _host_text(self[9])
 
+    @property
+    def store_host(self) -> str:
+        return _host_text(self[11])
+
+    def _property(self, name: str) -> str | None:
+        p = self[4]
+        if type(p) is str and "properties" not in self.__dict__:
+            return property_value(p, name) if p else None
+        return self.properties.get(name)
+
+    @classmethod
+    def from_raw(cls, t: tuple, broker_name: str = "") -> MessageExt:
+        """From one tuple of decode_records_raw. Messages redelivered through
+        `%RETRY%<group>` get their original topic back (RETRY_TOPIC)."""
+        topic = t[0]
+        if topic.startswith(_RETRY_TOPIC_PREFIX):
+            orig = property_value(t[4], RETRY_TOPIC) if t[4] else None
+            if orig:
+                return _tuple_new(cls, (orig,) + t[1:] + (broker_name, topic))
+        return _tuple_new(cls, t + (broker_name, topic))
+
+    @classmethod
+    def from_record(cls, rec: MessageExt, broker_name: str = "") -> MessageExt:
+        """A decoded record as a consumer sees it: with its broker name, and for messages
+        redelivered through `%RETRY%<group>` the original topic (RETRY_TOPIC), like the
+        Java client's resetRetryAndNamespace."""
+        props = rec.properties
+        topic = rec.real_topic or rec.topic
+        shown = topic
+        if topic.startswith(_RETRY_TOPIC_PREFIX):
+            shown = props.get(RETRY_TOPIC) or topic
+        return cls(shown, rec.body, rec.queue_id, rec.queue_offset, broker_name, props, rec.flag, rec.sys_flag,
+                   rec.commit_log_offset, rec.born_timestamp, rec.born_host, rec.store_timestamp, rec.store_host,
+                   rec.reconsume_times, rec.prepared_transaction_offset, rec.body_crc, rec.store_size, topic)
+
+    # -- immutable value semantics -------------------------------------------------------
+    def __setattr__(self, name, value):
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name):
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, f) for f in _FIELDS)
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __ne__(self, other):
+        r = self.__eq__(other)
+        return r if r is NotImplemented else not r
+
+    __hash__ = None
+    __lt__ = __le__ = __gt__ = __ge__ = None
+
+    def __repr__(self) -> str:
+        return "MessageExt(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in _FIELDS) + ")"
+
+    def __reduce__(self):
+        values = self._values()
+        return (_message_ext_from_fields, (values[:4] + (dict(values[4]),) + values[5:],))
+
+    # -- views -------------------------------------------------------------------------
     @property
     def offset_msg_id(self) -> str:
-        addr, port = parse_host(self.store_host)
-        return offset_msg_id(addr, port, self.commit_log_offset)
+        """The broker's id: store host + commit-log offset (32 hex chars for IPv4)."""
+        raw = self[11]
+        if type(raw) is str:
+            if not raw:
+                return ""
+            addr, port = parse_host(raw)
+        else:
+            addr, port = raw
+        return offset_msg_id(addr, port, self[7])
 
     @property
     def msg_id(self) -> str:
-        """UNIQ_KEY when present (the id users see), else the offsetMsgId."""
-        return self.properties.get(UNIQ_KEY) or self.offset_msg_id
+        """UNIQ_KEY (the id SendResult.msg_id returned) when present, else offset_msg_id."""
+        return self._property(UNIQ_KEY) or self.offset_msg_id
 
     @property
-    def delay_time_level(self) -> int:
-        v = self.properties.get(DELAY)
-        try:
-            return int(v) if v else 0
-        except ValueError:
-            return 0
+    def tags(self) -> str | None:
+        return self._property(TAGS)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return keys_tuple(self._property(KEYS))
+
+    @property
+    def delay_level(self) -> int:
+        """DELAY as a level (0 when absent or not a number)."""
+        v = self._property(DELAY)
+        return int(v) if v and v.isdigit() else 0
+
+    delay_time_level = delay_level      # Java's getDelayTimeLevel
+
+    @property
+    def user_properties(self) -> dict[str, str]:
+        return {k: v for k, v in self.properties.items() if k not in SYSTEM_PROPERTY_KEYS}
+
+    @property
+    def queue(self) -> MessageQueue:
+        """The queue this message was read from."""
+        return MessageQueue(self[17] or self[0], self[16], self[2])
+
+
+@dataclass(frozen=True)
+class _MessageExtFields:
+    """MessageExt's fields as `dataclasses` sees them (same names and order as
+    MessageExt's constructor)."""
+    topic: str
+    body: bytes
+    queue_id: int
+    queue_offset: int
+    broker_name: str = ""
+    properties: Mapping[str, str] | None = None
+    flag: int = 0
+    sys_flag: int = 0
+    commit_log_offset: int = 0
+    born_timestamp: int = 0
+    born_host: str = ""
+    store_timestamp: int = 0
+    store_host: str = ""
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    body_crc: int = 0
+    store_size: int = 0
+    real_topic: str = ""
+
+
+type.__setattr__(MessageExt, "__dataclass_fields__", _MessageExtFields.__dataclass_fields__)
+type.__setattr__(MessageExt, "__dataclass_params__", _MessageExtFields.__dataclass_params__)
+type.__setattr__(MessageExt, "__match_args__", _MessageExtFields.__match_args__)
+
+
+def _message_ext_from_fields(values: tuple) -> MessageExt:
+    (topic, body, queue_id, queue_offset, properties, flag, sys_flag, commit_log_offset, born_timestamp,
+     born_host, store_timestamp, store_host, reconsume_times, prepared_transaction_offset, body_crc,
+     store_size, broker_name, real_topic) = values
+    return MessageExt(topic, body, queue_id, queue_offset, broker_name, dict(properties), flag, sys_flag,
+                      commit_log_offset, born_timestamp, born_host, store_timestamp, store_host,
+                      reconsume_times, prepared_transaction_offset, body_crc, store_size, real_topic)
 
 
 def decompress_body(data: bytes) -> bytes:
@@ -480,18 +813,18 @@ def maybe_compress(body: bytes, threshold_bytes: int = 4096, level: int = 5) -> 
 def decode_record(buf, pos: int = 0, *, decompress: bool = True, check_crc: bool = False) -> MessageExt:
     """Decode the record at buf[pos:]. Raises ValueError (only) when the bytes are not a record."""
     n = len(buf)
-    if pos < 0 or n - pos < _HEAD_MIN:
+    if pos < 0 or n - pos < RECORD_HEAD_MIN:
         raise ValueError("record truncated: no room for the fixed head")
-    total, magic = struct.unpack_from(">ii", buf, pos)
+    total, magic = _II.unpack_from(buf, pos)
     if magic != MESSAGE_MAGIC_CODE:
         raise ValueError(f"bad magic code {magic:#x} at {pos}")
-    (sys_flag,) = _I.unpack_from(buf, pos + _POS_SYSFLAG)
+    (sys_flag,) = _I.unpack_from(buf, pos + POS_SYSFLAG)
     head = head_struct(sys_flag)
     if total < head.size + 3:
         raise ValueError(f"record size {total} below the fixed overhead")
     if total > n - pos:
         raise ValueError(f"record size {total} exceeds the {n - pos} bytes available")
-    (total, _magic, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
+    (total, _magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
      born_ts, born_addr, born_port, store_ts, store_addr, store_port, reconsume_times,
      prepared_offset, bl) = head.unpack_from(buf, pos)
     end = pos + total
@@ -513,11 +846,11 @@ def decode_record(buf, pos: int = 0, *, decompress: bool = True, check_crc: bool
     if pl < 0 or p + pl != end:
         raise ValueError(f"properties length {pl} does not match record size {total}")
     props_raw = bytes(buf[p:p + pl])
-    if check_crc and (zlib.crc32(body) & 0x7FFFFFFF) != body_crc:
+    if check_crc and body_crc(body) != crc:
         raise ValueError("BODYCRC mismatch")
     try:
         topic = topic_raw.decode()
-        props = decode_properties(props_raw.decode())
+        props = props_raw.decode()
     except UnicodeDecodeError as e:
         raise ValueError(f"topic or properties not UTF-8: {e}") from None
     if decompress and sys_flag & MessageSysFlag.COMPRESSED_FLAG:
@@ -525,26 +858,46 @@ def decode_record(buf, pos: int = 0, *, decompress: bool = True, check_crc: bool
         if ctype not in (0, MessageSysFlag.COMPRESSION_ZLIB):
             raise ValueError(f"unsupported compression type {ctype:#x}")
         body = decompress_body(body)
-    return MessageExt(
-        topic=topic, queue_id=queue_id, flag=flag, body=body, properties=props,
-        sys_flag=sys_flag, born_timestamp=born_ts, born_host=format_host(born_addr, born_port),
-        store_timestamp=store_ts, store_host=format_host(store_addr, store_port),
-        reconsume_times=reconsume_times, prepared_transaction_offset=prepared_offset,
-        queue_offset=queue_offset, commit_log_offset=physical_offset, store_size=total,
-        body_crc=body_crc,
-    )
+    # the stored topic as is (no retry-topic restore: that is from_raw's / from_record's)
+    return _tuple_new(MessageExt, (topic, body, queue_id, queue_offset, props, flag, sys_flag, physical_offset,
+                                   born_ts, (born_addr, born_port), store_ts, (store_addr, store_port),
+                                   reconsume_times, prepared_offset, crc, total, "", topic))
 
 
 def decode_records(buf, *, decompress: bool = True) -> list[MessageExt]:
-    """Decode records laid back to back (a PULL response body)."""
-    out = []
-    pos = 0
+    """Decode records laid back to back (a PULL response body): decode_record of each,
+    in one pass (decode_records_raw)."""
+    new = _tuple_new
+    return [new(MessageExt, t + ("", t[0])) for t in decode_records_raw(buf, decompress=decompress)]
+
+
+_FRAME_MIN = POS_QUEUE_OFFSET + 8       # TOTALSIZE .. QUEUEOFFSET: enough to name a bad record
+
+
+def decode_records_skipping(body, decode=decode_records) -> tuple[list, list[tuple[int, str]]] | None:
+    """A pull body record by record, tolerating records that do not decode (a body that
+    does not inflate, properties that are not UTF-8...), so one poisoned message cannot
+    stall its queue: (what `decode` gives for the good records, in order, [(queue_offset,
+    error) of each skipped one]). None when the framing itself is broken (the record
+    sizes make no sense): nothing can be trusted. `decode` is decode_records or
+    decode_records_raw (called on one record's bytes)."""
+    buf = bytes(body)
     n = len(buf)
+    pos = 0
+    out: list = []
+    skipped: list[tuple[int, str]] = []
     while pos < n:
-        m = decode_record(buf, pos, decompress=decompress)
-        out.append(m)
-        pos += m.store_size
-    return out
+        if n - pos < _FRAME_MIN:
+            return None
+        (total,) = _I.unpack_from(buf, pos)
+        if total < _FRAME_MIN or pos + total > n:
+            return None
+        try:
+            out.extend(decode(buf[pos:pos + total]))
+        except ValueError as e:
+            skipped.append((_Q.unpack_from(buf, pos + POS_QUEUE_OFFSET)[0], str(e)))
+        pos += total
+    return out, skipped
 
 
 def _bad_record(buf, pos: int, decompress: bool):
@@ -576,10 +929,10 @@ def decode_records_raw(buf, *, decompress: bool = True) -> list[tuple]:
     unpack_short = _H.unpack_from
     topics: dict[bytes, str] = {}
     while pos < n:
-        if n - pos < _HEAD_MIN:
+        if n - pos < RECORD_HEAD_MIN:
             _bad_record(buf, pos, decompress)
-        (sys_flag,) = unpack_int(buf, pos + _POS_SYSFLAG)
-        head = heads[(sys_flag >> 4) & 3]
+        (sys_flag,) = unpack_int(buf, pos + POS_SYSFLAG)
+        head = heads[(sys_flag >> _HOST_BITS_SHIFT) & 3]
         hs = head.size
         if n - pos < hs + 3:
             _bad_record(buf, pos, decompress)
@@ -634,6 +987,14 @@ def offset_msg_id_prefix(host: bytes, port: int) -> str:
     return (bytes(host) + _I.pack(port)).hex().upper()
 
 
+def offset_msg_ids(prefix: str, offsets: list[int]) -> str:
+    """The offsetMsgIds of records at these (non-negative) offsets, comma-joined (a batch's
+    msgId), prefix from offset_msg_id_prefix: made by C-level bytes/str operations instead
+    of a format() per message."""
+    hexes = struct.pack(f">{len(offsets)}q", *offsets).hex(",", 8).upper()
+    return prefix + hexes.replace(",", "," + prefix)
+
+
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     """offsetMsgId -> (ip, port, commit-log offset). Raises ValueError naming the problem."""
     if not isinstance(msg_id, str):
@@ -651,7 +1012,7 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     port, offset = struct.unpack_from(">iq", raw, alen)
     if offset < 0:
         raise ValueError(f"message id {msg_id!r} holds a negative offset")
-    if not 0 <= port <= 0xFFFF:
+    if not 0 <= port <= PORT_MAX:
         raise ValueError(f"message id {msg_id!r} holds port {port} out of range")
     return _format_ip(raw[:alen]), port, offset
 
@@ -659,6 +1020,59 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
 # --------------------------------------------------------------------------- batch bodies
 
 _BATCH_HEAD = struct.Struct(">iiiii")
+_BATCH_FLAG_BODYLEN = struct.Struct(">ii")      # FLAG, BODYLEN at +12 of an element
+_BATCH_POS_FLAG = 12
+
+
+def parse_batch_body(body: bytes, append_properties: bytes = b"",
+                     body_bytes_max: int | None = None) -> list[tuple[int, memoryview, bytes]]:
+    """THE SEND_BATCH_MESSAGE body parser: [(flag, body as a memoryview of `body`, properties
+    as the UTF-8-checked bytes they came in)], so the broker's store can make each element a
+    record with its body copied once (and a list, not a generator: the batch hot path).
+
+    append_properties (encoded properties) are added to every element's, as the broker
+    adds the batch-level ones; body_bytes_max refuses larger element bodies. Raises
+    ValueError naming the first malformed element."""
+    if type(body) is not bytes:
+        body = bytes(body)
+    n = len(body)
+    if n == 0:
+        raise ValueError("empty batch body")
+    if body_bytes_max is None:
+        body_bytes_max = n
+    sep_append = b"\x02" + append_properties if append_properties else b""
+    unpack_fb = _BATCH_FLAG_BODYLEN.unpack_from
+    unpack_h = _H.unpack_from
+    src = memoryview(body)
+    head = _BATCH_HEAD.size
+    out: list[tuple[int, memoryview, bytes]] = []
+    append = out.append
+    pos = 0
+    while pos < n:
+        if n - pos < head + 2:
+            raise ValueError(f"batch element {len(out)} truncated at byte {pos}")
+        flag, bl = unpack_fb(body, pos + _BATCH_POS_FLAG)
+        bstart = pos + head
+        pos = bstart + bl
+        if bl < 0 or pos + 2 > n:
+            raise ValueError(f"batch element {len(out)}: body length {bl} out of bounds")
+        if bl > body_bytes_max:
+            raise ValueError(f"batch element {len(out)}: body of {bl}B exceeds the limit {body_bytes_max}B")
+        (pl,) = unpack_h(body, pos)
+        pos += 2
+        if pl < 0 or pos + pl > n:
+            raise ValueError(f"batch element {len(out)}: properties length {pl} out of bounds")
+        pb = body[pos:pos + pl]
+        pos += pl
+        if not pb.isascii():        # (ASCII is UTF-8: no decode needed to check it)
+            try:
+                pb.decode()
+            except UnicodeDecodeError:
+                raise ValueError(f"batch element {len(out)}: properties not UTF-8") from None
+        if append_properties:
+            pb = pb + sep_append if pb and pb[-1] != 2 else pb + append_properties
+        append((flag, src[bstart:bstart + bl], pb))
+    return out
 
 
 def decode_batch_body(body, *, raw_properties: bool = False, append_properties: bytes = b"",
@@ -666,46 +1080,15 @@ def decode_batch_body(body, *, raw_properties: bool = False, append_properties: 
     """SEND_BATCH_MESSAGE body -> [(flag, body, properties_str)]. Raises ValueError when malformed.
 
     raw_properties=True returns the properties as the (UTF-8 checked) bytes they came in,
-    for the broker's store path, which would only encode them again; append_properties
-    (encoded properties, with raw_properties) are added to every element's, as the broker
-    adds the batch-level ones; body_bytes_max refuses larger element bodies. Doing this
-    here keeps the broker's batch path to one pass over the elements."""
+    for the broker's store path, which would only encode them again; append_properties and
+    body_bytes_max as for parse_batch_body (append_properties needs raw_properties)."""
     if append_properties and not raw_properties:
         raise ValueError("append_properties needs raw_properties=True")
-    sep_append = b"\x02" + append_properties if append_properties else b""
-    out: list[tuple[int, bytes, str]] = []
-    n = len(body)
-    if n == 0:
-        raise ValueError("empty batch body")
-    pos = 0
-    while pos < n:
-        if n - pos < _BATCH_HEAD.size + 2:
-            raise ValueError(f"batch element {len(out)} truncated at byte {pos}")
-        _total, _magic, _crc, flag, bl = _BATCH_HEAD.unpack_from(body, pos)
-        pos += _BATCH_HEAD.size
-        if bl < 0 or pos + bl + 2 > n:
-            raise ValueError(f"batch element {len(out)}: body length {bl} out of bounds")
-        if body_bytes_max is not None and bl > body_bytes_max:
-            raise ValueError(f"batch element {len(out)}: body of {bl}B exceeds the limit {body_bytes_max}B")
-        data = bytes(body[pos:pos + bl])
-        pos += bl
-        (pl,) = _H.unpack_from(body, pos)
-        pos += 2
-        if pl < 0 or pos + pl > n:
-            raise ValueError(f"batch element {len(out)}: properties length {pl} out of bounds")
-        pb = bytes(body[pos:pos + pl])
-        try:
-            props = pb.decode()
-        except UnicodeDecodeError:
-            raise ValueError(f"batch element {len(out)}: properties not UTF-8") from None
-        pos += pl
-        if not raw_properties:
-            out.append((flag, data, props))
-        elif append_properties:
-            out.append((flag, data, pb + sep_append if pb and pb[-1] != 2 else pb + append_properties))
-        else:
-            out.append((flag, data, pb))
-    return out
+    if type(body) is not bytes:
+        body = bytes(body)
+    if raw_properties:
+        return [(flag, bytes(data), pb) for flag, data, pb in parse_batch_body(body, append_properties, body_bytes_max)]
+    return [(flag, bytes(data), pb.decode()) for flag, data, pb in parse_batch_body(body, b"", body_bytes_max)]
 
 
 def encode_batch_body(items) -> bytes:

@@ -1,17 +1,66 @@
-"""Inputs, results and statuses of the storage engine, shared by MessageStore (files)
-and MemoryStore (the test reference). Expected outcomes are status values; bugs raise.
+"""Inputs, results, statuses and shared rules of the storage engine, used by MessageStore
+(files) and MemoryStore (the test reference, which imports nothing else of the store).
+Expected outcomes are status values; bugs raise.
+
+Rules both stores apply: which topic names can be stored (valid_topic: a topic is a
+directory name), the tags code of a SCHEDULE_TOPIC_XXXX unit (schedule_tags_code).
 """
 from __future__ import annotations
 
 import enum
+import re
 from typing import Callable, NamedTuple, Protocol
+
 from pocketmq.common.constants import CQ_FILLER_SIZE
+from pocketmq.protocol.message import TOPIC_LENGTH_BYTES_MAX
 
 __all__ = [
     "PutMessageStatus", "GetMessageStatus", "MessageToStore", "MessageBatchToStore",
-    "PutMessageResult", "GetMessageResult", "RecoveryReport", "StoreError",
-    "DispatchListener", "MessageFilter", "CQ_FILLER_SIZE", "Store",
+    "PutMessageResult", "GetMessageResult", "RecoveryReport", "StoreError", "CleanResult",
+    "DispatchListener", "MessageFilter", "CQ_FILLER_SIZE", "Store", "valid_topic",
+    "valid_topic_bytes", "schedule_tags_code",
 ]
+
+_TOPIC_CHARS = r"^[%|a-zA-Z0-9_-]+$"
+_TOPIC_RE = re.compile(_TOPIC_CHARS)
+_TOPIC_RE_B = re.compile(_TOPIC_CHARS.encode())
+
+
+def valid_topic(topic: str) -> bool:
+    """A topic the store accepts: 1..127 bytes of [%|a-zA-Z0-9_-], not . or .. (it names
+    the consume-queue directory)."""
+    return (0 < len(topic) <= TOPIC_LENGTH_BYTES_MAX and _TOPIC_RE.fullmatch(topic) is not None
+            and topic not in (".", ".."))
+
+
+def valid_topic_bytes(topic_b: bytes) -> bool:
+    """The charset part of valid_topic, on a stored record's TOPIC bytes."""
+    return _TOPIC_RE_B.fullmatch(topic_b) is not None
+
+
+def schedule_tags_code(queue_id: int, store_timestamp: int, delay_levels_ms: tuple[int, ...]) -> int:
+    """Tags code of a SCHEDULE_TOPIC_XXXX unit: the delivery time (level = queue_id + 1)."""
+    level = queue_id + 1
+    if 1 <= level <= len(delay_levels_ms):
+        return store_timestamp + delay_levels_ms[level - 1]
+    return store_timestamp + 1000
+
+
+class CleanResult(tuple):
+    """(commit_log_segments_deleted, consume_queue_files_deleted)."""
+
+    __slots__ = ()
+
+    def __new__(cls, segments: int, cq_files: int):
+        return tuple.__new__(cls, (segments, cq_files))
+
+    @property
+    def segments(self) -> int:
+        return self[0]
+
+    @property
+    def cq_files(self) -> int:
+        return self[1]
 
 # A consume-queue unit (0, CQ_FILLER_SIZE, 0) fills slots that have no message (RocketMQ's
 # pre-blank); the constant is common's, re-exported for the store's callers.

@@ -26,13 +26,15 @@ RECONSUMETIMES or QUEUEID (when still plausible) cannot be detected.
 from __future__ import annotations
 
 import logging
-import re
-import struct
-import zlib
+import os
 from typing import NamedTuple
 
 from pocketmq.common.constants import SCHEDULE_TOPIC
-from pocketmq.protocol.message import (BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, TOPIC_LENGTH_BYTES_MAX, head_struct, tags_code_of_properties)
+from pocketmq.protocol.message import (BLANK_MAGIC_CODE, BLANK_MARKER_SIZE, MESSAGE_MAGIC_CODE, PORT_MAX,
+                                       PROPERTIES_LENGTH_BYTES_MAX, RECORD_HEAD_MIN, TOPIC_LENGTH_BYTES_MAX,
+                                       body_crc as _body_crc, head_struct_at, pack_blank_marker,
+                                       tags_code_of_properties, unpack_size_magic)
+from pocketmq.broker.store.api import schedule_tags_code, valid_topic_bytes
 from pocketmq.broker.store.mapped_file import FileOps, MappedFile, MappedFileQueue
 
 __all__ = ["CommitLog", "DispatchRequest", "check_record", "RECORD", "BLANK", "END", "CORRUPT",
@@ -41,13 +43,9 @@ __all__ = ["CommitLog", "DispatchRequest", "check_record", "RECORD", "BLANK", "E
 log = logging.getLogger("pocketmq.store")
 
 RECORD, BLANK, END, CORRUPT = "RECORD", "BLANK", "END", "CORRUPT"
-BLANK_MARKER_SIZE = 8
-_II = struct.Struct(">ii")
-_I = struct.Struct(">i")
-_TOPIC_RE = re.compile(rb"^[%|a-zA-Z0-9_-]+$")
+# BLANK_MARKER_SIZE: protocol.message's (the filler's layout), re-exported for the store
 _ZERO_CHUNK = bytes(1 << 20)
 _TOPICS: dict[bytes, str] = {}      # topic bytes already checked -> str
-_HEADS = [head_struct(f) for f in (0x00, 0x10, 0x20, 0x30)]
 
 
 class DispatchRequest(NamedTuple):
@@ -63,14 +61,6 @@ class DispatchRequest(NamedTuple):
     sys_flag: int
 
 
-def schedule_tags_code(queue_id: int, store_timestamp: int, delay_levels_ms: tuple[int, ...]) -> int:
-    """Delivery time of a SCHEDULE_TOPIC_XXXX message: level = queue_id + 1."""
-    level = queue_id + 1
-    if 1 <= level <= len(delay_levels_ms):
-        return store_timestamp + delay_levels_ms[level - 1]
-    return store_timestamp + 1000
-
-
 def check_record(view, pos: int, file_size: int, phys: int, delay_levels_ms: tuple[int, ...],
                  full: bool = True, dispatch: bool = True) -> tuple[str, int, "DispatchRequest | str | None"]:
     """Classify the bytes at `pos` of a segment mapping.
@@ -82,7 +72,7 @@ def check_record(view, pos: int, file_size: int, phys: int, delay_levels_ms: tup
     remaining = file_size - pos
     if remaining < BLANK_MARKER_SIZE:
         return CORRUPT, 0, f"only {remaining} bytes left in the segment"
-    total, magic = _II.unpack_from(view, pos)
+    total, magic = unpack_size_magic(view, pos)
     if magic != MESSAGE_MAGIC_CODE:
         if magic == BLANK_MAGIC_CODE:
             if total != remaining:
@@ -91,13 +81,13 @@ def check_record(view, pos: int, file_size: int, phys: int, delay_levels_ms: tup
         if total == 0 and magic == 0:
             return END, 0, None
         return CORRUPT, 0, f"bad magic code {magic & 0xFFFFFFFF:#010x}"
-    if total < 40 or total > remaining - BLANK_MARKER_SIZE:
+    if total < RECORD_HEAD_MIN or total > remaining - BLANK_MARKER_SIZE:
         return CORRUPT, 0, f"record size {total} out of bounds ({remaining} bytes left)"
-    head = _HEADS[(view[pos + 39] >> 4) & 3]
+    head = head_struct_at(view, pos)
     hs = head.size
     if total < hs + 4:
         return CORRUPT, 0, f"record size {total} below the fixed overhead"
-    (_t, _m, body_crc, queue_id, _flag, queue_offset, physical_offset, sys_flag, born_ts, _ba,
+    (_t, _m, crc, queue_id, _flag, queue_offset, physical_offset, sys_flag, born_ts, _ba,
      born_port, store_ts, _sa, store_port, reconsume, prepared, bl) = head.unpack_from(view, pos)
     if physical_offset != phys:
         return CORRUPT, 0, f"PHYSICALOFFSET {physical_offset} != position {phys}"
@@ -109,15 +99,15 @@ def check_record(view, pos: int, file_size: int, phys: int, delay_levels_ms: tup
         return CORRUPT, 0, f"topic length {tl} invalid"
     pp = p + 3 + tl
     pl = (view[pp - 2] << 8) | view[pp - 1]
-    if pl > 0x7FFF or pp + pl != pos + total:
+    if pl > PROPERTIES_LENGTH_BYTES_MAX or pp + pl != pos + total:
         return CORRUPT, 0, f"properties length {pl} does not match record size {total}"
     if (queue_id < 0 or queue_offset < 0 or born_ts < 0 or store_ts < 0 or reconsume < 0
-            or prepared < 0 or not 0 <= born_port <= 0xFFFF or not 0 <= store_port <= 0xFFFF):
+            or prepared < 0 or not 0 <= born_port <= PORT_MAX or not 0 <= store_port <= PORT_MAX):
         return CORRUPT, 0, "implausible header field"
     topic_b = bytes(view[p + 1:p + 1 + tl])
     topic = _TOPICS.get(topic_b)
     if topic is None:
-        if _TOPIC_RE.fullmatch(topic_b):
+        if valid_topic_bytes(topic_b):
             topic = topic_b.decode("ascii")
             if len(_TOPICS) >= 10_000:
                 _TOPICS.clear()
@@ -127,7 +117,7 @@ def check_record(view, pos: int, file_size: int, phys: int, delay_levels_ms: tup
         else:
             topic = topic_b.decode("utf-8", "replace")      # the dispatcher refuses it
     if full:
-        if zlib.crc32(view[pos + hs:p]) & 0x7FFFFFFF != body_crc:
+        if _body_crc(view[pos + hs:p]) != crc:
             return CORRUPT, 0, "BODYCRC mismatch"
         if pl:
             if view[pp + pl - 1] == 0:
@@ -201,27 +191,41 @@ class CommitLog:
 
     # ------------------------------------------------------------------ append
 
-    def reserve(self, size: int) -> MappedFile:
-        """Make room for `size` bytes in one segment (rolling with a blank marker when
-        needed) and return that segment; the bytes go at mf.wrote. Raises OSError when the
-        next segment cannot be created — then nothing has been written."""
+    def room(self) -> int:
+        """Bytes of records that can still go into the active segment without rolling to
+        the next one (-1 when there is no segment yet)."""
         mf = self.queue.last
         if mf is None:
-            return self.queue.create(self.wrote_offset - self.wrote_offset % self.file_size)
+            return -1
+        return mf.size - mf.wrote - BLANK_MARKER_SIZE
+
+    def reserve(self, size: int) -> int:
+        """Make room for `size` bytes in one segment (rolling with a blank marker when
+        needed); returns the commit-log offset where they go, written by append_reserved.
+        Raises OSError when the next segment cannot be created: then nothing has been written."""
+        mf = self.queue.last
+        if mf is None:
+            return self.queue.create(self.wrote_offset - self.wrote_offset % self.file_size).start
         pos = mf.wrote
         remaining = mf.size - pos
         if size + BLANK_MARKER_SIZE <= remaining:
-            return mf
+            return mf.start + pos
         nxt = self.queue.create(mf.end)
         if remaining >= BLANK_MARKER_SIZE:
-            _II.pack_into(mf.mm, pos, remaining, BLANK_MAGIC_CODE)
+            pack_blank_marker(mf.mm, pos, remaining)
         mf.wrote = mf.size
         self.wrote_offset = nxt.start
-        return nxt
+        return nxt.start
 
-    def commit(self, mf: MappedFile, size: int) -> None:
-        mf.wrote += size
-        self.wrote_offset = mf.start + mf.wrote
+    def append_reserved(self, data) -> None:
+        """Write records (bytes) at the offset the last reserve(len(data)) returned, and
+        make them part of the log."""
+        mf = self.queue.files[-1]
+        pos = mf.wrote
+        end = pos + len(data)
+        mf.mm[pos:end] = data
+        mf.wrote = end
+        self.wrote_offset = mf.start + end
 
     # ------------------------------------------------------------------ read
 
@@ -241,15 +245,33 @@ class CommitLog:
             return None, 0
         return mf, phys - mf.start
 
+    def readable_view(self, phys: int, size: int):
+        """(memoryview of the whole segment holding [phys, phys+size) in its written part,
+        the segment's start offset, the offset where its written part ends), or None
+        (deleted, or not written yet). For readers that walk records and coalesce those
+        lying back to back (the pull path): later records inside [start, written end) are
+        in the same view at phys - start, valid until the next append or deletion."""
+        files = self.queue.files
+        if not files:
+            return None
+        first = files[0].start
+        idx = (phys - first) // self.file_size
+        if phys < first or idx >= len(files):
+            return None
+        mf = files[idx]
+        if phys - mf.start + size > mf.wrote:
+            return None
+        return mf.view, mf.start, mf.start + mf.wrote
+
     def record_size_at(self, phys: int) -> int:
         """TOTALSIZE of the record at phys, or -1 when there is no record there."""
         mf = self.queue.find(phys)
         if mf is None:
             return -1
         pos = phys - mf.start
-        if pos < 0 or pos + 8 > mf.wrote:
+        if pos < 0 or pos + RECORD_HEAD_MIN > mf.wrote:
             return -1
-        total, magic = _II.unpack_from(mf.mm, pos)
+        total, magic = unpack_size_magic(mf.mm, pos)
         if magic != MESSAGE_MAGIC_CODE or total <= 0 or pos + total > mf.wrote:
             return -1
         return total
@@ -371,8 +393,46 @@ class CommitLog:
                 log.error("reput stopped at %d: %s", start, info or kind)
                 return
 
+    def recovery_start(self, flushed_offset: int | None, abnormal: bool, segments_without_checkpoint: int) -> int:
+        """Where recovery starts checking records: the checkpoint's flushed offset (after a
+        crash, the start of the segment holding it); without a checkpoint, the start of the
+        last `segments_without_checkpoint` segments."""
+        files = self.queue.files
+        if not files:
+            return 0
+        if flushed_offset is None:
+            return files[max(0, len(files) - segments_without_checkpoint)].start
+        f = min(max(flushed_offset, files[0].start), files[-1].end)
+        if abnormal:
+            f -= f % self.file_size      # the whole segment holding the flushed offset
+            if f >= files[-1].end:
+                f = files[-1].start
+        return f
+
+    def expired_segments(self, below: int, now_ms: int, reserved_ms: int, force: bool) -> int:
+        """How many segments from the oldest on may be deleted: never the active one, only
+        those wholly below `below` (dispatched), and (unless `force`) whose mtime is at least
+        reserved_ms old; stops at the first one kept."""
+        count = 0
+        for mf in self.queue.files[:-1]:
+            if mf.end > below:
+                break
+            if not force:
+                try:
+                    mtime_ms = os.stat(mf.path).st_mtime_ns // 1_000_000
+                except OSError:
+                    break
+                if mtime_ms + reserved_ms > now_ms:
+                    break
+            count += 1
+        return count
+
     def delete_first_segments(self, count: int) -> None:
         self.queue.delete_first(count)
+
+    def reap(self) -> None:
+        """Close deleted segments whose mappings were still exported (pull responses)."""
+        self.queue.reap()
 
     def close(self) -> None:
         self.queue.close()

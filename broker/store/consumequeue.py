@@ -173,6 +173,21 @@ class ConsumeQueue:
             return None
         return mf.view[pos:mf.wrote]
 
+    @property
+    def has_files(self) -> bool:
+        return bool(self.queue.files)
+
+    def file_ranges(self) -> list[tuple[int, int]]:
+        """(first logical offset, one past the last written) of each file, oldest first
+        (files wholly below min_offset included: they are deleted by clean())."""
+        return [(mf.start // CQ_UNIT_SIZE, (mf.start + mf.wrote) // CQ_UNIT_SIZE) for mf in self.queue.files]
+
+    def unit_at(self, offset: int) -> tuple[int, int, int]:
+        """The unit at a logical offset inside one of file_ranges() (min/max not checked)."""
+        byte = offset * CQ_UNIT_SIZE
+        mf = self.queue.find(byte)
+        return CQ_UNIT.unpack_from(mf.mm, byte - mf.start)
+
     def roll_next_file(self, offset: int) -> int:
         return offset + self.units_per_file - offset % self.units_per_file
 

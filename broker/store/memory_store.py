@@ -13,24 +13,27 @@ Segment "mtime" for clean_expired_files is the now_ms of the last write into the
 from __future__ import annotations
 
 import logging
-import struct
+from typing import TYPE_CHECKING
 
 from pocketmq.common.constants import SCHEDULE_TOPIC, CQ_UNIT_SIZE
-from pocketmq.protocol.message import (MAX_INT, decode_batch_body, PROPERTIES_LENGTH_BYTES_MAX, TAGS,
-                              decode_properties, decode_record, encode_record, head_struct,
-                              offset_msg_id, store_timestamp_pos, tags_code)
-from pocketmq.broker.store.api import (GetMessageResult, GetMessageStatus, MessageBatchToStore,
-                              MessageToStore, PutMessageResult, PutMessageStatus, RecoveryReport)
-from pocketmq.broker.store.commitlog import schedule_tags_code
-from pocketmq.broker.store.store import CleanResult, valid_topic
-from pocketmq.broker.store.store_config import StoreConfig
+from pocketmq.protocol.message import (BLANK_MARKER_SIZE, MAX_INT, PORT_MAX, PROPERTIES_LENGTH_BYTES_MAX, TAGS,
+                                       MessageSysFlag, decode_batch_body, decode_properties, decode_record,
+                                       encode_record, host_flags, offset_msg_id, record_overhead,
+                                       store_timestamp_at, tags_code)
+from pocketmq.broker.store.api import (CleanResult, GetMessageResult, GetMessageStatus, MessageBatchToStore,
+                                       MessageToStore, PutMessageResult, PutMessageStatus, RecoveryReport,
+                                       schedule_tags_code, valid_topic)
+
+if TYPE_CHECKING:       # (a type only: the reference model imports nothing of the file store)
+    from pocketmq.broker.store.store_config import StoreConfig
 
 __all__ = ["MemoryStore"]
 
 log = logging.getLogger("pocketmq.store")
 
-_BLANK = 8
+_BLANK = BLANK_MARKER_SIZE
 _UNIT = CQ_UNIT_SIZE
+_indexed = MessageSysFlag.indexed
 
 
 class _Queue:
@@ -138,16 +141,11 @@ class MemoryStore:
                reconsume: int, prepared: int):
         if not valid_topic(topic):
             return None
-        if len(born_host[0]) not in (4, 16) or not 0 <= born_host[1] <= 0xFFFF:
+        if len(born_host[0]) not in (4, 16) or not 0 <= born_host[1] <= PORT_MAX:
             return None
         if now_ms < 0 or born_ts < 0 or reconsume < 0 or prepared < 0:
             return None
-        sys_flag &= ~0x30
-        if len(born_host[0]) == 16:
-            sys_flag |= 0x10
-        if len(self.config.store_host[0]) == 16:
-            sys_flag |= 0x20
-        return sys_flag
+        return host_flags(sys_flag, len(born_host[0]), len(self.config.store_host[0]))
 
     def _queue(self, topic: str, queue_id: int) -> _Queue:
         q = self.queues.get((topic, queue_id))
@@ -189,11 +187,11 @@ class MemoryStore:
             msg = msg._replace(properties_str=msg.properties_str + "\x02")
         if len(msg.properties_str.encode()) > PROPERTIES_LENGTH_BYTES_MAX:
             return _result(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
-        size = (head_struct(sys_flag).size + len(msg.body) + 3 + len(msg.topic.encode())
+        size = (record_overhead(sys_flag) + len(msg.body) + len(msg.topic.encode())
                 + len(msg.properties_str.encode()))
         if size > self._max_record or not 0 <= msg.queue_id <= MAX_INT:
             return _result(PutMessageStatus.MESSAGE_ILLEGAL)
-        dispatched = sys_flag & 0xC in (0, 8)
+        dispatched = _indexed(sys_flag)
         queue_offset = self._queue(msg.topic, msg.queue_id).max_offset if dispatched else 0
         phys = self._reserve(size, msg.now_ms)
         rec = encode_record(msg.topic, msg.queue_id, msg.flag, msg.body, msg.properties_str, sys_flag,
@@ -221,7 +219,7 @@ class MemoryStore:
         if self.failed is not None or not self._open:
             return _result(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         checked = self._check(topic, born_host, sys_flag, now, born_timestamp, reconsume_times, 0)
-        if checked is None or checked & 0xC or not 0 <= queue_id <= MAX_INT:
+        if checked is None or checked & MessageSysFlag.TRANSACTION_MASK or not 0 <= queue_id <= MAX_INT:
             return _result(PutMessageStatus.MESSAGE_ILLEGAL)
         records = decode_batch_body(body, raw_properties=True, append_properties=append_properties,
                                     body_bytes_max=body_bytes_max)
@@ -233,7 +231,8 @@ class MemoryStore:
             return _result(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         sys_flag = self._check(batch.topic, batch.born_host, batch.sys_flag, batch.now_ms,
                                batch.born_timestamp, batch.reconsume_times, 0)
-        if sys_flag is None or not batch.messages or sys_flag & 0xC or not 0 <= batch.queue_id <= MAX_INT:
+        if (sys_flag is None or not batch.messages or sys_flag & MessageSysFlag.TRANSACTION_MASK
+                or not 0 <= batch.queue_id <= MAX_INT):
             return _result(PutMessageStatus.MESSAGE_ILLEGAL)
         sizes = []
         if any(type(p) is bytes for _f, _b, p in batch.messages):   # the file store takes bytes too
@@ -244,7 +243,7 @@ class MemoryStore:
         for _flag, body, props in batch.messages:
             if len(props.encode()) > PROPERTIES_LENGTH_BYTES_MAX:
                 return _result(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
-            size = head_struct(sys_flag).size + len(body) + 3 + len(batch.topic.encode()) + len(props.encode())
+            size = record_overhead(sys_flag) + len(body) + len(batch.topic.encode()) + len(props.encode())
             if size > self._max_record:
                 return _result(PutMessageStatus.MESSAGE_ILLEGAL)
             sizes.append(size)
@@ -340,8 +339,7 @@ class MemoryStore:
         rec = self.records.get(phys)
         if rec is None:
             return -1
-        sys_flag = struct.unpack_from(">i", rec, 36)[0]
-        return struct.unpack_from(">q", rec, store_timestamp_pos(sys_flag))[0]
+        return store_timestamp_at(rec)
 
     def get_message_store_timestamp(self, topic, queue_id, offset) -> int:
         q = self.queues.get((topic, queue_id))
@@ -479,7 +477,7 @@ class MemoryStore:
         self.queues = {}
         for phys in sorted(self.records):
             m = decode_record(self.records[phys], decompress=False)
-            if m.sys_flag & 0xC not in (0, 8):
+            if not _indexed(m.sys_flag):
                 continue
             self._dispatch(m.topic, m.queue_id, m.queue_offset, phys, m.store_size,
                            self._code_from_tags(m.topic, m.queue_id, m.tags, m.store_timestamp),

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from pocketmq.common.constants import CQ_UNIT_SIZE, DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
+from pocketmq.protocol.message import PORT_MAX
 
 __all__ = ["StoreConfig", "ASYNC_FLUSH", "SYNC_FLUSH"]
 
@@ -49,7 +50,7 @@ class StoreConfig:
             raise ValueError("mapped_file_size_commit_log is too small")
         if self.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
             raise ValueError(f"flush_disk_type must be {ASYNC_FLUSH} or {SYNC_FLUSH}")
-        if len(self.store_host[0]) not in (4, 16) or not 0 <= self.store_host[1] <= 0xFFFF:
+        if len(self.store_host[0]) not in (4, 16) or not 0 <= self.store_host[1] <= PORT_MAX:
             raise ValueError("store_host must be (4 or 16 address bytes, port)")
         parse_delay_levels(self.message_delay_level)
 

@@ -62,7 +62,7 @@ def test_a3_decode():
     msg = decode_record(bytes.fromhex(A3_HEX))
     assert msg.topic == "T" and msg.body == b"hi" and msg.queue_id == 0
     assert msg.properties == {"KEYS": "k1", "TAGS": "TagA", "UNIQ_KEY": "ABC"}
-    assert msg.tags == "TagA" and msg.keys == "k1"
+    assert msg.tags == "TagA" and msg.keys == ("k1",)   # one MessageExt: KEYS as a tuple
     assert msg.born_timestamp == 1700000000000 and msg.store_timestamp == 1700000000123
     assert msg.born_host == "127.0.0.1:50000" and msg.store_host == "127.0.0.1:10911"
     assert msg.store_size == 124 and msg.body_crc == 0x58932AAC
@@ -278,3 +278,107 @@ def test_batch_decode_appends_batch_properties_and_bounds_bodies():
         decode_batch_body(body, raw_properties=True, body_bytes_max=1)
     with pytest.raises(ValueError):
         decode_batch_body(body, append_properties=b"x")
+
+
+# --- the layout's one owner: positions, helpers, the one writer, the one batch parser -------------
+
+def test_layout_positions_match_the_encoder():
+    v6 = bytes(range(16))
+    for born, store in ((LOCAL, LOCAL), (v6, LOCAL), (LOCAL, v6), (v6, v6)):
+        rec = encode_record("T", 3, 5, b"body", "TAGS\x01A", 0x4, 1111, (born, 1), (store, 2), 7, 8,
+                            9, 4096, 2222)
+        sys_flag = m.sys_flag_at(rec)
+        assert sys_flag & m.HOST_V6_FLAGS == m.host_flags(0, len(born), len(store))
+        assert struct.unpack_from(">q", rec, m.POS_QUEUE_OFFSET)[0] == 9
+        assert struct.unpack_from(">q", rec, m.POS_PHYSICAL_OFFSET)[0] == 4096
+        assert struct.unpack_from(">q", rec, m.POS_BORN_TIMESTAMP)[0] == 1111
+        assert rec[m.POS_BORN_HOST:m.POS_BORN_HOST + len(born)] == born
+        assert m.store_timestamp_at(rec) == 2222
+        assert m.store_timestamp_at(rec, 0, m.store_timestamp_pos(sys_flag) + 7) == -1
+        assert m.store_timestamp_at(rec[:m.RECORD_HEAD_MIN - 1]) == -1
+        assert m.head_struct_at(rec, 0) is m.head_struct(sys_flag)
+        assert len(rec) == m.record_overhead(sys_flag) + 4 + 1 + 6
+        assert m.unpack_size_magic(rec, 0) == (len(rec), MESSAGE_MAGIC_CODE)
+        assert struct.unpack_from(">i", rec, 8)[0] == m.body_crc(b"body")
+    assert m.host_flags(0x30, 4, 4) == 0 and m.host_flags(0, 5, 4) is None and m.host_flags(0, 4, 6) is None
+    buf = bytearray(16)
+    m.pack_blank_marker(buf, 4, 12)
+    assert m.unpack_size_magic(buf, 4) == (12, BLANK_MAGIC_CODE) and m.BLANK_MARKER_SIZE == 8
+
+
+def test_join_records_single_and_batch_equal_encode_record():
+    size = m.record_overhead(0) + 2 + 1 + len(A3_PROPS)
+    rec = m.join_records(0, 0, 0, 0, 1700000000000, (LOCAL, 50000), 1700000000123, (LOCAL, 10911), 0, 0,
+                         m.topic_field(b"T"), [(size, 0, memoryview(b"xhi")[1:], A3_PROPS.encode())])
+    assert rec.hex().upper() == A3_HEX
+    # a batch (the shared header fields packed once): offsets count up, each record as
+    # encode_record writes it, IPv4 and IPv6 hosts
+    v6 = bytes(range(16))
+    for born, store in ((LOCAL, LOCAL), (v6, LOCAL), (LOCAL, v6), (v6, v6)):
+        sys_flag = m.host_flags(0, len(born), len(store))
+        elements = [(m.record_overhead(sys_flag) + len(b) + 1 + 3, 7, b, b"k\x01v") for b in (b"a", b"bb", b"")]
+        batch = m.join_records(3, 10, 4096, sys_flag, 1700000000000, (born, 50000), 1700000000123, (store, 10911),
+                               2, 0, m.topic_field(b"T"), elements)
+        want, phys = b"", 4096
+        for i, (size, flag, b, p) in enumerate(elements):
+            want += encode_record("T", 3, flag, b, p, 0, 1700000000000, (born, 50000), (store, 10911), 2, 0,
+                                  10 + i, phys, 1700000000123)
+            phys += size
+        assert batch == want
+
+
+def test_indexed_rule():
+    S = MessageSysFlag
+    assert S.indexed(0) and S.indexed(S.TRANSACTION_COMMIT_TYPE) and S.indexed(0x10 | 0x1)
+    assert not S.indexed(S.TRANSACTION_PREPARED_TYPE) and not S.indexed(S.TRANSACTION_ROLLBACK_TYPE)
+
+
+def test_parse_batch_body_is_decode_batch_body():
+    body = encode_batch_body([(1, b"a", "TAGS\x01X"), (2, b"", ""), (3, b"ccc", "k\x01v\x02")])
+    got = [(f, bytes(d), p) for f, d, p in m.parse_batch_body(body, b"CLUSTER\x01C")]
+    assert got == decode_batch_body(body, raw_properties=True, append_properties=b"CLUSTER\x01C")
+    assert got[0][2] == b"TAGS\x01X\x02CLUSTER\x01C" and got[1][2] == b"CLUSTER\x01C"
+    assert got[2][2] == b"k\x01v\x02CLUSTER\x01C"
+    assert type(m.parse_batch_body(body)[0][1]) is memoryview      # bodies not copied
+    with pytest.raises(ValueError, match="batch element 1: body of 3B exceeds the limit 2B"):
+        m.parse_batch_body(encode_batch_body([(1, b"a", ""), (2, b"ccc", "")]), body_bytes_max=2)
+
+
+def test_decode_records_skipping_keeps_good_records():
+    good = [encode_record("T", 0, 0, b"m%d" % i, "TAGS\x01A", 0, 1, (LOCAL, 1), (LOCAL, 2), 0, 0, i, i * 100, 5)
+            for i in range(3)]
+    bad = bytearray(encode_record("T", 0, 0, b"x", "k\x01\xff", 0, 1, (LOCAL, 1), (LOCAL, 2), 0, 0, 7, 50, 5))
+    bad[-1] = 0xFF      # properties no longer UTF-8 (c3 ff)
+    body = good[0] + bytes(bad) + good[1] + good[2]
+    with pytest.raises(ValueError):
+        decode_records(body)
+    recs, skipped = m.decode_records_skipping(body)
+    assert [r.body for r in recs] == [b"m0", b"m1", b"m2"] and [q for q, _e in skipped] == [7]
+    raw, skipped_raw = m.decode_records_skipping(body, m.decode_records_raw)
+    assert [t[1] for t in raw] == [b"m0", b"m1", b"m2"] and skipped_raw == skipped
+    assert m.decode_records_skipping(body[:-3]) is None      # framing broken: nothing trusted
+    assert m.decode_records_skipping(b"") == ([], [])
+
+
+def test_one_message_ext_type():
+    from pocketmq.client import MessageExt as ClientMessageExt
+    from pocketmq.client.message import FrozenProperties
+    from pocketmq.common.constants import RETRY_GROUP_TOPIC_PREFIX
+    assert ClientMessageExt is m.MessageExt and FrozenProperties is m.FrozenProperties
+    assert m._RETRY_TOPIC_PREFIX == RETRY_GROUP_TOPIC_PREFIX
+    rec = decode_record(encode_record("%RETRY%G", 1, 0, b"b", "RETRY_TOPIC\x01T\x02DELAY\x013", 0, 1,
+                                      (LOCAL, 1), (LOCAL, 2), 0, 0, 0, 0, 5))
+    assert type(rec) is m.MessageExt and rec.topic == rec.real_topic == "%RETRY%G"
+    assert rec.delay_time_level == rec.delay_level == 3 and rec.born_host == "127.0.0.1:1"
+    view = m.MessageExt.from_record(rec, "b")
+    assert view.topic == "T" and view.real_topic == "%RETRY%G" and view.broker_name == "b"
+    assert decode_records(encode_record("T", 0, 0, b"b", "", 0, 1, (LOCAL, 1), (LOCAL, 2), 0, 0, 0, 0, 5)) == \
+        [decode_record(encode_record("T", 0, 0, b"b", "", 0, 1, (LOCAL, 1), (LOCAL, 2), 0, 0, 0, 0, 5))]
+
+
+def test_offset_msg_ids_joined():
+    host = bytes([10, 0, 0, 1])
+    prefix = m.offset_msg_id_prefix(host, 10911)
+    offsets = [0, 1234, 2**40 + 7]
+    assert m.offset_msg_ids(prefix, offsets) == ",".join(offset_msg_id(host, 10911, o) for o in offsets)
+    assert m.offset_msg_ids(prefix, [5]) == offset_msg_id(host, 10911, 5)

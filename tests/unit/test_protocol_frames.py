@@ -163,7 +163,7 @@ def test_hostile_headers_are_protocol_errors():
 
 def test_topic_with_trailing_newline_is_invalid():
     from pocketmq.broker.core.topics import validate_topic
-    from pocketmq.broker.store.store import valid_topic
+    from pocketmq.broker.store.api import valid_topic
     assert validate_topic("Topic\n") and not valid_topic("Topic\n")
 
 

@@ -1,0 +1,72 @@
+"""Durability of the file store: flushing the commit log and the consume queues, and
+writing the checkpoint (checkpoint.py's format) that bounds the next recovery.
+
+Runs on a flush thread concurrently with appends: it only fdatasyncs descriptors and
+writes the checkpoint, under `_file_lock` (which keeps it away from files being deleted).
+A failed fdatasync or checkpoint write makes the store sticky-failed (never retried).
+"""
+from __future__ import annotations
+
+from pocketmq.broker.store.api import StoreError
+from pocketmq.broker.store.checkpoint import Checkpoint, write_checkpoint
+
+
+class FlushPart:
+    """MessageStore's flush methods (a part of the MessageStore class: state in store.py)."""
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._commitlog.flushed_offset
+
+    def flush(self) -> int:
+        """Make the commit log durable up to its current end; returns the flushed offset.
+        Safe from a flush thread (SYNC_FLUSH group commit waits for flushed_offset >=
+        PutMessageResult.end_offset). Also flushes the consume queues and writes the
+        checkpoint once dispatch has moved checkpoint_interval_bytes past the last one, so
+        crash recovery stays bounded even if nobody calls flush_consume_queues().
+        Raises StoreError when the store has failed (now or earlier): never retried."""
+        with self._file_lock:
+            if self._failed is not None:
+                raise StoreError(self._failed)
+            if not self._open:
+                return self._commitlog.flushed_offset
+            ts = self._last_store_ts
+            try:
+                flushed = self._commitlog.flush()
+            except OSError as e:
+                self._fail(f"commit log fdatasync failed: {e}")
+                raise StoreError(self._failed) from e
+            self._flushed_store_ts = ts
+            if self._reput_from - self._checkpoint_dispatched >= self.config.checkpoint_interval_bytes:
+                self._flush_consume_queues_locked()
+            return flushed
+
+    def flush_consume_queues(self) -> int:
+        """fdatasync the consume queues and write the checkpoint (RocketMQ flushes them every
+        second). Returns the commit-log offset below which every consume-queue unit is
+        durable. Safe from a flush thread. Raises StoreError when the store has failed."""
+        with self._file_lock:
+            if self._failed is not None:
+                raise StoreError(self._failed)
+            if not self._open:
+                return self._checkpoint_dispatched
+            return self._flush_consume_queues_locked()
+
+    def _flush_consume_queues_locked(self) -> int:
+        dispatched = self._reput_from
+        logics_ts = self._dispatched_ts
+        physic_ts = self._flushed_store_ts
+        try:
+            count = 0
+            for table in list(self._cq_table.values()):
+                for cq in list(table.values()):
+                    cq.flush()
+                    if cq.has_files:
+                        count += 1
+            write_checkpoint(self.config.checkpoint_path, Checkpoint(
+                physic_ts, logics_ts, 0, self._commitlog.flushed_offset, dispatched, count))
+        except OSError as e:
+            self._fail(f"consume queue / checkpoint flush failed: {e}")
+            raise StoreError(self._failed) from e
+        self._checkpoint_dispatched = dispatched
+        return dispatched

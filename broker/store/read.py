@@ -1,0 +1,180 @@
+"""Reading the file store: get_message (the PULL path), look_message_by_offset, queue bounds.
+
+Owns the pull rules (RocketMQ 4.9.4's getMessage): the status for an offset outside the
+queue, the transfer limits (bytes and count, tighter for records no longer in memory),
+tag filtering on the units' tags codes, stepping over fillers and over records already
+deleted with their segment. Records are handed out as slices of the commit log
+(CommitLog.read: memoryviews of the mappings, zero copy), physically adjacent ones
+coalesced. `_get_contiguous` is the common pull's fast path (no filter, records back to
+back in memory): one slice found from the first and last unit, no per-unit loop.
+"""
+from __future__ import annotations
+
+from pocketmq.common.constants import CQ_UNIT_SIZE
+from pocketmq.broker.store.api import (CQ_FILLER_SIZE, GetMessageResult, GetMessageStatus, MessageFilter,
+                                       StoreError)
+from pocketmq.broker.store.consumequeue import CQ_UNIT
+
+_FOUND = GetMessageStatus.FOUND
+_NO_MATCHED = GetMessageStatus.NO_MATCHED_MESSAGE
+_REMOVING = GetMessageStatus.MESSAGE_WAS_REMOVING
+
+
+class ReadPart:
+    """MessageStore's read methods (a part of the MessageStore class: state in store.py)."""
+
+    def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                    message_filter: MessageFilter | None = None) -> GetMessageResult:
+        if not self._open:
+            raise StoreError("store is not open")
+        table = self._cq_table.get(topic)
+        cq = table.get(queue_id) if table is not None else None
+        if cq is None:
+            min_offset = max_offset = 0
+        else:
+            min_offset = cq.min_offset
+            max_offset = cq.max_offset
+        if max_offset == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
+        if offset < min_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+        if offset == max_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+        if offset > max_offset:
+            # RocketMQ 4.9.4: back to 0 when the queue still starts at 0, else to the end
+            nxt = min_offset if min_offset == 0 else max_offset
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, nxt, min_offset, max_offset)
+        buf = cq.index_buffer(offset)
+        if buf is None:
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset),
+                                    min_offset, max_offset)
+        limit = max(16000, max_msg_nums * CQ_UNIT_SIZE)
+        if len(buf) > limit:
+            buf = buf[:limit - limit % CQ_UNIT_SIZE]
+        cfg = self.config
+        if message_filter is None:
+            fast = self._get_contiguous(buf, offset, max_msg_nums, min_offset, max_offset)
+            if fast is not None:
+                return fast
+        cl = self._commitlog
+        readable_view = cl.readable_view
+        fsize = self._file_size
+        cl_max = cl.wrote_offset
+        mem_limit = self._memory_limit
+        mem_bytes = cfg.max_transfer_bytes_on_message_in_memory
+        mem_count = cfg.max_transfer_count_on_message_in_memory
+        disk_bytes = cfg.max_transfer_bytes_on_message_in_disk
+        disk_count = cfg.max_transfer_count_on_message_in_disk
+        status = _NO_MATCHED
+        slices = []
+        # the run of records being coalesced: cur_view[cur_start:cur_end] (a segment's view)
+        cur_view = view = None
+        cur_start = cur_end = 0
+        seg_lo, seg_hi = 0, -1          # the written part of the segment `view` maps
+        total = 0
+        count = 0
+        scanned = 0
+        skip_below = -1
+        for phys, size, tag in CQ_UNIT.iter_unpack(buf):
+            if phys < skip_below or size == CQ_FILLER_SIZE:
+                scanned += 1
+                continue
+            if count:
+                if count >= max_msg_nums:
+                    break
+                if cl_max - phys > mem_limit:
+                    if total + size > disk_bytes or count >= disk_count:
+                        break
+                elif total + size > mem_bytes or count >= mem_count:
+                    break
+            if message_filter is not None and not message_filter(tag):
+                scanned += 1
+                continue
+            if seg_lo <= phys and phys + size <= seg_hi:
+                pos = phys - seg_lo         # in the segment of the last record read
+            else:
+                found = readable_view(phys, size)
+                if found is None:
+                    # deleted with its segment (or not there): skip the rest of that segment
+                    if not total:
+                        status = _REMOVING
+                    skip_below = phys + fsize - phys % fsize
+                    scanned += 1
+                    continue
+                view, seg_lo, seg_hi = found
+                pos = phys - seg_lo
+            if view is cur_view and pos == cur_end:
+                cur_end += size
+            else:
+                if cur_view is not None:
+                    slices.append(cur_view[cur_start:cur_end])
+                cur_view = view
+                cur_start = pos
+                cur_end = pos + size
+            total += size
+            count += 1
+            status = _FOUND
+            skip_below = -1
+            scanned += 1
+        if cur_view is not None:
+            slices.append(cur_view[cur_start:cur_end])
+        return GetMessageResult(status, offset + scanned, min_offset, max_offset, count, slices, total)
+
+    def _get_contiguous(self, buf, offset: int, max_msg_nums: int, min_offset: int,
+                        max_offset: int) -> GetMessageResult | None:
+        """The common pull: no tag filter, and the next units point at records that lie
+        back to back in one segment still in memory, within the transfer limits. Then the
+        answer is one slice found from the first and last unit, with no per-unit loop.
+        None when any of that does not hold (the general loop decides)."""
+        cfg = self.config
+        n = min(max_msg_nums, cfg.max_transfer_count_on_message_in_memory, len(buf) // CQ_UNIT_SIZE)
+        if n <= 0:
+            return None
+        p0, _s0, _t0 = CQ_UNIT.unpack_from(buf, 0)
+        pl, sl, _tl = CQ_UNIT.unpack_from(buf, (n - 1) * CQ_UNIT_SIZE)
+        span = pl + sl - p0
+        if span <= 0 or span > cfg.max_transfer_bytes_on_message_in_memory or sl == CQ_FILLER_SIZE:
+            return None
+        if len(buf) >= (n + 1) * CQ_UNIT_SIZE and CQ_UNIT.unpack_from(buf, n * CQ_UNIT_SIZE)[1] == CQ_FILLER_SIZE:
+            return None     # the general loop also steps over the fillers that follow
+        # Contiguous iff the sizes add up to the span (offsets only grow within a queue).
+        sizes = memoryview(buf).cast("B")[:n * CQ_UNIT_SIZE]
+        total = 0
+        for _p, size, _t in CQ_UNIT.iter_unpack(sizes):
+            if size == CQ_FILLER_SIZE:
+                return None
+            total += size
+        if total != span:
+            return None
+        cl = self._commitlog
+        if cl.wrote_offset - p0 > self._memory_limit:
+            return None
+        view = cl.read(p0, span)        # None unless all of it is written in one segment
+        if view is None:
+            return None
+        return GetMessageResult(_FOUND, offset + n, min_offset, max_offset, n, [view], span)
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self._find_cq(topic, queue_id)
+        return cq.max_offset if cq is not None else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self._find_cq(topic, queue_id)
+        return cq.min_offset if cq is not None else 0
+
+    def look_message_by_offset(self, commit_log_offset: int) -> bytes | None:
+        """The record stored at a commit-log offset (a copy), or None."""
+        size = self._commitlog.record_size_at(commit_log_offset)
+        if size < 0:
+            return None
+        view = self._commitlog.read(commit_log_offset, size)
+        return bytes(view) if view is not None else None
+
+    def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, offset: int) -> bool:
+        cq = self._find_cq(topic, queue_id)
+        if cq is None:
+            return False
+        u = cq.unit(offset)
+        if u is None or u[1] == CQ_FILLER_SIZE:     # a filler stands for no message
+            return False
+        return self._commitlog.wrote_offset - u[0] > self._memory_limit
