@@ -44,6 +44,7 @@ from pocketmq.protocol import bodies
 from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.codes import RequestCode, ResponseCode
 from pocketmq.protocol.command import RemotingCommand
+from pocketmq.protocol.message import body_crc
 from pocketmq.remoting.client import RemotingClient
 from pocketmq.remoting.clock import monotonic_ms
 from pocketmq.remoting.server import RemotingServer
@@ -291,13 +292,12 @@ class Broker:
 
     # -- nameserver registration -------------------------------------------------------
     def _register_command(self) -> RemotingCommand:
-        import zlib
         cfg = self.config
         body = bodies.encode_register_broker_body(self.topics.topics, self.topics.data_version)
         ext = {"brokerName": cfg.brokerName, "brokerAddr": self.addr, "clusterName": cfg.brokerClusterName,
                "haServerAddr": f"{cfg.brokerIP2 or cfg.brokerIP1}:{cfg.haListenPort}",
                "brokerId": str(cfg.brokerId), "compressed": "false",
-               "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}
+               "bodyCrc32": str(body_crc(body))}
         return RemotingCommand(RequestCode.REGISTER_BROKER, ext_fields=ext, body=body)
 
     async def register_all(self) -> None:

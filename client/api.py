@@ -188,15 +188,27 @@ def _str_ext(ext: dict) -> dict:
             for k, v in ext.items()}
 
 
+def _salvage(body, decode, mq, error) -> list | None:
+    """A pull body with a record that cannot be decoded (a body that does not inflate,
+    properties that are not UTF-8...): keep the good records and skip the bad ones with an
+    error log, so one poisoned message cannot stall its queue forever. None when the
+    framing itself is broken (record sizes make no sense): nothing can be trusted."""
+    salvaged = msgcodec.decode_records_skipping(body, decode)
+    if salvaged is None:
+        return None
+    records, skipped = salvaged
+    for queue_offset, reason in skipped:
+        log.error("skipping undecodable message %s offset %d: %s", mq, queue_offset, reason)
+    log.warning("pull body of %s had undecodable records (%s); %d decoded", mq, error, len(records))
+    return records
+
+
 class ClientAPI:
     """The request methods over a transport (a ClientInstance: invoke, invoke_oneway,
     invoke_unprepared, invoke_namesrv and its remoting's connection table)."""
 
-    def __init__(self, transport, decode_skipping_bad_records=None):
+    def __init__(self, transport):
         self._t = transport
-        # Salvaging a pull body with bad records is the transport owner's choice (the
-        # ClientInstance passes its function; see PullResult decoding below).
-        self._salvage = decode_skipping_bad_records
 
     # -- raw plumbing --------------------------------------------------------------------
     async def _call(self, addr: str, code: int, ext: dict | None = None, body: bytes | None = None,
@@ -293,7 +305,7 @@ class ClientAPI:
             try:
                 records = decode(resp.body)
             except ValueError as e:
-                records = self._salvage(resp.body, decode, mq, e) if self._salvage is not None else None
+                records = _salvage(resp.body, decode, mq, e)
                 if records is None:
                     raise error_for(ResponseCode.SYSTEM_ERROR, f"undecodable pull body: {e}", addr) from None
         return PullResult(status, nbo, mn, mx, records, suggest)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import struct
 import weakref
 
 from pocketmq.client.api import ClientAPI, PullResult, pull_sys_flag
@@ -130,31 +129,6 @@ async def acquire_consumer_instance(consumer) -> "ClientInstance":
     return inst
 
 
-def _decode_skipping_bad_records(body, decode, mq, error) -> list | None:
-    """A pull body with a record that cannot be decoded (a body that does not inflate,
-    properties that are not UTF-8...): keep the good records and skip the bad ones with an
-    error log, so one poisoned message cannot stall its queue forever. Returns None when
-    the framing itself is broken (record sizes make no sense): nothing can be trusted."""
-    buf = bytes(body)
-    n = len(buf)
-    pos = 0
-    out = []
-    while pos < n:
-        if n - pos < 28:
-            return None
-        total, = struct.unpack_from(">i", buf, pos)
-        if total < 28 or pos + total > n:
-            return None
-        try:
-            out.extend(decode(buf[pos:pos + total]))
-        except ValueError as e:
-            queue_offset, = struct.unpack_from(">q", buf, pos + 20)
-            log.error("skipping undecodable message %s offset %d: %s", mq, queue_offset, e)
-        pos += total
-    log.warning("pull body of %s had undecodable records (%s); %d decoded", mq, error, len(out))
-    return out
-
-
 class ClientInstance:
     def __init__(self, client_id: str, namesrv_addr: str, *, serialize_type: int | None = None,
                  route_refresh_interval_s: float = ROUTE_REFRESH_INTERVAL_S,
@@ -187,7 +161,7 @@ class ClientInstance:
         self._route_locks: dict[str, asyncio.Lock] = {}
         self._hb_lock = asyncio.Lock()
         # Every request the client makes to a broker or nameserver goes through this object.
-        self.api = ClientAPI(self, _decode_skipping_bad_records)
+        self.api = ClientAPI(self)
 
     # -- lifecycle ----------------------------------------------------------------------
     def add_namesrv_addr(self, addrs: str) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+from pocketmq.protocol.message import RETRY_GROUP_TOPIC_PREFIX  # noqa: F401 (owned by the record decoder)
+
 # --- system topics (RocketMQ 4.9 TopicValidator / MixAll) -------------------------------------
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"          # template of auto-created topics
 DEFAULT_TOPIC_QUEUE_NUMS = 4                    # a producer's queue count for an auto-created topic
@@ -18,7 +20,6 @@ TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 # Topics a client may not send to (the broker answers NO_PERMISSION).
 NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,

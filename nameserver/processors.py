@@ -14,16 +14,33 @@ are left out, as Java's header encoder does.
 from __future__ import annotations
 
 import logging
-import zlib
 from dataclasses import dataclass, field
 from typing import Callable
 
 from pocketmq.common.properties_file import format_properties
-from pocketmq.protocol.bodies import DataVersion, decode_register_broker_body, dumps, encode_cluster_info, loads
+from pocketmq.nameserver.route import (
+    NAMESPACE_ORDER_TOPIC_CONFIG,
+    KVConfig,
+    RouteInfoManager,
+    RouteTableFull,
+)
+from pocketmq.protocol.bodies import (
+    DataVersion,
+    decode_register_broker_body,
+    dumps,
+    encode_cluster_info,
+    loads,
+)
 from pocketmq.protocol.codes import RequestCode, ResponseCode
 from pocketmq.protocol.command import RemotingCommand
-from pocketmq.protocol.headers.typed import opt_int, opt_str, parse_bool, req_int, req_str
-from pocketmq.nameserver.route import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfig, RouteInfoManager, RouteTableFull
+from pocketmq.protocol.headers.typed import (
+    opt_int,
+    opt_str,
+    parse_bool,
+    req_int,
+    req_str,
+)
+from pocketmq.protocol.message import body_crc
 
 log = logging.getLogger("pocketmq.namesrv")
 
@@ -89,7 +106,7 @@ def build_processor_table(state: NamesrvState) -> dict:
         body_crc32 = opt_int(ext, "bodyCrc32", 0)
         body = cmd.body_bytes()
         if body_crc32 != 0:
-            crc = zlib.crc32(body) & 0x7FFFFFFF
+            crc = body_crc(body)
             if crc != body_crc32:
                 log.warning("register broker %s %s: body crc32 %d != header %d", broker_name,
                             broker_addr, crc, body_crc32)

@@ -384,7 +384,8 @@ def record_size(body_len: int, topic_len: int, props_len: int, sys_flag: int = 0
 
 
 def body_crc(body) -> int:
-    """BODYCRC of a (stored, possibly compressed) body."""
+    """RocketMQ's UtilAll.crc32: zlib's CRC-32 as a positive int. The BODYCRC of a
+    (stored, possibly compressed) body, and REGISTER_BROKER's bodyCrc32 header."""
     return _crc32(body) & MAX_INT
 
 
@@ -508,9 +509,10 @@ def patch_record(buf, pos: int, queue_offset: int, physical_offset: int, store_t
 
 # --------------------------------------------------------------------------- MessageExt
 
-# common.constants.RETRY_GROUP_TOPIC_PREFIX: protocol may not import common (test_message_codec
-# pins the two equal); MessageExt.from_raw / from_record give retried messages their topic back.
-_RETRY_TOPIC_PREFIX = "%RETRY%"
+# The prefix of a group's retry topic. Owned here because MessageExt.from_raw / from_record
+# give retried messages their topic back and protocol may import nothing of ours;
+# common.constants re-exports it for everyone else.
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 
 SYSTEM_PROPERTY_KEYS = frozenset({
     KEYS, TAGS, WAIT, DELAY, RETRY_TOPIC, REAL_TOPIC, REAL_QID, TRAN_MSG, PGROUP, MIN_OFFSET, MAX_OFFSET,
@@ -659,7 +661,7 @@ class MessageExt(tuple):
         """From one tuple of decode_records_raw. Messages redelivered through
         `%RETRY%<group>` get their original topic back (RETRY_TOPIC)."""
         topic = t[0]
-        if topic.startswith(_RETRY_TOPIC_PREFIX):
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             orig = property_value(t[4], RETRY_TOPIC) if t[4] else None
             if orig:
                 return _tuple_new(cls, (orig,) + t[1:] + (broker_name, topic))
@@ -673,7 +675,7 @@ class MessageExt(tuple):
         props = rec.properties
         topic = rec.real_topic or rec.topic
         shown = topic
-        if topic.startswith(_RETRY_TOPIC_PREFIX):
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             shown = props.get(RETRY_TOPIC) or topic
         return cls(shown, rec.body, rec.queue_id, rec.queue_offset, broker_name, props, rec.flag, rec.sys_flag,
                    rec.commit_log_offset, rec.born_timestamp, rec.born_host, rec.store_timestamp, rec.store_host,

@@ -365,7 +365,7 @@ def test_one_message_ext_type():
     from pocketmq.client.message import FrozenProperties
     from pocketmq.common.constants import RETRY_GROUP_TOPIC_PREFIX
     assert ClientMessageExt is m.MessageExt and FrozenProperties is m.FrozenProperties
-    assert m._RETRY_TOPIC_PREFIX == RETRY_GROUP_TOPIC_PREFIX
+    assert m.RETRY_GROUP_TOPIC_PREFIX is RETRY_GROUP_TOPIC_PREFIX == "%RETRY%"
     rec = decode_record(encode_record("%RETRY%G", 1, 0, b"b", "RETRY_TOPIC\x01T\x02DELAY\x013", 0, 1,
                                       (LOCAL, 1), (LOCAL, 2), 0, 0, 0, 0, 5))
     assert type(rec) is m.MessageExt and rec.topic == rec.real_topic == "%RETRY%G"
