@@ -12,6 +12,7 @@ from pocketmq.client.errors import (
                            RemotingFailure,
                            RequestTimeoutError,
 )
+from pocketmq.client.consumer_config import LitePullConsumerConfig, PushConsumerConfig
 from pocketmq.client.lite_pull_consumer import LitePullConsumer
 from pocketmq.client.message import Message, MessageExt, SendResult, SendStatus
 from pocketmq.client.process_queue import FlowLimits
@@ -45,6 +46,7 @@ __all__ = [
                            "FlowLimits",
                            "InvalidArgumentError",
                            "LitePullConsumer",
+                           "LitePullConsumerConfig",
                            "MQClientError",
                            "Message",
                            "MessageExt",
@@ -53,6 +55,7 @@ __all__ = [
                            "NoRouteError",
                            "Producer",
                            "PushConsumer",
+                           "PushConsumerConfig",
                            "RemotingFailure",
                            "RequestTimeoutError",
                            "SendResult",

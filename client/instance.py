@@ -3,8 +3,8 @@
 One instance per (event loop, clientId `ip@instanceName`): the connections
 (RemotingClient, rotating through a `;`-separated nameserver list), the route
 table refreshed every 30 s, the heartbeat to every broker every 30 s, the
-rebalance timer (20 s, or at once on NOTIFY_CONSUMER_IDS_CHANGED), and the
-request helpers that turn responses into values or typed exceptions.
+rebalance timer (20 s, or at once on NOTIFY_CONSUMER_IDS_CHANGED), and `api`,
+the ClientAPI (client/api.py) every request goes through.
 
 Reconnection needs no user action: RemotingClient dials again on the next
 request after a connection dropped, and the first request on a new broker
@@ -21,6 +21,7 @@ import struct
 import time
 import weakref
 
+from pocketmq.client.api import ClientAPI, PullResult, pull_sys_flag
 from pocketmq.client.connection import ClientRemoting
 from pocketmq.common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
 from pocketmq.client.errors import (
@@ -28,9 +29,7 @@ from pocketmq.client.errors import (
     ClientStateError,
     MQClientError,
     NoRouteError,
-    QueryNotFoundError,
     RemotingFailure,
-    error_for,
     wrap_remoting,
 )
 from pocketmq.client.message import _local_ipv4_bytes
@@ -40,34 +39,23 @@ from pocketmq.client.route import (
     publish_info,
     subscribe_queues,
 )
-from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.bodies import (
     ConsumerData,
     HeartbeatData,
     MessageQueue,
     TopicRouteData,
-    decode_mq_set,
     decode_reset_offset_body,
     dumps,
-    encode_lock_body,
     loads,
 )
 from pocketmq.protocol.codes import (
-    CURRENT_VERSION,
     LanguageCode,
-    PullSysFlag,
     RequestCode,
     ResponseCode,
     SerializeType,
 )
 from pocketmq.protocol.command import RemotingCommand
 from pocketmq.protocol.errors import BodyError
-from pocketmq.protocol.headers.typed import (
-    PullMessageRequestHeader,
-    SendMessageRequestHeader,
-    encode_pull_header,
-    encode_send_header,
-)
 from pocketmq.remoting.connection import RemotingError
 
 log = logging.getLogger("pocketmq.client")
@@ -89,46 +77,6 @@ def mono_ms() -> int:
 def local_ip() -> str:
     return ".".join(str(b) for b in _local_ipv4_bytes())
 
-
-class PullResult:
-    """Outcome of one PULL_MESSAGE (a value: statuses are not errors)."""
-    __slots__ = (
-        "max_offset",
-        "min_offset",
-        "next_begin_offset",
-        "records",
-        "status",
-        "suggest_which_broker_id",
-    )
-
-    FOUND = "FOUND"
-    NO_NEW_MSG = "NO_NEW_MSG"
-    NO_MATCHED_MSG = "NO_MATCHED_MSG"
-    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
-
-    def __init__(self, status, next_begin_offset, min_offset, max_offset, records, suggest=0):
-        self.status = status
-        self.next_begin_offset = next_begin_offset
-        self.min_offset = min_offset
-        self.max_offset = max_offset
-        self.records = records
-        self.suggest_which_broker_id = suggest
-
-    def __repr__(self):
-        return (f"PullResult({self.status}, next={self.next_begin_offset}, min={self.min_offset}, "
-                f"max={self.max_offset}, n={len(self.records)})")
-
-
-_PULL_STATUS = {
-    ResponseCode.SUCCESS: PullResult.FOUND,
-    ResponseCode.PULL_NOT_FOUND: PullResult.NO_NEW_MSG,
-    ResponseCode.PULL_RETRY_IMMEDIATELY: PullResult.NO_MATCHED_MSG,
-    ResponseCode.PULL_OFFSET_MOVED: PullResult.OFFSET_ILLEGAL,
-}
-
-_PYTHON = int(LanguageCode.PYTHON)
-_SEND_OK_CODES = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
-                  ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE)
 
 # (loop -> {client_id: ClientInstance}); a loop that goes away takes its instances along.
 _REGISTRY: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict] = weakref.WeakKeyDictionary()
@@ -242,6 +190,8 @@ class ClientInstance:
         self._start_lock = asyncio.Lock()
         self._route_locks: dict[str, asyncio.Lock] = {}
         self._hb_lock = asyncio.Lock()
+        # Every request the client makes to a broker or nameserver goes through this object.
+        self.api = ClientAPI(self, _decode_skipping_bad_records)
 
     # -- lifecycle ----------------------------------------------------------------------
     def add_namesrv_addr(self, addrs: str) -> None:
@@ -321,17 +271,12 @@ class ClientInstance:
     async def unregister_client(self, producer_group: str | None = None,
                                 consumer_group: str | None = None) -> None:
         """UNREGISTER_CLIENT to every known broker (best effort, bounded)."""
-        ext = {"clientID": self.client_id}
-        if producer_group:
-            ext["producerGroup"] = producer_group
-        if consumer_group:
-            ext["consumerGroup"] = consumer_group
         addrs = self.all_broker_addrs()
 
         async def one(addr):
             try:
-                await self.invoke(addr, RemotingCommand(RequestCode.UNREGISTER_CLIENT,
-                                                        ext_fields=dict(ext)), 3.0)
+                await self.api.unregister_client(addr, self.client_id, producer_group=producer_group,
+                                                 consumer_group=consumer_group)
             except MQClientError as e:
                 log.debug("unregister at %s failed: %s", addr, e)
         if addrs:
@@ -422,19 +367,7 @@ class ClientInstance:
 
     async def fetch_route(self, topic: str) -> TopicRouteData | None:
         """GET_ROUTEINFO_BY_TOPIC; None when the nameserver does not know the topic."""
-        cmd = RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                              ext_fields={"topic": topic, "acceptStandardJsonOnly": "true"})
-        try:
-            resp = await self.remoting.invoke_namesrv(cmd, 3.0)
-        except RemotingError as e:
-            raise wrap_remoting(e) from None
-        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
-            return None
-        if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, "nameserver")
-        if not resp.body:
-            return None
-        return TopicRouteData.from_body(resp.body)
+        return await self.api.get_route(topic)
 
     async def update_route(self, topic: str, *, for_publish: bool | None = None) -> TopicRouteData | None:
         lock = self._route_locks.setdefault(topic, asyncio.Lock())
@@ -533,16 +466,12 @@ class ClientInstance:
                 return True
             body = dumps(data.to_json())
         try:
-            conn = await self.remoting.connection(addr)
-            conn.attrs["heartbeat_sent"] = True
-            cmd = RemotingCommand(RequestCode.HEART_BEAT, body=body, language=LanguageCode.PYTHON,
-                                  serialize_type=conn.attrs.get("serialize_type", SerializeType.JSON))
-            resp = await conn.request(cmd, 3.0)
-        except RemotingError as e:
-            log.debug("%s: heartbeat to %s failed: %s", self.client_id, addr, e)
+            await self.api.heartbeat(addr, body)
+        except BrokerError as e:
+            log.warning("%s: heartbeat to %s answered %s %s", self.client_id, addr, e.code, e.remark)
             return False
-        if resp.code != ResponseCode.SUCCESS:
-            log.warning("%s: heartbeat to %s answered %s %s", self.client_id, addr, resp.code, resp.remark)
+        except MQClientError as e:
+            log.debug("%s: heartbeat to %s failed: %s", self.client_id, addr, e)
             return False
         return True
 
@@ -594,6 +523,19 @@ class ClientInstance:
         except RemotingError as e:
             raise wrap_remoting(e, addr) from None
 
+    async def invoke_unprepared(self, addr: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
+        """Request/response over the bare connection (the heartbeat that prepares it): the
+        header codec is the negotiated one when known, JSON before."""
+        try:
+            conn = await self.remoting.connection(addr)
+            if cmd.code == RequestCode.HEART_BEAT:
+                conn.attrs["heartbeat_sent"] = True
+            cmd.language = LanguageCode.PYTHON
+            cmd.serialize_type = conn.attrs.get("serialize_type", SerializeType.JSON)
+            return await conn.request(cmd, timeout_s)
+        except RemotingError as e:
+            raise wrap_remoting(e, addr) from None
+
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         try:
             conn = await self._broker_connection(addr)
@@ -606,112 +548,6 @@ class ClientInstance:
         except RemotingError as e:
             raise wrap_remoting(e, addr) from None
 
-    async def send_message(self, addr: str, broker_name: str, header: SendMessageRequestHeader | dict,
-                           body: bytes, *, batch: bool, timeout_s: float, oneway: bool = False):
-        """SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE; `header` is a SendMessageRequestHeader or its
-        already encoded V2 extFields (client.producer.send_ext_fields)."""
-        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
-        ext = header if type(header) is dict else encode_send_header(header, v2=True)
-        if oneway:
-            await self.invoke_oneway(addr, RemotingCommand(code, ext_fields=ext, body=body))
-            return None
-        conn = self.remoting.connections.get(addr)
-        if conn is not None and not conn.closed and "ready" in conn.attrs:
-            # the send hot path: invoke() inlined (one coroutine layer less per send)
-            cmd = RemotingCommand(code, 0, 0, None, ext, body, _PYTHON, CURRENT_VERSION,
-                                  conn.attrs["serialize_type"])
-            try:
-                resp = await conn.request(cmd, timeout_s)
-            except RemotingError as e:
-                raise wrap_remoting(e, addr) from None
-        else:
-            resp = await self.invoke(addr, RemotingCommand(code, ext_fields=ext, body=body), timeout_s)
-        if resp.code not in _SEND_OK_CODES:
-            raise error_for(resp.code, resp.remark, addr)
-        return resp
-
-    async def pull_message(self, addr: str, broker_name: str, group: str, mq: MessageQueue, offset: int,
-                           max_nums: int, sys_flag: int, commit_offset: int, suspend_ms: int,
-                           subscription: str | None, sub_version: int, timeout_s: float,
-                           expression_type: str = "TAG", raw: bool = False) -> PullResult:
-        """PULL_MESSAGE. FOUND records are protocol.message.MessageExt, or with raw=True the
-        tuples of protocol.message.decode_records_raw (for MessageExt.from_raw)."""
-        h = PullMessageRequestHeader(group, mq.topic, mq.queue_id, offset, max_nums, sys_flag,
-                                     commit_offset, suspend_ms, subscription, sub_version,
-                                     expression_type if subscription is not None else None)
-        resp = await self.invoke(addr, RemotingCommand(RequestCode.PULL_MESSAGE,
-                                                       ext_fields=encode_pull_header(h)), timeout_s)
-        status = _PULL_STATUS.get(resp.code)
-        if status is None:
-            raise error_for(resp.code, resp.remark, addr)
-        ext = resp.ext_fields
-        try:
-            nbo = int(ext.get("nextBeginOffset", offset))
-            mn = int(ext.get("minOffset", 0))
-            mx = int(ext.get("maxOffset", 0))
-            suggest = int(ext.get("suggestWhichBrokerId", 0))
-        except ValueError:
-            raise error_for(ResponseCode.SYSTEM_ERROR, f"bad pull response header {ext}", addr) from None
-        records = []
-        if status == PullResult.FOUND:
-            decode = msgcodec.decode_records_raw if raw else msgcodec.decode_records
-            try:
-                records = decode(resp.body)
-            except ValueError as e:
-                records = _decode_skipping_bad_records(resp.body, decode, mq, e)
-                if records is None:
-                    raise error_for(ResponseCode.SYSTEM_ERROR, f"undecodable pull body: {e}", addr) from None
-        return PullResult(status, nbo, mn, mx, records, suggest)
-
-    async def _offset_request(self, code: int, addr: str, ext: dict, timeout_s: float = 3.0) -> int:
-        resp = await self.invoke(addr, RemotingCommand(code, ext_fields=ext), timeout_s)
-        if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, addr)
-        key = "timestamp" if code == RequestCode.GET_EARLIEST_MSG_STORETIME else "offset"
-        try:
-            return int(resp.ext_fields[key])
-        except (KeyError, ValueError):
-            raise error_for(ResponseCode.SYSTEM_ERROR, f"response without {key}: {resp.ext_fields}", addr) from None
-
-    async def query_consumer_offset(self, group: str, mq: MessageQueue) -> int:
-        """Stored offset, or -1 when the broker has none (QUERY_NOT_FOUND)."""
-        addr = await self.master_addr_refreshing(mq.broker_name, mq.topic)
-        try:
-            return await self._offset_request(RequestCode.QUERY_CONSUMER_OFFSET, addr,
-                                              {"consumerGroup": group, "topic": mq.topic,
-                                               "queueId": str(mq.queue_id)})
-        except QueryNotFoundError:
-            return -1
-
-    async def update_consumer_offset(self, group: str, mq: MessageQueue, offset: int,
-                                     oneway: bool = False) -> None:
-        addr = await self.master_addr_refreshing(mq.broker_name, mq.topic)
-        cmd = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET,
-                              ext_fields={"consumerGroup": group, "topic": mq.topic,
-                                          "queueId": str(mq.queue_id), "commitOffset": str(offset)})
-        if oneway:
-            await self.invoke_oneway(addr, cmd)
-            return
-        resp = await self.invoke(addr, cmd, 3.0)
-        if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, addr)
-
-    async def max_offset(self, mq: MessageQueue) -> int:
-        addr = await self.master_addr_refreshing(mq.broker_name, mq.topic)
-        return await self._offset_request(RequestCode.GET_MAX_OFFSET, addr,
-                                          {"topic": mq.topic, "queueId": str(mq.queue_id)})
-
-    async def min_offset(self, mq: MessageQueue) -> int:
-        addr = await self.master_addr_refreshing(mq.broker_name, mq.topic)
-        return await self._offset_request(RequestCode.GET_MIN_OFFSET, addr,
-                                          {"topic": mq.topic, "queueId": str(mq.queue_id)})
-
-    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
-        addr = await self.master_addr_refreshing(mq.broker_name, mq.topic)
-        return await self._offset_request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, addr,
-                                          {"topic": mq.topic, "queueId": str(mq.queue_id),
-                                           "timestamp": str(timestamp_ms)})
-
     async def consumer_id_list(self, group: str, topic: str) -> list[str]:
         """GET_CONSUMER_LIST_BY_GROUP from a broker serving `topic` (masters first, by name)."""
         route = self.routes.get(topic)
@@ -722,51 +558,17 @@ class ClientInstance:
             if addr is None:
                 continue
             try:
-                resp = await self.invoke(addr, RemotingCommand(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-                                                               ext_fields={"consumerGroup": group}), 3.0)
-            except RemotingFailure as e:
+                return await self.api.consumer_id_list(addr, group)
+            except (RemotingFailure, BrokerError) as e:
                 last = e
-                continue
-            if resp.code != ResponseCode.SUCCESS:
-                last = error_for(resp.code, resp.remark, addr)
-                continue
-            d = loads(resp.body) if resp.body else {}
-            ids = d.get("consumerIdList") if isinstance(d, dict) else None
-            return [str(i) for i in ids or []]
         if last is not None:
             raise last
         raise NoRouteError(f"no broker for topic {topic}")
 
-    async def send_back(self, addr: str, group: str, commit_log_offset: int, delay_level: int,
-                        origin_msg_id: str, origin_topic: str, max_reconsume_times: int) -> None:
-        ext = {"offset": str(commit_log_offset), "group": group, "delayLevel": str(delay_level),
-               "originMsgId": origin_msg_id, "originTopic": origin_topic, "unitMode": "false",
-               "maxReconsumeTimes": str(max_reconsume_times)}
-        resp = await self.invoke(addr, RemotingCommand(RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields=ext), 5.0)
-        if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, addr)
-
-    async def lock_batch(self, addr: str, group: str, mqs) -> list[MessageQueue]:
-        resp = await self.invoke(addr, RemotingCommand(RequestCode.LOCK_BATCH_MQ,
-                                                       body=encode_lock_body(group, self.client_id, mqs)), 3.0)
-        if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, addr)
-        return decode_mq_set(resp.body, "lockOKMQSet")
-
-
-def pull_sys_flag(commit_offset: bool, suspend: bool, subscription: bool) -> int:
-    flag = 0
-    if commit_offset:
-        flag |= PullSysFlag.COMMIT_OFFSET
-    if suspend:
-        flag |= PullSysFlag.SUSPEND
-    if subscription:
-        flag |= PullSysFlag.SUBSCRIPTION
-    return flag
-
 
 __all__ = [
     "DEFAULT_TOPIC",
+    "ClientAPI",
     "ClientInstance",
     "ConsumerData",
     "PullResult",

@@ -27,134 +27,124 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Iterable
 
+from pocketmq.client.consumer_config import (
+    CONSUME_FROM,
+    DEFAULT_CONSUME_TIMESTAMP_AGO_MS,
+    LitePullConsumerConfig,
+    build_config,
+)
 from pocketmq.client.errors import (
     ClientStateError,
     InvalidArgumentError,
     MQClientError,
-    SubscriptionError,
 )
-from pocketmq.client.instance import PullResult, acquire_consumer_instance, now_ms, pull_sys_flag
+from pocketmq.client.fetcher import Fetcher
+from pocketmq.client.instance import acquire_consumer_instance, now_ms
 from pocketmq.client.message import MessageExt
 from pocketmq.client.offset_store import RemoteOffsetStore
 from pocketmq.client.producer import check_group, check_topic
-from pocketmq.client.push_consumer import (
-    CONSUME_FROM,
-    RouteRetry,
-    compute_pull_from_where,
-    tag_filter,
-)
-from pocketmq.client.rebalance import AllocateAveragely, AllocateStrategy, plan_clustering
-from pocketmq.protocol.bodies import (
-    ConsumerData,
-    MessageQueue,
-    SubscriptionData,
-    build_subscription,
-)
+from pocketmq.client.rebalance import AllocateAveragely
+from pocketmq.client.rebalancer import Rebalancer, compute_pull_from_where
+from pocketmq.client.subscription_state import QueueState, SubscriptionState
+from pocketmq.protocol.bodies import ConsumerData, MessageQueue
 
 log = logging.getLogger("pocketmq.client.lite")
 
 
-class _QueueState:
-    __slots__ = ("buffer", "consume_offset", "mq", "paused", "pull_offset", "seq", "task")
-
-    def __init__(self, mq: MessageQueue):
-        self.mq = mq
-        self.pull_offset = -1
-        self.consume_offset = -1
-        self.buffer: deque = deque()
-        self.paused = False
-        self.task: asyncio.Task | None = None
-        self.seq = 0          # bumped by seek: results of older pulls are dropped
-
 
 class LitePullConsumer:
-    def __init__(self, group: str, namesrv_addr: str, *, instance_name: str | None = None,
-                 consume_from_where: str = "LAST_OFFSET", consume_timestamp_ms: int | None = None,
-                 auto_commit: bool = True, auto_commit_interval_s: float = 5.0,
-                 max_poll_records: int = 10, pull_batch_size: int = 32,
-                 pull_threshold_for_queue: int = 1000, suspend_timeout_ms: int = 20000,
-                 pull_timeout_ms: int = 30000, pull_error_delay_ms: int = 1000,
-                 allocate_strategy: AllocateStrategy | None = None,
-                 serialize_type: int | None = None):
+    """poll/seek/commit over the shared consumer core (SubscriptionState, Fetcher,
+    Rebalancer). Options: LitePullConsumerConfig, given as `config=` and/or as keyword
+    arguments (which override the config's values)."""
+
+    def __init__(self, group: str, namesrv_addr: str, *, config: LitePullConsumerConfig | None = None,
+                 **options):
         check_group(group)
-        if consume_from_where not in CONSUME_FROM:
-            raise InvalidArgumentError(f"consume_from_where must be one of {', '.join(CONSUME_FROM)}")
-        if not 1 <= max_poll_records <= 10000:
-            raise InvalidArgumentError("max_poll_records must be in [1, 10000]")
-        if pull_timeout_ms <= suspend_timeout_ms:
-            raise InvalidArgumentError("pull_timeout_ms must exceed suspend_timeout_ms")
+        cfg = build_config(LitePullConsumerConfig, config, options)
+        self.config = cfg
         self.group = group
         self.namesrv_addr = namesrv_addr
-        self.instance_name = instance_name
-        self.consume_from_where = consume_from_where
-        self.consume_timestamp_ms = consume_timestamp_ms if consume_timestamp_ms is not None else now_ms() - 30 * 60 * 1000
-        self.auto_commit = auto_commit
-        self.auto_commit_interval_s = auto_commit_interval_s
-        self.max_poll_records = max_poll_records
-        self.pull_batch_size = pull_batch_size
-        self.pull_threshold_for_queue = pull_threshold_for_queue
-        self.suspend_timeout_ms = suspend_timeout_ms
-        self.pull_timeout_ms = pull_timeout_ms
-        self.pull_error_delay_ms = pull_error_delay_ms
-        self.allocate_strategy = allocate_strategy or AllocateAveragely()
-        self.serialize_type = serialize_type
-        self.subscriptions: dict[str, SubscriptionData] = {}
-        self._filters: dict = {}
-        self.assigned: dict[MessageQueue, _QueueState] = {}
-        self._manual: bool | None = None          # True after assign(), False after subscribe()
+        self.instance_name = cfg.instance_name       # acquire_consumer_instance may choose one
+        self.consume_from_where = cfg.consume_from_where
+        self.consume_timestamp_ms = (cfg.consume_timestamp_ms if cfg.consume_timestamp_ms is not None
+                                     else now_ms() - DEFAULT_CONSUME_TIMESTAMP_AGO_MS)
+        self.auto_commit = cfg.auto_commit
+        self.auto_commit_interval_s = cfg.auto_commit_interval_s
+        self.max_poll_records = cfg.max_poll_records
+        self.pull_batch_size = cfg.pull_batch_size
+        self.pull_threshold_for_queue = cfg.pull_threshold_for_queue
+        self.suspend_timeout_ms = cfg.suspend_timeout_ms
+        self.pull_timeout_ms = cfg.pull_timeout_ms
+        self.pull_error_delay_ms = cfg.pull_error_delay_ms
+        self.allocate_strategy = cfg.allocate_strategy or AllocateAveragely()
+        self.serialize_type = cfg.serialize_type
+        self.subscription_state = SubscriptionState()
+        self.stats = {"pulls": 0}
+        self.fetcher = Fetcher(group, self.subscription_state, self, pull_batch_size=self.pull_batch_size,
+                               suspend_timeout_ms=self.suspend_timeout_ms, pull_timeout_ms=self.pull_timeout_ms,
+                               pull_error_delay_ms=self.pull_error_delay_ms, stats=self.stats, task_prefix="lite")
+        # No hand-over delay: a lite consumer commits what poll() returned as it goes.
+        self.rebalancer = Rebalancer(group, self.subscription_state, message_model="CLUSTERING",
+                                     allocate_strategy=self.allocate_strategy, handover_delay_ms=0,
+                                     running=lambda: self.state == "RUNNING" and not self.subscription_state.manual,
+                                     add_queues=self._add_queues, remove_queues=self._remove_queues)
         self._pending_assignment: set = set()
         self._arrived = asyncio.Event()
-        self._rebalance_lock: asyncio.Lock | None = None
         self._commit_task: asyncio.Task | None = None
         self._rr = 0
-        self._route_retry = RouteRetry()
         self.instance = None
         self.offset_store: RemoteOffsetStore | None = None
         self.state = "CREATED"
 
     # -- configuration ------------------------------------------------------------------------
+    @property
+    def subscriptions(self) -> dict:
+        return self.subscription_state.subscriptions
+
+    @property
+    def assigned(self) -> dict[MessageQueue, QueueState]:
+        return self.subscription_state.assignment
+
     def subscribe(self, topic: str, expression: str = "*") -> None:
         check_topic(topic)
-        if self._manual:
+        ss = self.subscription_state
+        if ss.manual:
             raise ClientStateError("subscribe() and assign() cannot be mixed")
-        self._manual = False
-        self.subscriptions[topic] = build_subscription(topic, expression or "*", "TAG", now_ms())
-        self._filters[topic] = tag_filter(self.subscriptions[topic])
+        ss.manual = False
+        ss.subscribe(topic, expression, now_ms())
         if self.state == "RUNNING":
             self.instance.rebalance_now()
 
     def unsubscribe(self, topic: str) -> None:
-        self.subscriptions.pop(topic, None)
-        self._filters.pop(topic, None)
+        self.subscription_state.unsubscribe(topic)
         if self.state == "RUNNING":
             self.instance.rebalance_now()
 
     def assign(self, mqs: Iterable[MessageQueue]) -> None:
         """Manual assignment (no rebalance, no group membership needed)."""
-        if self._manual is False:
+        ss = self.subscription_state
+        if ss.manual is False:
             raise ClientStateError("subscribe() and assign() cannot be mixed")
-        self._manual = True
+        ss.manual = True
         mqs = set(mqs)
         for mq in mqs:
-            if mq.topic not in self.subscriptions:
-                self.subscriptions[mq.topic] = build_subscription(mq.topic, "*", "TAG", now_ms())
-                self._filters[mq.topic] = None
+            if mq.topic not in ss.subscriptions:
+                ss.subscribe(mq.topic, "*", now_ms(), with_filter=False)
         if self.state == "RUNNING":
             self._apply_assignment(mqs)
         else:
             self._pending_assignment = mqs
 
     def topics(self) -> set[str]:
-        return set(self.subscriptions)
+        return self.subscription_state.topics()
 
     def assignment(self) -> set[MessageQueue]:
-        return set(self.assigned)
+        return set(self.subscription_state.assignment)
 
     def consumer_data(self) -> ConsumerData | None:
-        if self.state != "RUNNING" or self._manual:
+        if self.state != "RUNNING" or self.subscription_state.manual:
             return None
         return ConsumerData(self.group, "CONSUME_ACTIVELY", "CLUSTERING",
                             CONSUME_FROM[self.consume_from_where], list(self.subscriptions.values()))
@@ -165,8 +155,9 @@ class LitePullConsumer:
             raise ClientStateError(f"consumer is {self.state}")
         inst = await acquire_consumer_instance(self)
         self.instance = inst
+        self.fetcher.instance = inst
+        self.rebalancer.instance = inst
         self.offset_store = RemoteOffsetStore(inst, self.group)
-        self._rebalance_lock = asyncio.Lock()
         self.state = "RUNNING"
         if self.auto_commit:
             self._commit_task = asyncio.create_task(self._auto_commit_loop(), name=f"{self.group}:autocommit")
@@ -175,7 +166,7 @@ class LitePullConsumer:
                 await inst.update_route(topic)
             except MQClientError as e:
                 log.info("%s: no route yet for %s: %s", self.group, topic, e)
-        if self._manual:
+        if self.subscription_state.manual:
             self._apply_assignment(self._pending_assignment)
         elif self.subscriptions:
             await inst.heartbeat_all()
@@ -190,19 +181,15 @@ class LitePullConsumer:
             self.state = "CLOSED"
             return
         self.state = "CLOSING"
-        if self._rebalance_lock is not None:
-            # A rebalance in progress could add queues after their tasks were cancelled:
-            # let it finish first (it sees CLOSING on its next turn).
-            async with self._rebalance_lock:
-                pass
-        self._route_retry.cancel()
+        # A rebalance in progress could add queues after their tasks were cancelled:
+        # let it finish first (it sees CLOSING on its next turn).
+        async with self.rebalancer.lock:
+            pass
+        self.rebalancer.cancel()
         if self._commit_task is not None:
             self._commit_task.cancel()
             await asyncio.gather(self._commit_task, return_exceptions=True)
-        tasks = [st.task for st in self.assigned.values() if st.task is not None]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.fetcher.stop_all()
         if self.auto_commit:
             try:
                 await self.commit()
@@ -210,7 +197,7 @@ class LitePullConsumer:
                 log.warning("%s: final commit failed: %s", self.group, e)
         inst = self.instance
         inst.unregister_consumer(self.group)
-        if not self._manual:
+        if not self.subscription_state.manual:
             try:
                 await asyncio.wait_for(inst.unregister_client(consumer_group=self.group), 5)
             except (TimeoutError, MQClientError):
@@ -231,126 +218,75 @@ class LitePullConsumer:
 
     # -- assignment -------------------------------------------------------------------------
     def _apply_assignment(self, mqs: set) -> None:
-        for mq in [m for m in self.assigned if m not in mqs]:
+        ss = self.subscription_state
+        for mq in [m for m in ss.assignment if m not in mqs]:
             self._drop(mq)
-        for mq in sorted(mqs - set(self.assigned)):
-            self.assigned[mq] = _QueueState(mq)
-            self._start_task(self.assigned[mq])
+        for mq in sorted(mqs - set(ss.assignment)):
+            self.fetcher.start(ss.add(mq))
 
-    def _drop(self, mq: MessageQueue) -> _QueueState | None:
-        st = self.assigned.pop(mq, None)
-        if st is not None and st.task is not None:
-            st.task.cancel()
+    def _drop(self, mq: MessageQueue) -> QueueState | None:
+        st = self.subscription_state.remove(mq)
+        if st is not None:
+            self.fetcher.cancel(st)
         return st
 
     async def rebalance(self) -> None:
-        if self.state != "RUNNING" or self._manual:
-            return
-        async with self._rebalance_lock:
-            inst = self.instance
-            wanted: set = set()
-            missing = False
-            for topic in list(self.subscriptions):
-                try:
-                    mq_all = await inst.subscribe_queues(topic, refresh=topic not in inst.routes)
-                    cids = await inst.consumer_id_list(self.group, topic) if mq_all else []
-                except MQClientError as e:
-                    log.warning("%s: rebalance of %s failed (retrying soon): %s", self.group, topic, e)
-                    mq_all, cids = [], []
-                if not mq_all or inst.client_id not in cids:
-                    missing = True
-                    if mq_all:
-                        await inst.heartbeat_all()
-                    wanted.update(m for m in self.assigned if m.topic == topic)
-                    continue
-                plan = plan_clustering(topic, self.group, inst.client_id, mq_all, cids, self.assigned,
-                                       self.allocate_strategy)
-                wanted.update(plan.allocated)
-            removed = [m for m in self.assigned if m not in wanted]
-            for mq in removed:
-                st = self._drop(mq)
-                if st is not None and st.consume_offset >= 0 and self.auto_commit:
-                    self.offset_store.update(mq, st.consume_offset, increase_only=False)
-            if removed and self.auto_commit:
-                await self.offset_store.persist(removed)
-            for mq in removed:
-                self.offset_store.remove(mq)
-            if self.state != "RUNNING":
-                return          # close() began while we were asking the brokers: add nothing
-            for mq in sorted(wanted - set(self.assigned)):
-                self.assigned[mq] = _QueueState(mq)
-                self._start_task(self.assigned[mq])
-            self._route_retry.schedule(missing, inst.rebalance_now)
+        await self.rebalancer.rebalance()
 
-    # -- pulling ----------------------------------------------------------------------------
-    def _start_task(self, st: _QueueState) -> None:
-        if st.task is not None:
-            st.task.cancel()
-        st.task = asyncio.create_task(self._pull_loop(st),
-                                      name=f"{self.group}:lite:{st.mq.topic}:{st.mq.broker_name}:{st.mq.queue_id}")
+    async def _remove_queues(self, mqs) -> None:
+        """Rebalancer hook: stop the queues and commit what poll() returned of them."""
+        removed = []
+        for mq in mqs:
+            st = self._drop(mq)
+            if st is None:
+                continue
+            removed.append(mq)
+            if st.consume_offset >= 0 and self.auto_commit:
+                self.offset_store.update(mq, st.consume_offset, increase_only=False)
+        if removed and self.auto_commit:
+            await self.offset_store.persist(removed)
+        for mq in removed:
+            self.offset_store.remove(mq)
 
-    async def _pull_loop(self, st: _QueueState) -> None:
-        inst = self.instance
-        mq = st.mq
-        while st.pull_offset < 0 and self.state == "RUNNING":
-            try:
-                off = await compute_pull_from_where(inst, self.offset_store, self.group, mq,
-                                                    self.consume_from_where, self.consume_timestamp_ms)
-            except MQClientError as e:
-                log.info("%s: start offset of %s unknown: %s", self.group, mq, e)
-                await asyncio.sleep(self.pull_error_delay_ms / 1000)
-                continue
-            if st.pull_offset < 0:          # a seek may have happened meanwhile
-                st.pull_offset = off
-                st.consume_offset = off
-        sub = self.subscriptions[mq.topic]
-        accept = self._filters.get(mq.topic)
-        timeout_s = self.pull_timeout_ms / 1000
-        while self.state == "RUNNING":
-            if st.paused or len(st.buffer) >= self.pull_threshold_for_queue:
-                await asyncio.sleep(0.05)
-                continue
-            seq = st.seq
-            offset = st.pull_offset
-            try:
-                addr = await inst.master_addr_refreshing(mq.broker_name, mq.topic)
-                res = await inst.pull_message(addr, mq.broker_name, self.group, mq, offset,
-                                              self.pull_batch_size, pull_sys_flag(False, True, True), 0,
-                                              self.suspend_timeout_ms, sub.sub_string, sub.sub_version,
-                                              timeout_s, raw=True)
-            except MQClientError as e:
-                log.info("%s: pull %s@%d failed: %s", self.group, mq, offset, e)
-                if isinstance(e, SubscriptionError):
-                    await inst.heartbeat_all()
-                await asyncio.sleep(self.pull_error_delay_ms / 1000)
-                continue
-            if seq != st.seq:
-                continue                    # seek() moved the queue while we were pulling
-            if res.status == PullResult.FOUND:
-                recs = res.records if accept is None else [r for r in res.records if accept(r)]
-                bn = mq.broker_name
-                from_raw = MessageExt.from_raw
-                st.buffer.extend(from_raw(r, bn) for r in recs)
-                if recs:
-                    self._arrived.set()
-                elif not st.buffer:
-                    st.consume_offset = max(st.consume_offset, res.next_begin_offset)
-                st.pull_offset = res.next_begin_offset
-            elif res.status in (PullResult.NO_NEW_MSG, PullResult.NO_MATCHED_MSG):
-                if not st.buffer and res.next_begin_offset > st.consume_offset:
-                    st.consume_offset = res.next_begin_offset
-                st.pull_offset = res.next_begin_offset
-            else:
-                log.warning("%s: offset %d of %s illegal, moving to %d", self.group, offset, mq,
-                            res.next_begin_offset)
-                st.pull_offset = res.next_begin_offset
-                if not st.buffer:
-                    st.consume_offset = res.next_begin_offset
+    async def _add_queues(self, mqs) -> None:
+        """Rebalancer hook: the fetcher finds each queue's start offset itself."""
+        if self.state != "RUNNING":
+            return          # close() began while we were asking the brokers: add nothing
+        ss = self.subscription_state
+        for mq in sorted(mqs):
+            if mq not in ss.assignment:
+                self.fetcher.start(ss.add(mq))
+
+    # -- pulling (Fetcher hooks) ---------------------------------------------------------------
+    def may_fetch(self, st: QueueState) -> bool:
+        return not st.paused and len(st.buffer) < self.pull_threshold_for_queue
+
+    def pull_commit_offset(self, st: QueueState) -> int:
+        return -1           # commits go through commit() / auto commit, not with pulls
+
+    async def start_offset(self, st: QueueState) -> int:
+        return await compute_pull_from_where(self.instance, self.offset_store, st.mq,
+                                             self.consume_from_where, self.consume_timestamp_ms)
+
+    def on_found(self, st: QueueState, msgs: list, next_begin_offset: int) -> None:
+        st.buffer.extend(msgs)
+        if msgs:
+            self._arrived.set()
+        elif not st.buffer:
+            st.consume_offset = max(st.consume_offset, next_begin_offset)
+
+    def on_no_new(self, st: QueueState, next_begin_offset: int) -> None:
+        if not st.buffer and next_begin_offset > st.consume_offset:
+            st.consume_offset = next_begin_offset
+
+    async def on_offset_moved(self, st: QueueState, res, old_offset: int) -> None:
+        if not st.buffer:
+            st.consume_offset = res.next_begin_offset
 
     # -- polling ----------------------------------------------------------------------------
     def _take(self, max_records: int) -> list:
         out = []
-        states = [st for st in self.assigned.values() if st.buffer and not st.paused]
+        states = [st for st in self.subscription_state.assignment.values() if st.buffer and not st.paused]
         if not states:
             return out
         self._rr = (self._rr + 1) % len(states)
@@ -395,8 +331,8 @@ class LitePullConsumer:
                 yield m
 
     # -- positions ------------------------------------------------------------------------
-    def _state(self, mq: MessageQueue) -> _QueueState:
-        st = self.assigned.get(mq)
+    def _state(self, mq: MessageQueue) -> QueueState:
+        st = self.subscription_state.get(mq)
         if st is None:
             raise InvalidArgumentError(f"{mq} is not assigned to this consumer")
         return st
@@ -406,11 +342,8 @@ class LitePullConsumer:
         if offset < 0:
             raise InvalidArgumentError("offset must be >= 0")
         st = self._state(mq)
-        st.seq += 1
-        st.buffer.clear()
-        st.pull_offset = offset
-        st.consume_offset = offset
-        self._start_task(st)      # abandon a held pull at the old position
+        st.seek(offset)
+        self.fetcher.start(st)      # abandon a held pull at the old position
 
     async def reset_offsets(self, table: dict[MessageQueue, int]) -> None:
         """A broker-initiated reset (mqadmin resetOffsetByTime): the assigned queues of
@@ -418,26 +351,29 @@ class LitePullConsumer:
         before and not committed is not committed over them)."""
         if self.state != "RUNNING":
             return
-        moved = {mq: off for mq, off in table.items() if mq in self.assigned}
+        moved = {mq: off for mq, off in table.items() if mq in self.subscription_state.assignment}
         for mq, off in moved.items():
             self.seek(mq, off)
         if moved:
             await self.commit(moved)
 
+    async def _master(self, mq: MessageQueue) -> str:
+        return await self.instance.master_addr_refreshing(mq.broker_name, mq.topic)
+
     async def seek_to_begin(self, mq: MessageQueue) -> None:
-        self.seek(mq, await self.instance.min_offset(mq))
+        self.seek(mq, await self.instance.api.min_offset(await self._master(mq), mq))
 
     async def seek_to_end(self, mq: MessageQueue) -> None:
-        self.seek(mq, await self.instance.max_offset(mq))
+        self.seek(mq, await self.instance.api.max_offset(await self._master(mq), mq))
 
     async def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
         self._check_running()
-        return await self.instance.search_offset(mq, timestamp_ms)
+        return await self.instance.api.search_offset(await self._master(mq), mq, timestamp_ms)
 
     async def committed(self, mq: MessageQueue) -> int:
         """The offset stored at the broker for this group (-1 if none)."""
         self._check_running()
-        return await self.instance.query_consumer_offset(self.group, mq)
+        return await self.instance.api.query_consumer_offset(await self._master(mq), self.group, mq)
 
     def position(self, mq: MessageQueue) -> int:
         return self._state(mq).consume_offset
@@ -447,7 +383,8 @@ class LitePullConsumer:
         if self.instance is None:
             raise ClientStateError("consumer not started")
         if offsets is None:
-            offsets = {mq: st.consume_offset for mq, st in self.assigned.items() if st.consume_offset >= 0}
+            offsets = {mq: st.consume_offset for mq, st in self.subscription_state.assignment.items()
+                       if st.consume_offset >= 0}
         for mq, off in offsets.items():
             self.offset_store.update(mq, off)
         await self.offset_store.persist(list(offsets))

@@ -70,7 +70,9 @@ class RemoteOffsetStore:
 
     async def read_store(self, mq: MessageQueue) -> int:
         """Broker's stored offset (-1 when none), also cached locally."""
-        off = await self.instance.query_consumer_offset(self.group, mq)
+        inst = self.instance
+        addr = await inst.master_addr_refreshing(mq.broker_name, mq.topic)
+        off = await inst.api.query_consumer_offset(addr, self.group, mq)
         if off >= 0:
             self.table.offsets[mq] = off
         return off
@@ -83,7 +85,8 @@ class RemoteOffsetStore:
         async def one(mq, off):
             nonlocal sent
             try:
-                await self.instance.update_consumer_offset(self.group, mq, off, oneway=oneway)
+                addr = await self.instance.master_addr_refreshing(mq.broker_name, mq.topic)
+                await self.instance.api.update_consumer_offset(addr, self.group, mq, off, oneway=oneway)
                 sent += 1
             except MQClientError as e:
                 log.warning("commit of %s@%d for %s failed: %s", mq, off, self.group, e)

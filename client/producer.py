@@ -475,7 +475,7 @@ class Producer:
         addr = await inst.master_addr_refreshing(queue.broker_name, msg.topic)
         ext = send_ext_fields(self.group, msg.topic, queue.queue_id, sys_flag, msg.flag, props, False,
                               time.time_ns() // 1_000_000)
-        await inst.send_message(addr, queue.broker_name, ext, body, batch=False, timeout_s=0, oneway=True)
+        await inst.api.send_message(addr, ext, body, batch=False, timeout_s=0, oneway=True)
 
     async def send_batch(self, msgs: Iterable[Message], *, queue: MessageQueue | None = None,
                          timeout_ms: int | None = None) -> list[SendResult]:
@@ -544,8 +544,8 @@ class Producer:
                 addr = inst.brokers.master(broker_name)
                 if addr is None:
                     addr = await inst.master_addr_refreshing(broker_name, topic)
-                resp = await inst.send_message(addr, broker_name, ext, body, batch=batch,
-                                               timeout_s=remaining_s)
+                resp = await inst.api.send_message(addr, ext, body, batch=batch,
+                                                   timeout_s=remaining_s)
             except MQClientError as e:
                 end = mono_ms()
                 # Avoid the broker when it could not be reached or answered with a broker-side

@@ -39,31 +39,30 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 
-from pocketmq.common.constants import is_retry_topic, retry_topic
+from pocketmq.client.api import SendBackRequest
+from pocketmq.client.consumer_config import (
+    CONSUME_FROM,
+    DEFAULT_CONSUME_TIMESTAMP_AGO_MS,
+    PushConsumerConfig,
+    build_config,
+)
 from pocketmq.client.errors import (
     ClientStateError,
     InvalidArgumentError,
     MQClientError,
-    SubscriptionError,
 )
-from pocketmq.client.instance import PullResult, acquire_consumer_instance, mono_ms, now_ms, pull_sys_flag
+from pocketmq.client.fetcher import Fetcher
+from pocketmq.client.instance import acquire_consumer_instance, mono_ms, now_ms
 from pocketmq.client.message import MessageExt
 from pocketmq.client.offset_store import LocalOffsetStore, RemoteOffsetStore
-from pocketmq.client.process_queue import FLOW_CONTROL_DELAY_MS, FlowLimits, ProcessQueue
+from pocketmq.client.process_queue import FlowLimits, ProcessQueue
 from pocketmq.client.producer import check_group, check_topic
-from pocketmq.client.rebalance import (
-    AllocateAveragely,
-    AllocateStrategy,
-    plan_broadcasting,
-    plan_clustering,
-)
-from pocketmq.protocol.message import property_value
-from pocketmq.protocol.bodies import (
-    ConsumerData,
-    MessageQueue,
-    SubscriptionData,
-    build_subscription,
-)
+from pocketmq.client.rebalance import AllocateAveragely
+from pocketmq.client.rebalancer import Rebalancer, compute_pull_from_where
+from pocketmq.client.subscription_state import QueueState, SubscriptionState
+from pocketmq.client.subscription_state import tag_filter as tag_filter  # re-exported
+from pocketmq.common.constants import retry_topic
+from pocketmq.protocol.bodies import ConsumerData, MessageQueue
 
 # The consumer whose worker runs the current code (a worker task, and the executor thread
 # running a plain listener for it): a listener that calls close()/drain() of its own
@@ -74,7 +73,6 @@ _IN_WORKER: contextvars.ContextVar[PushConsumer | None] = contextvars.ContextVar
 log = logging.getLogger("pocketmq.client.consumer")
 
 
-
 class ConsumeStatus(Enum):
     CONSUME_SUCCESS = "CONSUME_SUCCESS"
     RECONSUME_LATER = "RECONSUME_LATER"
@@ -82,22 +80,6 @@ class ConsumeStatus(Enum):
 
 CONSUME_SUCCESS = ConsumeStatus.CONSUME_SUCCESS
 RECONSUME_LATER = ConsumeStatus.RECONSUME_LATER
-
-CONSUME_FROM = {
-    "LAST_OFFSET": "CONSUME_FROM_LAST_OFFSET",
-    "FIRST_OFFSET": "CONSUME_FROM_FIRST_OFFSET",
-    "TIMESTAMP": "CONSUME_FROM_TIMESTAMP",
-}
-
-
-def tag_filter(sub: SubscriptionData):
-    """Client-side tag check after the broker's hash-code filter (None = everything), on the
-    tuples of protocol.message.decode_records_raw (TAGS read from the properties text)."""
-    if sub.is_all or sub.expression_type != "TAG":
-        return None
-    tags = frozenset(sub.tags_set)
-    return lambda rec: property_value(rec[4], "TAGS") in tags
-
 
 class WorkQueue:
     """FIFO of (mq, pq, msgs) items for the listener workers: a deque plus the futures
@@ -140,132 +122,87 @@ class WorkQueue:
         return len(self.items)
 
 
-class RouteRetry:
-    """A topic without a route yet (just auto-created, or %RETRY%<group> before the broker
-    registered it) is looked up again after 1, 2, 4, 8, 16 s instead of waiting for the
-    20 s rebalance timer."""
-
-    def __init__(self, first_s: float = 1.0, max_s: float = 16.0):
-        self.first_s = first_s
-        self.max_s = max_s
-        self.next_s = first_s
-        self.handle = None
-
-    def schedule(self, missing: bool, fn) -> None:
-        if not missing:
-            self.next_s = self.first_s
-            return
-        if self.next_s > self.max_s or (self.handle is not None and not self.handle.cancelled()
-                                        and self.handle.when() > asyncio.get_running_loop().time()):
-            return
-        self.handle = asyncio.get_running_loop().call_later(self.next_s, fn)
-        self.next_s *= 2
-
-    def cancel(self) -> None:
-        if self.handle is not None:
-            self.handle.cancel()
-            self.handle = None
-
-
-async def compute_pull_from_where(instance, offset_store, group: str, mq: MessageQueue,
-                                  consume_from_where: str, consume_timestamp_ms: int) -> int:
-    """Java RebalancePushImpl.computePullFromWhere: the broker's offset if the group has
-    one, else LAST (max offset; 0 for retry topics) / FIRST (0) / TIMESTAMP (search)."""
-    last = await offset_store.read_store(mq)
-    if last >= 0:
-        return last
-    if is_retry_topic(mq.topic):
-        return 0
-    if consume_from_where == "FIRST_OFFSET":
-        return 0
-    if consume_from_where == "TIMESTAMP":
-        return await instance.search_offset(mq, consume_timestamp_ms)
-    return await instance.max_offset(mq)
-
-
 class PushConsumer:
+    """Listener dispatch and send-back over the shared consumer core (SubscriptionState,
+    Fetcher, Rebalancer). Options: PushConsumerConfig, given as `config=` and/or as
+    keyword arguments (which override the config's values)."""
+
     def __init__(self, group: str, namesrv_addr: str, *, listener: Callable | None = None,
-                 batch_listener: Callable | None = None, consume_batch_size: int = 1,
-                 message_model: str = "CLUSTERING", consume_from_where: str = "LAST_OFFSET",
-                 consume_timestamp_ms: int | None = None,
-                 allocate_strategy: AllocateStrategy | None = None, consume_concurrency: int = 20,
-                 pull_batch_size: int = 128, flow_limits: FlowLimits | None = None,
-                 instance_name: str | None = None, max_reconsume_times: int = 16,
-                 suspend_timeout_ms: int = 15000, pull_timeout_ms: int = 30000,
-                 persist_interval_s: float = 5.0, pull_error_delay_ms: int = 1000,
-                 handover_delay_ms: int = 1000, sync_listener_in_thread: bool = True,
-                 broadcast_offset_dir: str | None = None, close_timeout_s: float = 30.0,
-                 serialize_type: int | None = None):
+                 batch_listener: Callable | None = None, config: PushConsumerConfig | None = None,
+                 **options):
         check_group(group)
         if listener is not None and batch_listener is not None:
             raise InvalidArgumentError("give listener or batch_listener, not both")
-        if message_model not in ("CLUSTERING", "BROADCASTING"):
-            raise InvalidArgumentError("message_model must be CLUSTERING or BROADCASTING")
-        if consume_from_where not in CONSUME_FROM:
-            raise InvalidArgumentError(f"consume_from_where must be one of {', '.join(CONSUME_FROM)}")
-        if not 1 <= consume_concurrency <= 1000:
-            raise InvalidArgumentError("consume_concurrency must be in [1, 1000]")
-        if not 1 <= pull_batch_size <= 1024:
-            raise InvalidArgumentError("pull_batch_size must be in [1, 1024]")
-        if not 1 <= consume_batch_size <= 1024:
-            raise InvalidArgumentError("consume_batch_size must be in [1, 1024]")
-        if pull_timeout_ms <= suspend_timeout_ms:
-            raise InvalidArgumentError("pull_timeout_ms must exceed suspend_timeout_ms")
+        cfg = build_config(PushConsumerConfig, config, options)
+        self.config = cfg
         self.group = group
         self.namesrv_addr = namesrv_addr
         self.listener = listener
         self.batch_listener = batch_listener
-        self.consume_batch_size = consume_batch_size if batch_listener else 1
-        self.message_model = message_model
-        self.consume_from_where = consume_from_where
-        self.consume_timestamp_ms = consume_timestamp_ms if consume_timestamp_ms is not None else now_ms() - 30 * 60 * 1000
-        self.allocate_strategy = allocate_strategy or AllocateAveragely()
-        self.consume_concurrency = consume_concurrency
-        self.pull_batch_size = pull_batch_size
-        self.flow_limits = flow_limits or FlowLimits()
-        self.instance_name = instance_name
-        self.max_reconsume_times = max_reconsume_times
-        self.suspend_timeout_ms = suspend_timeout_ms
-        self.pull_timeout_ms = pull_timeout_ms
-        self.persist_interval_s = persist_interval_s
-        self.pull_error_delay_ms = pull_error_delay_ms
-        self.handover_delay_ms = handover_delay_ms
-        self.sync_listener_in_thread = sync_listener_in_thread
-        self.broadcast_offset_dir = broadcast_offset_dir or os.path.join(
+        self.consume_batch_size = cfg.consume_batch_size if batch_listener else 1
+        self.message_model = cfg.message_model
+        self.consume_from_where = cfg.consume_from_where
+        self.consume_timestamp_ms = (cfg.consume_timestamp_ms if cfg.consume_timestamp_ms is not None
+                                     else now_ms() - DEFAULT_CONSUME_TIMESTAMP_AGO_MS)
+        self.allocate_strategy = cfg.allocate_strategy or AllocateAveragely()
+        self.consume_concurrency = cfg.consume_concurrency
+        self.pull_batch_size = cfg.pull_batch_size
+        self.flow_limits = cfg.flow_limits or FlowLimits()
+        self.instance_name = cfg.instance_name       # acquire_consumer_instance may choose one
+        self.max_reconsume_times = cfg.max_reconsume_times
+        self.suspend_timeout_ms = cfg.suspend_timeout_ms
+        self.pull_timeout_ms = cfg.pull_timeout_ms
+        self.persist_interval_s = cfg.persist_interval_s
+        self.pull_error_delay_ms = cfg.pull_error_delay_ms
+        self.handover_delay_ms = cfg.handover_delay_ms
+        self.sync_listener_in_thread = cfg.sync_listener_in_thread
+        self.broadcast_offset_dir = cfg.broadcast_offset_dir or os.path.join(
             os.path.expanduser("~"), ".pocketmq_offsets")
-        self.close_timeout_s = close_timeout_s
-        self.serialize_type = serialize_type
+        self.close_timeout_s = cfg.close_timeout_s
+        self.serialize_type = cfg.serialize_type
 
-        self.subscriptions: dict[str, SubscriptionData] = {}
-        self._filters: dict[str, object] = {}
-        self.pqs: dict[MessageQueue, ProcessQueue] = {}
-        self._pull_tasks: dict[MessageQueue, asyncio.Task] = {}
+        self.subscription_state = SubscriptionState()
+        self.stats = {"consumed": 0, "failed": 0, "sent_back": 0, "pulls": 0}
+        self.fetcher = Fetcher(group, self.subscription_state, self, pull_batch_size=self.pull_batch_size,
+                               suspend_timeout_ms=self.suspend_timeout_ms, pull_timeout_ms=self.pull_timeout_ms,
+                               pull_error_delay_ms=self.pull_error_delay_ms, stats=self.stats)
+        self.rebalancer = Rebalancer(group, self.subscription_state, message_model=self.message_model,
+                                     allocate_strategy=self.allocate_strategy,
+                                     handover_delay_ms=self.handover_delay_ms,
+                                     running=lambda: self.state == "RUNNING",
+                                     add_queues=self._add_queues, remove_queues=self._remove_queues)
         self._work: WorkQueue | None = None
         self._workers: list[asyncio.Task] = []
         self._persist_task: asyncio.Task | None = None
         self._retry_handles: set = set()
-        self._route_retry = RouteRetry()
-        self._rebalance_lock: asyncio.Lock | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._listener_is_async = False
         self.instance = None
         self.offset_store = None
         self.state = "CREATED"      # CREATED -> RUNNING -> DRAINING -> CLOSED
         self._drain_task: asyncio.Task | None = None
-        self.stats = {"consumed": 0, "failed": 0, "sent_back": 0, "pulls": 0}
 
     # -- configuration ---------------------------------------------------------------------
+    @property
+    def subscriptions(self) -> dict:
+        return self.subscription_state.subscriptions
+
+    @property
+    def pqs(self) -> dict[MessageQueue, ProcessQueue]:
+        """The held queues and their ProcessQueues (a snapshot)."""
+        return {mq: qs.pq for mq, qs in self.subscription_state.assignment.items()}
+
     def subscribe(self, topic: str, expression: str = "*") -> None:
         check_topic(topic)
         if self.state != "CREATED":
             raise ClientStateError("subscribe before start()")
-        self.subscriptions[topic] = build_subscription(topic, expression or "*", "TAG", now_ms())
+        self.subscription_state.subscribe(topic, expression, now_ms())
 
     def register_listener(self, listener: Callable) -> None:
         self.listener = listener
 
     def topics(self) -> set[str]:
-        return set(self.subscriptions)
+        return self.subscription_state.topics()
 
     @property
     def client_id(self) -> str:
@@ -281,8 +218,8 @@ class PushConsumer:
         return {"properties": {"consumerGroup": self.group, "messageModel": self.message_model,
                                "consumeType": "CONSUME_PASSIVELY", "language": "PYTHON"},
                 "mqTable": {f"{mq.topic}@{mq.broker_name}@{mq.queue_id}": {
-                    "cachedMsgCount": pq.msg_count, "commitOffset": pq.commit_offset()}
-                    for mq, pq in self.pqs.items()},
+                    "cachedMsgCount": qs.pq.msg_count, "commitOffset": qs.pq.commit_offset()}
+                    for mq, qs in self.subscription_state.assignment.items()},
                 "stats": dict(self.stats)}
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -297,18 +234,17 @@ class PushConsumer:
         self._listener_is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None))
         if self.message_model == "CLUSTERING":
-            self.subscriptions.setdefault(retry_topic(self.group),
-                                          build_subscription(retry_topic(self.group), "*", "TAG", now_ms()))
-        self._filters = {t: tag_filter(s) for t, s in self.subscriptions.items()}
+            self.subscription_state.subscribe_default(retry_topic(self.group), now_ms())
         inst = await acquire_consumer_instance(self)
         self.instance = inst
+        self.fetcher.instance = inst
+        self.rebalancer.instance = inst
         if self.message_model == "CLUSTERING":
             self.offset_store = RemoteOffsetStore(inst, self.group)
         else:
             self.offset_store = LocalOffsetStore(inst, self.group, self.broadcast_offset_dir,
                                                  self.instance_name)
         await self.offset_store.load()
-        self._rebalance_lock = asyncio.Lock()
         self._work = WorkQueue()
         if not self._listener_is_async and self.sync_listener_in_thread:
             self._executor = ThreadPoolExecutor(self.consume_concurrency,
@@ -367,39 +303,36 @@ class PushConsumer:
 
     async def _drain(self, timeout_s: float) -> bool:
         self.state = "DRAINING"
-        async with self._rebalance_lock:
-            tasks = list(self._pull_tasks.values())
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            self._pull_tasks.clear()
+        held = self.subscription_state.assignment
+        async with self.rebalancer.lock:
+            await self.fetcher.stop_all()
         deadline = mono_ms() + int(timeout_s * 1000)
         clean = True
-        while any(pq.msg_count for pq in self.pqs.values()):
+        while any(qs.pq.msg_count for qs in held.values()):
             if mono_ms() >= deadline:
                 clean = False
                 log.warning("%s: drain timed out with %d messages cached", self.group,
-                            sum(pq.msg_count for pq in self.pqs.values()))
+                            sum(qs.pq.msg_count for qs in held.values()))
                 break
             await asyncio.sleep(0.01)
-        for pq in self.pqs.values():
-            pq.dropped = True
+        for qs in held.values():
+            qs.drop()
         # Running listeners (only when timed out) get a moment to finish before the commit.
-        while any(pq.in_flight for pq in self.pqs.values()) and mono_ms() < deadline + 1000:
+        while any(qs.pq.in_flight for qs in held.values()) and mono_ms() < deadline + 1000:
             await asyncio.sleep(0.01)
         await self._stop_workers()
         if self._persist_task is not None:
             self._persist_task.cancel()
             await asyncio.gather(self._persist_task, return_exceptions=True)
-        for mq, pq in self.pqs.items():
-            off = pq.commit_offset()
+        for mq, qs in held.items():
+            off = qs.pq.commit_offset()
             if off >= 0:
                 self.offset_store.update(mq, off, increase_only=True)
         try:
             await self.offset_store.persist()
         except Exception as e:  # never leave the instance registered because of a commit error
             log.warning("%s: final commit failed: %s", self.group, e)
-        self.pqs.clear()
+        held.clear()
         inst = self.instance
         inst.unregister_consumer(self.group)
         try:
@@ -413,7 +346,7 @@ class PushConsumer:
         return clean
 
     async def _stop_workers(self) -> None:
-        self._route_retry.cancel()
+        self.rebalancer.cancel()
         for h in list(self._retry_handles):
             h.cancel()
         self._retry_handles.clear()
@@ -433,84 +366,38 @@ class PushConsumer:
             except Exception as e:
                 log.warning("%s: periodic commit failed: %s", self.group, e)
 
-    # -- rebalance ------------------------------------------------------------------------
+    # -- rebalance (Rebalancer hooks) ---------------------------------------------------------
     async def rebalance(self) -> None:
-        if self.state != "RUNNING":
-            return
-        async with self._rebalance_lock:
-            if self.state != "RUNNING":
-                return
-            inst = self.instance
-            missing = False
-            for topic in list(self.subscriptions):
-                try:
-                    missing |= await self._rebalance_topic(topic)
-                except MQClientError as e:
-                    log.warning("%s: rebalance of %s failed (retrying soon): %s", self.group, topic, e)
-                    missing = True
-                if self.state != "RUNNING":
-                    return
-            for mq in [m for m in self.pqs if m.topic not in self.subscriptions]:
-                await self._remove_queue(mq)
-            self._route_retry.schedule(missing, inst.rebalance_now)
+        await self.rebalancer.rebalance()
 
-    async def _rebalance_topic(self, topic: str) -> bool:
-        """One topic's round; True when it should be retried soon (no route / not listed yet)."""
-        inst = self.instance
-        mq_all = await inst.subscribe_queues(topic, refresh=topic not in inst.routes)
-        if not mq_all:
-            return True
-        if self.message_model == "CLUSTERING":
-            cids = await inst.consumer_id_list(self.group, topic)
-            if inst.client_id not in cids:
-                # The broker has not seen our heartbeat yet: keep what we have.
-                log.info("%s: %s not yet in the consumer list %s", self.group, inst.client_id, cids)
-                await inst.heartbeat_all()
-                return True
-            plan = plan_clustering(topic, self.group, inst.client_id, mq_all, cids, self.pqs,
-                                   self.allocate_strategy)
-            alone = len(cids) == 1
-        else:
-            plan = plan_broadcasting(topic, mq_all, self.pqs)
-            alone = True
-        if plan.changed:
-            log.info("%s: rebalance %s: -%s +%s", self.group, topic,
-                     [m.queue_id for m in plan.to_remove], [m.queue_id for m in plan.to_add])
-        await asyncio.gather(*(self._remove_queue(mq) for mq in plan.to_remove))
-        if plan.to_add and not alone and self.handover_delay_ms > 0:
-            # Let the previous owners commit what they consumed before we read the offsets.
-            await asyncio.sleep(self.handover_delay_ms / 1000)
-            if self.state != "RUNNING":
-                return False
-        await asyncio.gather(*(self._add_queue(mq) for mq in plan.to_add))
-        return False
+    async def _add_queues(self, mqs) -> None:
+        await asyncio.gather(*(self._add_queue(mq) for mq in mqs))
+
+    async def _remove_queues(self, mqs) -> None:
+        await asyncio.gather(*(self._remove_queue(mq) for mq in mqs))
 
     async def _add_queue(self, mq: MessageQueue) -> None:
         try:
-            offset = await compute_pull_from_where(self.instance, self.offset_store, self.group, mq,
+            offset = await compute_pull_from_where(self.instance, self.offset_store, mq,
                                                    self.consume_from_where, self.consume_timestamp_ms)
         except MQClientError as e:
             log.warning("%s: cannot compute the start offset of %s (retry next rebalance): %s",
                         self.group, mq, e)
             return
-        if self.state != "RUNNING" or mq in self.pqs:
+        if self.state != "RUNNING" or mq in self.subscription_state.assignment:
             return
-        pq = ProcessQueue(mono_ms())
-        self.pqs[mq] = pq
-        self._pull_tasks[mq] = asyncio.create_task(self._pull_loop(mq, pq, offset),
-                                                   name=f"{self.group}:pull:{mq.topic}:{mq.broker_name}:{mq.queue_id}")
+        qs = self.subscription_state.add(mq, offset, ProcessQueue(mono_ms()))
+        self.fetcher.start(qs)
 
     async def _remove_queue(self, mq: MessageQueue, wait_s: float = 10.0, commit: bool = True) -> None:
         """Stop consuming `mq`: no more pulls, wait (up to wait_s) for its listeners, then
         commit what was consumed (unless `commit` is False: an offset reset replaces it)."""
-        pq = self.pqs.get(mq)
-        if pq is None:
+        qs = self.subscription_state.get(mq)
+        if qs is None:
             return
-        pq.dropped = True
-        task = self._pull_tasks.pop(mq, None)
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        pq = qs.pq
+        qs.drop()
+        await self.fetcher.stop(qs)
         deadline = mono_ms() + int(wait_s * 1000)
         while pq.in_flight and mono_ms() < deadline:
             await asyncio.sleep(0.005)
@@ -522,8 +409,7 @@ class PushConsumer:
                 await self.offset_store.persist([mq])
             except Exception as e:
                 log.warning("%s: commit of removed queue %s failed: %s", self.group, mq, e)
-        if self.pqs.get(mq) is pq:
-            del self.pqs[mq]
+        self.subscription_state.remove(mq, qs)
         self.offset_store.remove(mq)
 
     async def reset_offsets(self, table: dict[MessageQueue, int]) -> None:
@@ -533,8 +419,8 @@ class PushConsumer:
         resetOffset. Queues owned by other members are theirs to reset."""
         if self.state != "RUNNING":
             return
-        async with self._rebalance_lock:
-            owned = [mq for mq in table if mq in self.pqs]
+        async with self.rebalancer.lock:
+            owned = [mq for mq in table if mq in self.subscription_state.assignment]
             if not owned:
                 return
             await asyncio.gather(*(self._remove_queue(mq, commit=False) for mq in owned))
@@ -547,84 +433,47 @@ class PushConsumer:
             # table in clustering mode, the local file in broadcasting mode).
             await asyncio.gather(*(self._add_queue(mq) for mq in owned))
 
-    # -- pulling --------------------------------------------------------------------------
-    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, next_offset: int) -> None:
-        inst = self.instance
-        sub = self.subscriptions[mq.topic]
-        accept = self._filters.get(mq.topic)
-        clustering = self.message_model == "CLUSTERING"
-        limits = self.flow_limits
-        timeout_s = self.pull_timeout_ms / 1000
-        failures = 0
-        while not pq.dropped:
-            if pq.flow_control(limits) is not None:
-                await asyncio.sleep(FLOW_CONTROL_DELAY_MS / 1000)
-                continue
-            commit = pq.commit_offset() if clustering else -1
-            sys_flag = pull_sys_flag(commit > 0, True, True)
-            try:
-                addr = await inst.master_addr_refreshing(mq.broker_name, mq.topic)
-                res = await inst.pull_message(addr, mq.broker_name, self.group, mq, next_offset,
-                                              self.pull_batch_size, sys_flag, max(commit, 0),
-                                              self.suspend_timeout_ms, sub.sub_string, sub.sub_version,
-                                              timeout_s, raw=True)
-            except MQClientError as e:
-                if pq.dropped:
-                    break
-                failures += 1
-                # Transient errors at INFO; the same offset failing on and on is a stuck queue.
-                (log.warning if failures >= 5 else log.info)(
-                    "%s: pull %s@%d failed (%d in a row): %s", self.group, mq, next_offset, failures, e)
-                if isinstance(e, SubscriptionError):
-                    await inst.heartbeat_all()
-                await asyncio.sleep(self.pull_error_delay_ms / 1000)
-                continue
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                # A bug must not silently end this queue's pull loop (rebalance would not restart it).
-                if pq.dropped:
-                    break
-                failures += 1
-                log.exception("%s: pull %s@%d failed unexpectedly", self.group, mq, next_offset)
-                await asyncio.sleep(self.pull_error_delay_ms / 1000)
-                continue
-            failures = 0
-            self.stats["pulls"] += 1
-            if pq.dropped:
-                break
-            status = res.status
-            pq.pull_offset = res.next_begin_offset
-            if status == PullResult.FOUND:
-                next_offset = res.next_begin_offset
-                bn = mq.broker_name
-                recs = res.records if accept is None else [r for r in res.records if accept(r)]
-                if recs:
-                    from_raw = MessageExt.from_raw
-                    msgs = [from_raw(r, bn) for r in recs]
-                    known = pq.msgs
-                    if known and any(m.queue_offset in known for m in msgs):
-                        # Offsets already cached (the pull offset moved back): never hand a
-                        # message to the listener twice at once.
-                        msgs = [m for m in msgs if m.queue_offset not in known]
-                    if msgs:
-                        pq.put_messages(msgs, mono_ms())
-                        self._dispatch(mq, pq, msgs)
-            elif status in (PullResult.NO_NEW_MSG, PullResult.NO_MATCHED_MSG):
-                next_offset = res.next_begin_offset
-            else:  # OFFSET_ILLEGAL
-                log.warning("%s: offset %d of %s illegal (min %d, max %d); moving to %d", self.group,
-                            next_offset, mq, res.min_offset, res.max_offset, res.next_begin_offset)
-                next_offset = res.next_begin_offset
-                if pq.msg_count == 0 and self.pqs.get(mq) is pq:
-                    self.offset_store.update(mq, next_offset, increase_only=False)
-                    await self.offset_store.persist([mq])
+    # -- pulling (Fetcher hooks) ---------------------------------------------------------------
+    def may_fetch(self, qs: QueueState) -> bool:
+        return qs.pq.flow_control(self.flow_limits) is None
+
+    def pull_commit_offset(self, qs: QueueState) -> int:
+        return qs.pq.commit_offset() if self.message_model == "CLUSTERING" else -1
+
+    async def start_offset(self, qs: QueueState) -> int:
+        return await compute_pull_from_where(self.instance, self.offset_store, qs.mq,
+                                             self.consume_from_where, self.consume_timestamp_ms)
+
+    def on_found(self, qs: QueueState, msgs: list, next_begin_offset: int) -> None:
+        pq = qs.pq
+        pq.pull_offset = next_begin_offset
+        if msgs:
+            known = pq.msgs
+            if known and any(m.queue_offset in known for m in msgs):
+                # Offsets already cached (the pull offset moved back): never hand a
+                # message to the listener twice at once.
+                msgs = [m for m in msgs if m.queue_offset not in known]
+            if msgs:
+                pq.put_messages(msgs, mono_ms())
+                self._dispatch(qs.mq, pq, msgs)
+
+    def on_no_new(self, qs: QueueState, next_begin_offset: int) -> None:
+        qs.pq.pull_offset = next_begin_offset
+
+    async def on_offset_moved(self, qs: QueueState, res, old_offset: int) -> None:
+        pq = qs.pq
+        pq.pull_offset = res.next_begin_offset
+        mq = qs.mq
+        if pq.msg_count == 0 and self.subscription_state.get(mq) is qs:
+            self.offset_store.update(mq, res.next_begin_offset, increase_only=False)
+            await self.offset_store.persist([mq])
 
     def _sync_offsets(self) -> None:
         """Copy each live queue's commit point into the offset store (done before every
         commit rather than per message: the process queue is the source of truth)."""
         update = self.offset_store.update
-        for mq, pq in self.pqs.items():
+        for mq, qs in self.subscription_state.assignment.items():
+            pq = qs.pq
             if not pq.dropped:
                 off = pq.commit_offset()
                 if off >= 0:
@@ -744,8 +593,8 @@ class PushConsumer:
     async def _send_back(self, mq: MessageQueue, m: MessageExt) -> bool:
         try:
             addr = await self.instance.master_addr_refreshing(mq.broker_name, mq.topic)
-            await self.instance.send_back(addr, self.group, m.commit_log_offset, 0, m.msg_id, m.topic,
-                                          self.max_reconsume_times)
+            await self.instance.api.send_back(SendBackRequest(addr, self.group, m.commit_log_offset, 0, m.msg_id,
+                                                              m.topic, self.max_reconsume_times))
             self.stats["sent_back"] += 1
             return True
         except MQClientError as e:

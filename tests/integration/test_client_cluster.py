@@ -12,10 +12,12 @@ import time
 import pytest
 
 from pocketmq.client import CONSUME_SUCCESS, LitePullConsumer, Message, Producer, PushConsumer
-from pocketmq.protocol.bodies import MessageQueue
-from pocketmq.protocol.codes import RequestCode, ResponseCode
-from pocketmq.protocol.command import RemotingCommand
-from pocketmq.remoting.client import RemotingClient
+from pocketmq.client import errors
+from pocketmq.client.api import ResetOffsetRequest
+from pocketmq.client.instance import ClientInstance
+from pocketmq.protocol.bodies import MessageQueue, TopicConfig
+from pocketmq.protocol.headers.typed import SendMessageRequestHeader
+from pocketmq.protocol.message import decode_offset_msg_id, encode_properties
 from tests.support.daemons import Cluster
 from tests.support.workloads import produce_around_a_timestamp, run_mqadmin
 
@@ -40,24 +42,23 @@ async def wait_for(pred, timeout_s=15.0, what="condition"):
 
 
 async def create_topic(cluster, topic: str, queues: int) -> None:
-    rc = RemotingClient()
+    inst = ClientInstance("127.0.0.1@create-topic", cluster.namesrv_addr)
     try:
-        ext = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues),
-               "writeQueueNums": str(queues), "perm": "6", "topicFilterType": "SINGLE_TAG",
-               "topicSysFlag": "0", "order": "false"}
-        resp = await rc.invoke(cluster.broker_addr, RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC,
-                                                                    ext_fields=ext), 5)
-        assert resp.code == ResponseCode.SUCCESS, resp.remark
-        rc.set_namesrv_addr(cluster.namesrv_addr)
-        for _ in range(200):     # the broker re-registers with the nameserver
-            r = await rc.invoke_namesrv(RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                                                        ext_fields={"topic": topic}), 3)
-            if r.code == ResponseCode.SUCCESS and f'"writeQueueNums":{queues}' in r.body.decode():
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"route of {topic} never showed {queues} queues")
+        await wait_topic(inst.api, cluster, topic, queues)
     finally:
-        await rc.close()
+        await inst.close()
+
+
+async def wait_topic(api, cluster, topic: str, queues: int) -> None:
+    """Create `topic` on the broker, then wait until the nameserver's route shows it (the
+    broker re-registers on its own schedule: nothing to await but the route itself)."""
+    await api.create_topic(cluster.broker_addr, TopicConfig(topic, queues, queues), "TBW102")
+    for _ in range(200):
+        route = await api.get_route(topic)
+        if route is not None and [q.write_queue_nums for q in route.queue_datas] == [queues]:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"route of {topic} never showed {queues} queues")
 
 
 def uniq(name: str) -> str:
@@ -377,3 +378,49 @@ async def test_reset_offset_by_time_rewinds_online_and_offline_consumers(cluster
         r = await asyncio.to_thread(run_mqadmin, "resetOffsetByTime", "-n", ns, "-g", uniq("NoSuchGroup"), "-t", topic,
                                     "-s", "now")
         assert r.returncode == 1 and "not exist" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+async def test_client_api_serves_an_admin_without_producers_or_consumers(cluster):
+    """What mqadmin needs, through ClientInstance(...).api alone (never started: no timers,
+    no heartbeats): cluster info, topic create/list/route/stats/delete, send, view by id,
+    offsets, consume stats, connections, runtime info, offset reset."""
+    topic, group = uniq("ApiTopic"), uniq("api_group")
+    inst = ClientInstance("127.0.0.1@api-admin", cluster.namesrv_addr)
+    api = inst.api
+    try:
+        async with asyncio.timeout(60):
+            brokers, clusters = await api.cluster_info()
+            [(name, bd)] = brokers.items()
+            assert bd.master_addr() == cluster.broker_addr and name in clusters["DefaultCluster"]
+            assert "brokerVersionDesc" in (await api.broker_runtime_info(cluster.broker_addr))["table"]
+            await wait_topic(api, cluster, topic, 2)
+            assert topic in await api.topic_list(cluster.namesrv_addr)
+            assert (await api.get_route_json(topic))["brokerDatas"][0]["brokerName"] == name
+            h = SendMessageRequestHeader("api_producer", topic, "TBW102", 4, 1, 0, 1_700_000_000_000, 0,
+                                         encode_properties({"TAGS": "A", "UNIQ_KEY": "U1"}), 0, False, False, None)
+            resp = await api.send_message(cluster.broker_addr, h, b"hello api")
+            assert resp.ext_fields["queueId"] == "1"
+            ip, port, commit_log_offset = decode_offset_msg_id(resp.ext_fields["msgId"])
+            msg = await api.view_message(f"{ip}:{port}", commit_log_offset)
+            assert (msg.body, msg.topic, msg.properties["TAGS"]) == (b"hello api", topic, "A")
+            mq = MessageQueue(topic, name, 1)
+            assert await api.max_offset(cluster.broker_addr, mq) == 1
+            # no stored offset: -1 (QUERY_NOT_FOUND), or 0 when the queue still starts at 0 (Java's rule)
+            assert await api.query_consumer_offset(cluster.broker_addr, group, mq) in (-1, 0)
+            await api.update_consumer_offset(cluster.broker_addr, group, mq, 1)
+            assert await api.query_consumer_offset(cluster.broker_addr, group, mq) == 1
+            stats = await api.topic_stats(cluster.broker_addr, topic)
+            assert stats["offsetTable"]
+            consume = await api.consume_stats(cluster.broker_addr, group, topic)
+            assert "offsetTable" in consume
+            with pytest.raises(errors.BrokerError):
+                await api.consumer_connection_list(cluster.broker_addr, group)   # nobody online
+            table = await api.reset_offset(cluster.broker_addr, ResetOffsetRequest(topic, group, 0))
+            assert table.get(mq) == 0
+            assert await api.query_consumer_offset(cluster.broker_addr, group, mq) == 0
+            await api.delete_topic_in_broker(cluster.broker_addr, topic)
+            await api.delete_topic_in_namesrv(topic)
+            assert await api.get_route(topic) is None
+            assert not inst.started and not inst._tasks
+    finally:
+        await inst.close()

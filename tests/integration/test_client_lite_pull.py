@@ -1,6 +1,8 @@
 """LitePullConsumer against the in-process fake cluster."""
 import asyncio
 
+import pytest
+
 from pocketmq.client.lite_pull_consumer import LitePullConsumer
 from pocketmq.client.message import Message
 from pocketmq.client.producer import Producer
@@ -122,3 +124,50 @@ async def test_two_lite_consumers_share_queues():
             assert len(a.assignment()) == 2 and not a.assignment() & b.assignment()
             await a.close()
             await b.close()
+
+
+def _fail_once(monkeypatch, where):
+    """Make the first pull (where="pull") or the first handling of a pulled message
+    (where="decode") raise a RuntimeError: a bug, not a broker or network error."""
+    from pocketmq.client.api import ClientAPI
+    from pocketmq.client.message import MessageExt
+    failed = asyncio.Event()
+    if where == "pull":
+        real_pull = ClientAPI.pull_message
+
+        async def pull(self, req):
+            if not failed.is_set():
+                failed.set()
+                raise RuntimeError("injected bug in pull")
+            return await real_pull(self, req)
+        monkeypatch.setattr(ClientAPI, "pull_message", pull)
+    else:
+        real_from_raw = MessageExt.from_raw.__func__
+
+        def from_raw(cls, t, broker_name=""):
+            if not failed.is_set():
+                failed.set()
+                raise RuntimeError("injected bug in decoding")
+            return real_from_raw(cls, t, broker_name)
+        monkeypatch.setattr(MessageExt, "from_raw", classmethod(from_raw))
+    return failed
+
+
+@pytest.mark.parametrize("where", ["pull", "decode"])
+async def test_pulling_survives_an_unexpected_exception(monkeypatch, where):
+    """A bug raising in the pull loop is logged and retried; the queue keeps being pulled
+    (before the shared fetcher, the lite consumer's loop ended silently)."""
+    async with asyncio.timeout(30):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 1)
+            mq0 = MessageQueue("T", "broker-a", 0)
+            await produce(cluster.namesrv_addr, "T", 5, queue=mq0)
+            failed = _fail_once(monkeypatch, where)
+            c = LitePullConsumer("LGX", cluster.namesrv_addr, instance_name="lx", pull_error_delay_ms=20,
+                                 consume_from_where="FIRST_OFFSET", auto_commit=False)
+            c.assign([mq0])
+            async with c:
+                got = await poll_n(c, 5)
+                assert failed.is_set()
+                assert [m.queue_offset for m in got] == list(range(5))
+                assert not c.assigned[mq0].task.done()

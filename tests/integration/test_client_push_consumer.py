@@ -356,3 +356,29 @@ async def test_plain_callable_returning_a_coroutine_is_awaited():
                 await wait_for(lambda: len(got) == 3, what="3 messages through the wrapper")
                 await asyncio.sleep(0.2)
             assert len(got) == 3   # none failed and came back
+
+
+@pytest.mark.parametrize("where", ["pull", "decode"])
+async def test_pulling_survives_an_unexpected_exception(monkeypatch, where):
+    """A bug raising in the pull loop (in the pull itself, or while handling what came back)
+    is logged and retried: the queue keeps being consumed."""
+    from tests.integration.test_client_lite_pull import _fail_once
+    async with asyncio.timeout(30):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 1)
+            await produce(cluster.namesrv_addr, "T", 5)
+            failed = _fail_once(monkeypatch, where)
+            got = []
+            all_in = asyncio.Event()
+
+            async def listener(msg):
+                got.append(msg.queue_offset)
+                if len(got) >= 5:
+                    all_in.set()
+            c = PushConsumer("CGX", cluster.namesrv_addr, listener=listener, instance_name="cx",
+                             consume_from_where="FIRST_OFFSET", pull_error_delay_ms=20)
+            c.subscribe("T")
+            async with c:
+                await all_in.wait()
+                assert failed.is_set()
+                assert sorted(got) == list(range(5))

@@ -1,0 +1,492 @@
+"""ClientAPI: one method per request code, the only place the client builds request headers.
+
+Like the Java client's MQClientAPIImpl: every method takes the broker (or nameserver)
+address it talks to plus a small request value, builds the RemotingCommand, and turns
+the response into a value (statuses that are expected outcomes, such as PULL_NOT_FOUND,
+are values) or a typed exception from client.errors (`error_for`: the one code-to-class
+table). Nothing here knows routes, consumers or timers: callers resolve addresses
+(ClientInstance.master_addr_refreshing, the nameserver's cluster info...).
+
+The transport is the ClientInstance (`instance.api`): its `invoke` prepares a broker
+connection on first use (header codec, heartbeat). An admin tool without producers or
+consumers uses the same object: `ClientInstance(client_id, namesrv).api`, no start()
+needed (connections are dialled on demand; no heartbeat is sent when nothing is
+registered).
+
+| method                      | request code                          |
+|-----------------------------|---------------------------------------|
+| send_message                | SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE  |
+| pull_message                | PULL_MESSAGE                          |
+| query_consumer_offset       | QUERY_CONSUMER_OFFSET                 |
+| update_consumer_offset      | UPDATE_CONSUMER_OFFSET                |
+| max_offset / min_offset     | GET_MAX_OFFSET / GET_MIN_OFFSET       |
+| search_offset               | SEARCH_OFFSET_BY_TIMESTAMP            |
+| earliest_msg_store_time     | GET_EARLIEST_MSG_STORETIME            |
+| consumer_id_list            | GET_CONSUMER_LIST_BY_GROUP            |
+| send_back                   | CONSUMER_SEND_MSG_BACK                |
+| lock_batch / unlock_batch   | LOCK_BATCH_MQ / UNLOCK_BATCH_MQ       |
+| heartbeat                   | HEART_BEAT                            |
+| unregister_client           | UNREGISTER_CLIENT                     |
+| get_route / get_route_json  | GET_ROUTEINFO_BY_TOPIC (nameserver)   |
+| cluster_info                | GET_BROKER_CLUSTER_INFO (nameserver)  |
+| topic_list                  | GET_ALL_TOPIC_LIST_FROM_NAMESERVER    |
+| put_kv_config               | PUT_KV_CONFIG (nameserver)            |
+| delete_topic_in_namesrv     | DELETE_TOPIC_IN_NAMESRV               |
+| create_topic                | UPDATE_AND_CREATE_TOPIC               |
+| delete_topic_in_broker      | DELETE_TOPIC_IN_BROKER                |
+| topic_stats                 | GET_TOPIC_STATS_INFO                  |
+| broker_runtime_info         | GET_BROKER_RUNTIME_INFO               |
+| consume_stats               | GET_CONSUME_STATS                     |
+| consumer_connection_list    | GET_CONSUMER_CONNECTION_LIST          |
+| view_message                | VIEW_MESSAGE_BY_ID                    |
+| reset_offset                | INVOKE_BROKER_TO_RESET_OFFSET         |
+"""
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+from pocketmq.client.errors import (
+    QueryNotFoundError,
+    error_for,
+    wrap_remoting,
+)
+from pocketmq.protocol import message as msgcodec
+from pocketmq.protocol.bodies import (
+    MessageQueue,
+    TopicConfig,
+    TopicRouteData,
+    decode_cluster_info,
+    decode_mq_set,
+    decode_reset_offset_body,
+    encode_lock_body,
+    loads,
+)
+from pocketmq.protocol.codes import (
+    CURRENT_VERSION,
+    LanguageCode,
+    PullSysFlag,
+    RequestCode,
+    ResponseCode,
+)
+from pocketmq.protocol.command import RemotingCommand
+from pocketmq.protocol.errors import BodyError
+from pocketmq.protocol.headers.typed import (
+    PullMessageRequestHeader,
+    SendMessageRequestHeader,
+    encode_pull_header,
+    encode_send_header,
+)
+from pocketmq.remoting.connection import RemotingError
+
+log = logging.getLogger("pocketmq.client")
+
+DEFAULT_TIMEOUT_S = 3.0
+SEND_BACK_TIMEOUT_S = 5.0
+
+_PYTHON = int(LanguageCode.PYTHON)
+_SEND_OK_CODES = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
+                  ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE)
+
+
+# -- request values -------------------------------------------------------------------------
+
+class PullRequest(NamedTuple):
+    """One PULL_MESSAGE. FOUND records are protocol.message.MessageExt, or with raw=True the
+    tuples of protocol.message.decode_records_raw (for MessageExt.from_raw)."""
+    addr: str
+    group: str
+    mq: MessageQueue
+    offset: int
+    max_nums: int
+    sys_flag: int
+    commit_offset: int
+    suspend_ms: int
+    subscription: str | None
+    sub_version: int
+    timeout_s: float
+    expression_type: str = "TAG"
+    raw: bool = False
+
+
+class SendBackRequest(NamedTuple):
+    """One CONSUMER_SEND_MSG_BACK: the broker re-sends the message to %RETRY%<group>
+    (or the DLQ after max_reconsume_times)."""
+    addr: str
+    group: str
+    commit_log_offset: int
+    delay_level: int
+    origin_msg_id: str
+    origin_topic: str
+    max_reconsume_times: int
+
+
+class ResetOffsetRequest(NamedTuple):
+    """INVOKE_BROKER_TO_RESET_OFFSET: the broker resets `group` on `topic` to `timestamp_ms`
+    (-1: to the max offsets) and tells the group's online consumers."""
+    topic: str
+    group: str
+    timestamp_ms: int
+    force: bool = True
+
+
+class PullResult:
+    """Outcome of one PULL_MESSAGE (a value: statuses are not errors)."""
+    __slots__ = (
+        "max_offset",
+        "min_offset",
+        "next_begin_offset",
+        "records",
+        "status",
+        "suggest_which_broker_id",
+    )
+
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+    def __init__(self, status, next_begin_offset, min_offset, max_offset, records, suggest=0):
+        self.status = status
+        self.next_begin_offset = next_begin_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.records = records
+        self.suggest_which_broker_id = suggest
+
+    def __repr__(self):
+        return (f"PullResult({self.status}, next={self.next_begin_offset}, min={self.min_offset}, "
+                f"max={self.max_offset}, n={len(self.records)})")
+
+
+_PULL_STATUS = {
+    ResponseCode.SUCCESS: PullResult.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullResult.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullResult.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullResult.OFFSET_ILLEGAL,
+}
+
+
+def pull_sys_flag(commit_offset: bool, suspend: bool, subscription: bool) -> int:
+    flag = 0
+    if commit_offset:
+        flag |= PullSysFlag.COMMIT_OFFSET
+    if suspend:
+        flag |= PullSysFlag.SUSPEND
+    if subscription:
+        flag |= PullSysFlag.SUBSCRIPTION
+    return flag
+
+
+def _queue_ext(mq: MessageQueue) -> dict:
+    return {"topic": mq.topic, "queueId": str(mq.queue_id)}
+
+
+def _str_ext(ext: dict) -> dict:
+    # extFields travel as strings (Java's HashMap<String, String>)
+    return {k: v if type(v) is str else ("true" if v is True else "false" if v is False else str(v))
+            for k, v in ext.items()}
+
+
+class ClientAPI:
+    """The request methods over a transport (a ClientInstance: invoke, invoke_oneway,
+    invoke_unprepared, invoke_namesrv and its remoting's connection table)."""
+
+    def __init__(self, transport, decode_skipping_bad_records=None):
+        self._t = transport
+        # Salvaging a pull body with bad records is the transport owner's choice (the
+        # ClientInstance passes its function; see PullResult decoding below).
+        self._salvage = decode_skipping_bad_records
+
+    # -- raw plumbing --------------------------------------------------------------------
+    async def _call(self, addr: str, code: int, ext: dict | None = None, body: bytes | None = None,
+                    timeout_s: float = DEFAULT_TIMEOUT_S) -> RemotingCommand:
+        cmd = RemotingCommand(code, ext_fields=ext or {}, body=body if body is not None else b"")
+        return await self._t.invoke(addr, cmd, timeout_s)
+
+    async def _ok(self, addr: str, code: int, ext: dict | None = None, body: bytes | None = None,
+                  timeout_s: float = DEFAULT_TIMEOUT_S) -> RemotingCommand:
+        resp = await self._call(addr, code, ext, body, timeout_s)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, addr)
+        return resp
+
+    async def _namesrv(self, code: int, ext: dict | None = None, namesrv_addr: str | None = None,
+                       timeout_s: float = DEFAULT_TIMEOUT_S) -> RemotingCommand:
+        """A nameserver request: to `namesrv_addr`, or the configured ones in rotation."""
+        cmd = RemotingCommand(code, ext_fields=ext or {})
+        try:
+            if namesrv_addr is None:
+                return await self._t.remoting.invoke_namesrv(cmd, timeout_s)
+            return await self._t.remoting.invoke(namesrv_addr, cmd, timeout_s)
+        except RemotingError as e:
+            raise wrap_remoting(e, namesrv_addr) from None
+
+    @staticmethod
+    def _json(resp: RemotingCommand, addr: str, what: str):
+        try:
+            return loads(resp.body_bytes() or b"{}")
+        except (BodyError, ValueError) as e:
+            raise error_for(ResponseCode.SYSTEM_ERROR, f"unreadable {what}: {e}", addr) from None
+
+    # -- producer ------------------------------------------------------------------------
+    async def send_message(self, addr: str, header: SendMessageRequestHeader | dict, body: bytes, *,
+                           batch: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S,
+                           oneway: bool = False) -> RemotingCommand | None:
+        """SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE; `header` is a SendMessageRequestHeader or its
+        already encoded V2 extFields (client.producer.send_ext_fields). Returns the response
+        (SendResult fields are read by the producer), None when oneway."""
+        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        ext = header if type(header) is dict else encode_send_header(header, v2=True)
+        if oneway:
+            await self._t.invoke_oneway(addr, RemotingCommand(code, ext_fields=ext, body=body))
+            return None
+        conn = self._t.remoting.connections.get(addr)
+        if conn is not None and not conn.closed and "ready" in conn.attrs:
+            # the send hot path: invoke() inlined (one coroutine layer less per send)
+            cmd = RemotingCommand(code, 0, 0, None, ext, body, _PYTHON, CURRENT_VERSION,
+                                  conn.attrs["serialize_type"])
+            try:
+                resp = await conn.request(cmd, timeout_s)
+            except RemotingError as e:
+                raise wrap_remoting(e, addr) from None
+        else:
+            resp = await self._t.invoke(addr, RemotingCommand(code, ext_fields=ext, body=body), timeout_s)
+        if resp.code not in _SEND_OK_CODES:
+            raise error_for(resp.code, resp.remark, addr)
+        return resp
+
+    # -- consumer ------------------------------------------------------------------------
+    async def pull_message(self, req: PullRequest) -> PullResult:
+        """PULL_MESSAGE -> PullResult (FOUND / NO_NEW_MSG / NO_MATCHED_MSG / OFFSET_ILLEGAL)."""
+        mq = req.mq
+        addr = req.addr
+        offset = req.offset
+        h = PullMessageRequestHeader(req.group, mq.topic, mq.queue_id, offset, req.max_nums, req.sys_flag,
+                                     req.commit_offset, req.suspend_ms, req.subscription, req.sub_version,
+                                     req.expression_type if req.subscription is not None else None)
+        resp = await self._t.invoke(addr, RemotingCommand(RequestCode.PULL_MESSAGE,
+                                                          ext_fields=encode_pull_header(h)), req.timeout_s)
+        status = _PULL_STATUS.get(resp.code)
+        if status is None:
+            raise error_for(resp.code, resp.remark, addr)
+        ext = resp.ext_fields
+        try:
+            nbo = int(ext.get("nextBeginOffset", offset))
+            mn = int(ext.get("minOffset", 0))
+            mx = int(ext.get("maxOffset", 0))
+            suggest = int(ext.get("suggestWhichBrokerId", 0))
+        except ValueError:
+            raise error_for(ResponseCode.SYSTEM_ERROR, f"bad pull response header {ext}", addr) from None
+        records = []
+        if status == PullResult.FOUND:
+            decode = msgcodec.decode_records_raw if req.raw else msgcodec.decode_records
+            try:
+                records = decode(resp.body)
+            except ValueError as e:
+                records = self._salvage(resp.body, decode, mq, e) if self._salvage is not None else None
+                if records is None:
+                    raise error_for(ResponseCode.SYSTEM_ERROR, f"undecodable pull body: {e}", addr) from None
+        return PullResult(status, nbo, mn, mx, records, suggest)
+
+    async def _offset(self, code: int, addr: str, ext: dict, timeout_s: float = DEFAULT_TIMEOUT_S) -> int:
+        resp = await self._ok(addr, code, ext, None, timeout_s)
+        key = "timestamp" if code == RequestCode.GET_EARLIEST_MSG_STORETIME else "offset"
+        try:
+            return int(resp.ext_fields[key])
+        except (KeyError, ValueError):
+            raise error_for(ResponseCode.SYSTEM_ERROR, f"response without {key}: {resp.ext_fields}", addr) from None
+
+    async def query_consumer_offset(self, addr: str, group: str, mq: MessageQueue) -> int:
+        """Stored offset of `group` on `mq`, or -1 when the broker has none (QUERY_NOT_FOUND)."""
+        try:
+            return await self._offset(RequestCode.QUERY_CONSUMER_OFFSET, addr,
+                                      {"consumerGroup": group, **_queue_ext(mq)})
+        except QueryNotFoundError:
+            return -1
+
+    async def update_consumer_offset(self, addr: str, group: str, mq: MessageQueue, offset: int, *,
+                                     oneway: bool = False) -> None:
+        cmd = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET,
+                              ext_fields={"consumerGroup": group, **_queue_ext(mq), "commitOffset": str(offset)})
+        if oneway:
+            await self._t.invoke_oneway(addr, cmd)
+            return
+        resp = await self._t.invoke(addr, cmd, DEFAULT_TIMEOUT_S)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, addr)
+
+    async def max_offset(self, addr: str, mq: MessageQueue) -> int:
+        return await self._offset(RequestCode.GET_MAX_OFFSET, addr, _queue_ext(mq))
+
+    async def min_offset(self, addr: str, mq: MessageQueue) -> int:
+        return await self._offset(RequestCode.GET_MIN_OFFSET, addr, _queue_ext(mq))
+
+    async def search_offset(self, addr: str, mq: MessageQueue, timestamp_ms: int) -> int:
+        return await self._offset(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, addr,
+                                  {**_queue_ext(mq), "timestamp": str(timestamp_ms)})
+
+    async def earliest_msg_store_time(self, addr: str, mq: MessageQueue) -> int:
+        return await self._offset(RequestCode.GET_EARLIEST_MSG_STORETIME, addr, _queue_ext(mq))
+
+    async def consumer_id_list(self, addr: str, group: str) -> list[str]:
+        """GET_CONSUMER_LIST_BY_GROUP: the client ids of `group` the broker knows."""
+        resp = await self._ok(addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+        d = loads(resp.body) if resp.body else {}
+        ids = d.get("consumerIdList") if isinstance(d, dict) else None
+        return [str(i) for i in ids or []]
+
+    async def send_back(self, req: SendBackRequest) -> None:
+        ext = {"offset": str(req.commit_log_offset), "group": req.group, "delayLevel": str(req.delay_level),
+               "originMsgId": req.origin_msg_id, "originTopic": req.origin_topic, "unitMode": "false",
+               "maxReconsumeTimes": str(req.max_reconsume_times)}
+        await self._ok(req.addr, RequestCode.CONSUMER_SEND_MSG_BACK, ext, None, SEND_BACK_TIMEOUT_S)
+
+    async def lock_batch(self, addr: str, group: str, client_id: str, mqs) -> list[MessageQueue]:
+        """LOCK_BATCH_MQ: the queues of `mqs` now locked by `client_id` (orderly consumption)."""
+        resp = await self._ok(addr, RequestCode.LOCK_BATCH_MQ, None, encode_lock_body(group, client_id, mqs))
+        return decode_mq_set(resp.body, "lockOKMQSet")
+
+    async def unlock_batch(self, addr: str, group: str, client_id: str, mqs, *, oneway: bool = False) -> None:
+        cmd = RemotingCommand(RequestCode.UNLOCK_BATCH_MQ, body=encode_lock_body(group, client_id, mqs))
+        if oneway:
+            await self._t.invoke_oneway(addr, cmd)
+            return
+        resp = await self._t.invoke(addr, cmd, DEFAULT_TIMEOUT_S)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, addr)
+
+    # -- client registration ---------------------------------------------------------------
+    async def heartbeat(self, addr: str, body: bytes, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        """HEART_BEAT with an encoded HeartbeatData body. Goes over the bare connection
+        (invoke_unprepared): it is itself part of preparing a broker connection."""
+        resp = await self._t.invoke_unprepared(addr, RemotingCommand(RequestCode.HEART_BEAT, body=body),
+                                               timeout_s)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, addr)
+
+    async def unregister_client(self, addr: str, client_id: str, *, producer_group: str | None = None,
+                                consumer_group: str | None = None,
+                                timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        ext = {"clientID": client_id}
+        if producer_group:
+            ext["producerGroup"] = producer_group
+        if consumer_group:
+            ext["consumerGroup"] = consumer_group
+        await self._call(addr, RequestCode.UNREGISTER_CLIENT, ext, None, timeout_s)
+
+    # -- nameserver ----------------------------------------------------------------------
+    async def get_route(self, topic: str, namesrv_addr: str | None = None) -> TopicRouteData | None:
+        """GET_ROUTEINFO_BY_TOPIC; None when the nameserver does not know the topic."""
+        resp = await self._namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                   {"topic": topic, "acceptStandardJsonOnly": "true"}, namesrv_addr)
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, namesrv_addr or "nameserver")
+        if not resp.body:
+            return None
+        return TopicRouteData.from_body(resp.body)
+
+    async def get_route_json(self, topic: str, namesrv_addr: str | None = None) -> dict | None:
+        """The route as the nameserver's JSON object (what mqadmin topicRoute prints)."""
+        resp = await self._namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, namesrv_addr)
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        where = namesrv_addr or "nameserver"
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, where)
+        return self._json(resp, where, f"route of {topic}")
+
+    async def cluster_info(self, namesrv_addr: str | None = None) -> tuple[dict, dict]:
+        """GET_BROKER_CLUSTER_INFO -> ({brokerName: BrokerData}, {cluster: [brokerName]})."""
+        where = namesrv_addr or "nameserver"
+        resp = await self._namesrv(RequestCode.GET_BROKER_CLUSTER_INFO, None, namesrv_addr)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, where)
+        try:
+            return decode_cluster_info(resp.body_bytes() or b"{}")
+        except (BodyError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise error_for(ResponseCode.SYSTEM_ERROR, f"unreadable cluster info: {e}", where) from None
+
+    async def topic_list(self, namesrv_addr: str | None = None) -> list[str]:
+        where = namesrv_addr or "nameserver"
+        resp = await self._namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, None, namesrv_addr)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, where)
+        d = self._json(resp, where, "topic list")
+        topics = d.get("topicList") if isinstance(d, dict) else None
+        return [str(t) for t in topics or []]
+
+    async def put_kv_config(self, namespace: str, key: str, value: str,
+                            namesrv_addr: str | None = None) -> None:
+        resp = await self._namesrv(RequestCode.PUT_KV_CONFIG,
+                                   {"namespace": namespace, "key": key, "value": value}, namesrv_addr)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, namesrv_addr or "nameserver")
+
+    async def delete_topic_in_namesrv(self, topic: str, namesrv_addr: str | None = None) -> None:
+        resp = await self._namesrv(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic}, namesrv_addr)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, namesrv_addr or "nameserver")
+
+    # -- broker administration ---------------------------------------------------------------
+    async def create_topic(self, addr: str, config: TopicConfig, default_topic: str) -> None:
+        """UPDATE_AND_CREATE_TOPIC with a TopicConfig."""
+        ext = _str_ext({"topic": config.topic_name, "defaultTopic": default_topic,
+                        "readQueueNums": config.read_queue_nums, "writeQueueNums": config.write_queue_nums,
+                        "perm": config.perm, "topicFilterType": config.topic_filter_type,
+                        "topicSysFlag": config.topic_sys_flag, "order": config.order})
+        await self._ok(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
+
+    async def delete_topic_in_broker(self, addr: str, topic: str) -> None:
+        await self._ok(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+
+    async def topic_stats(self, addr: str, topic: str) -> dict:
+        """GET_TOPIC_STATS_INFO: the broker's TopicStatsTable as parsed JSON."""
+        return self._json(await self._ok(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic}),
+                          addr, "topic stats")
+
+    async def broker_runtime_info(self, addr: str) -> dict:
+        """GET_BROKER_RUNTIME_INFO: {"table": {key: value}}."""
+        return self._json(await self._ok(addr, RequestCode.GET_BROKER_RUNTIME_INFO), addr, "runtime info")
+
+    async def consume_stats(self, addr: str, group: str, topic: str | None = None) -> dict:
+        ext = {"consumerGroup": group}
+        if topic:
+            ext["topic"] = topic
+        return self._json(await self._ok(addr, RequestCode.GET_CONSUME_STATS, ext), addr, "consume stats")
+
+    async def consumer_connection_list(self, addr: str, group: str) -> dict:
+        return self._json(await self._ok(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                                         {"consumerGroup": group}), addr, "consumer connections")
+
+    async def view_message(self, addr: str, commit_log_offset: int):
+        """VIEW_MESSAGE_BY_ID -> protocol.message.MessageExt of the record at that offset."""
+        resp = await self._ok(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(commit_log_offset)})
+        try:
+            return msgcodec.decode_record(resp.body_bytes())
+        except ValueError as e:
+            raise error_for(ResponseCode.SYSTEM_ERROR, f"undecodable message: {e}", addr) from None
+
+    async def reset_offset(self, addr: str, req: ResetOffsetRequest) -> dict[MessageQueue, int]:
+        """INVOKE_BROKER_TO_RESET_OFFSET -> {MessageQueue: new offset} on that broker."""
+        ext = {"topic": req.topic, "group": req.group, "timestamp": str(req.timestamp_ms),
+               "isForce": "true" if req.force else "false"}
+        resp = await self._ok(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext)
+        if not resp.body:
+            return {}
+        try:
+            return decode_reset_offset_body(resp.body_bytes())
+        except (BodyError, ValueError) as e:
+            raise error_for(ResponseCode.SYSTEM_ERROR, f"unreadable reset offset answer: {e}", addr) from None
+
+
+__all__ = [
+    "ClientAPI",
+    "PullRequest",
+    "PullResult",
+    "ResetOffsetRequest",
+    "SendBackRequest",
+    "pull_sys_flag",
+]

@@ -1,0 +1,191 @@
+"""Fetcher: the background pull both consumers share (asyncio shell).
+
+One task per assigned queue (QueueState in client.subscription_state) pulls with
+long polling and hands what arrives to the consumer mode (the handler). The loop
+owns everything about pulling itself:
+
+* the start offset, when the queue was added without one (asked of the handler,
+  retried after pull_error_delay_ms);
+* flow control: the handler's `may_fetch(qs)` is asked before every pull (push: the
+  ProcessQueue thresholds; lite: paused or buffer full; orderly, later: the queue
+  lock); False waits FLOW_CONTROL_DELAY_MS;
+* route and broker errors: the master is looked up again on every pull, a failed
+  pull is retried after pull_error_delay_ms (INFO, WARNING after 5 in a row), and a
+  subscription error re-sends the heartbeat first;
+* offset moved (PULL_OFFSET_MOVED): jump to the broker's next offset, the handler
+  decides what to commit;
+* seek: results of pulls sent before a seek (QueueState.seq changed) are dropped;
+* anything unexpected (a bug in decoding or in a handler) is logged with its
+  traceback and retried after the same backoff: the loop ends only when the queue
+  is dropped or its task cancelled, never silently.
+
+Handler (push and lite consumers implement it):
+
+    may_fetch(qs) -> bool
+    pull_commit_offset(qs) -> int          # offset to commit with the pull, -1 none
+    async start_offset(qs) -> int
+    on_found(qs, msgs, next_begin_offset)  # msgs: MessageExt list, tag-filtered
+    on_no_new(qs, next_begin_offset)
+    async on_offset_moved(qs, result, old_offset)
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from pocketmq.client.api import PullRequest, PullResult, pull_sys_flag
+from pocketmq.client.errors import MQClientError, SubscriptionError
+from pocketmq.client.message import MessageExt
+from pocketmq.client.process_queue import FLOW_CONTROL_DELAY_MS
+from pocketmq.client.subscription_state import QueueState, SubscriptionState
+
+log = logging.getLogger("pocketmq.client.consumer")
+
+_FOUND = PullResult.FOUND
+_EMPTY = (PullResult.NO_NEW_MSG, PullResult.NO_MATCHED_MSG)
+
+
+class Fetcher:
+    def __init__(self, group: str, state: SubscriptionState, handler, *, pull_batch_size: int,
+                 suspend_timeout_ms: int, pull_timeout_ms: int, pull_error_delay_ms: int,
+                 stats: dict | None = None, task_prefix: str = "pull"):
+        self.group = group
+        self.state = state
+        self.handler = handler
+        self.pull_batch_size = pull_batch_size
+        self.suspend_timeout_ms = suspend_timeout_ms
+        self.pull_timeout_ms = pull_timeout_ms
+        self.pull_error_delay_ms = pull_error_delay_ms
+        self.stats = stats if stats is not None else {}
+        self.stats.setdefault("pulls", 0)
+        self.task_prefix = task_prefix
+        self.instance = None        # set by the consumer's start()
+
+    # -- tasks ----------------------------------------------------------------------------
+    def start(self, qs: QueueState) -> None:
+        """(Re)start the pull task of `qs` (a seek restarts it: a held pull is abandoned)."""
+        if qs.task is not None:
+            qs.task.cancel()
+        mq = qs.mq
+        qs.task = asyncio.create_task(self._run(qs),
+                                      name=f"{self.group}:{self.task_prefix}:{mq.topic}:{mq.broker_name}:{mq.queue_id}")
+
+    @staticmethod
+    def cancel(qs: QueueState) -> None:
+        if qs.task is not None:
+            qs.task.cancel()
+
+    async def stop(self, qs: QueueState) -> None:
+        task, qs.task = qs.task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def stop_all(self) -> None:
+        tasks = []
+        for qs in self.state.assignment.values():
+            if qs.task is not None:
+                qs.task.cancel()
+                tasks.append(qs.task)
+                qs.task = None
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- the loop -------------------------------------------------------------------------
+    async def _start_offset(self, qs: QueueState) -> None:
+        delay_s = self.pull_error_delay_ms / 1000
+        while qs.pull_offset < 0 and not qs.dropped:
+            try:
+                off = await self.handler.start_offset(qs)
+            except asyncio.CancelledError:
+                raise
+            except MQClientError as e:
+                log.info("%s: start offset of %s unknown: %s", self.group, qs.mq, e)
+                await asyncio.sleep(delay_s)
+                continue
+            except Exception:
+                log.exception("%s: computing the start offset of %s failed unexpectedly", self.group, qs.mq)
+                await asyncio.sleep(delay_s)
+                continue
+            if qs.pull_offset < 0:          # a seek may have happened meanwhile
+                qs.pull_offset = off
+                qs.consume_offset = off
+
+    async def _run(self, qs: QueueState) -> None:
+        if qs.pull_offset < 0:
+            await self._start_offset(qs)
+        inst = self.instance
+        pull = inst.api.pull_message
+        handler = self.handler
+        may_fetch = handler.may_fetch
+        mq = qs.mq
+        group = self.group
+        bn = mq.broker_name
+        sub = self.state.subscriptions[mq.topic]
+        accept = self.state.filters.get(mq.topic)
+        batch = self.pull_batch_size
+        suspend_ms = self.suspend_timeout_ms
+        timeout_s = self.pull_timeout_ms / 1000
+        delay_s = self.pull_error_delay_ms / 1000
+        flow_delay_s = FLOW_CONTROL_DELAY_MS / 1000
+        stats = self.stats
+        failures = 0
+        while not qs.dropped:
+            if not may_fetch(qs):
+                await asyncio.sleep(flow_delay_s)
+                continue
+            commit = handler.pull_commit_offset(qs)
+            seq = qs.seq
+            offset = qs.pull_offset
+            try:
+                addr = await inst.master_addr_refreshing(bn, mq.topic)
+                res = await pull(PullRequest(addr, group, mq, offset, batch, pull_sys_flag(commit > 0, True, True),
+                                             max(commit, 0), suspend_ms, sub.sub_string, sub.sub_version,
+                                             timeout_s, "TAG", True))
+            except MQClientError as e:
+                if qs.dropped:
+                    break
+                failures += 1
+                # Transient errors at INFO; the same offset failing on and on is a stuck queue.
+                (log.warning if failures >= 5 else log.info)(
+                    "%s: pull %s@%d failed (%d in a row): %s", group, mq, offset, failures, e)
+                if isinstance(e, SubscriptionError):
+                    await inst.heartbeat_all()
+                await asyncio.sleep(delay_s)
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A bug must not silently end this queue's pulling (rebalance would not restart it).
+                if qs.dropped:
+                    break
+                failures += 1
+                log.exception("%s: pull %s@%d failed unexpectedly", group, mq, offset)
+                await asyncio.sleep(delay_s)
+                continue
+            failures = 0
+            stats["pulls"] += 1
+            if qs.dropped:
+                break
+            if seq != qs.seq:
+                continue                    # seek() moved the queue while we were pulling
+            try:
+                status = res.status
+                nbo = res.next_begin_offset
+                if status == _FOUND:
+                    recs = res.records if accept is None else [r for r in res.records if accept(r)]
+                    from_raw = MessageExt.from_raw
+                    handler.on_found(qs, [from_raw(r, bn) for r in recs], nbo)
+                elif status in _EMPTY:
+                    handler.on_no_new(qs, nbo)
+                else:  # OFFSET_ILLEGAL
+                    log.warning("%s: offset %d of %s illegal (min %d, max %d); moving to %d", group,
+                                offset, mq, res.min_offset, res.max_offset, nbo)
+                    await handler.on_offset_moved(qs, res, offset)
+                if seq == qs.seq:
+                    qs.pull_offset = nbo
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # The position stays: the same messages are pulled again (at least once).
+                log.exception("%s: handling the pull result of %s@%d failed unexpectedly", group, mq, offset)
+                await asyncio.sleep(delay_s)
