@@ -42,31 +42,29 @@ class Command:
 
 # -- flag value types ---------------------------------------------------------------------
 
-def positive_int(s: str) -> int:
+def _integer(s: str, hint: str = "") -> int:
     try:
-        v = int(s.strip())
+        return int(s.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r} is not an integer") from None
+        raise argparse.ArgumentTypeError(f"{s!r} is not an integer{hint}") from None
+
+
+def positive_int(s: str) -> int:
+    v = _integer(s)
     if v <= 0:
         raise argparse.ArgumentTypeError(f"{s!r} must be positive")
     return v
 
 
 def non_negative_int(s: str) -> int:
-    try:
-        v = int(s.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r} is not an integer") from None
+    v = _integer(s)
     if v < 0:
         raise argparse.ArgumentTypeError(f"{s!r} must not be negative")
     return v
 
 
 def perm(s: str) -> int:
-    try:
-        v = int(s.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r} is not an integer (2=W, 4=R, 6=RW)") from None
+    v = _integer(s, " (2=W, 4=R, 6=RW)")
     if not 0 <= v <= 15:
         raise argparse.ArgumentTypeError(f"{s!r} is not a permission (2=W, 4=R, 6=RW)")
     return v
