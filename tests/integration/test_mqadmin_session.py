@@ -40,12 +40,8 @@ def test_every_unreachable_nameserver_is_named_in_order():
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster(str(tmp_path_factory.mktemp("mqadmin_session")))
-    try:
-        c.start()
-    except Exception as e:  # noqa: BLE001 - report any start failure as a test failure
-        c.stop()
-        pytest.fail(f"cluster did not start: {e}")
+    # start() cleans up after itself when a daemon does not come up
+    c = Cluster(str(tmp_path_factory.mktemp("mqadmin_session"))).start()
     yield c
     c.stop()
 
