@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 
 from pocketmq.tools.mqadmin import tables as T
-from pocketmq.tools.mqadmin.commands import main as admin_main
-from pocketmq.tools.mqadmin.commands import transport_reason
+from pocketmq.tools.mqadmin.cli import main as admin_main
+from pocketmq.tools.mqadmin.errors import transport_reason
 from tests.support.daemons import Cluster, free_port
 from tests.support.workloads import run_mqadmin
 
@@ -183,7 +183,7 @@ class TestCommandLine:
     def test_reset_timestamps(self, capsys, monkeypatch):
         import time as _time
 
-        from pocketmq.tools.mqadmin.commands import _reset_timestamp
+        from pocketmq.tools.mqadmin.offset import reset_timestamp as _reset_timestamp
         monkeypatch.setenv("TZ", "UTC")
         _time.tzset()
         try:

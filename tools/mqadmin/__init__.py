@@ -1,8 +1,20 @@
 """`mqadmin`, RocketMQ's admin console: `python -m pocketmq.tools.mqadmin <command> ...`.
 
-    commands.py   the command table, the request helpers and `main`
+Like RocketMQ's tools/, every command is a function over an admin API (the client's
+ClientAPI), never a second client:
+
+    cli.py        the argparse shell, the command table, `main` (exit codes, one-line errors)
+    command.py    what a command is (Command, Opt) and the flag value types
+    session.py    AdminSession: an unstarted ClientInstance + its ClientAPI, nameserver
+                  order/failover, client errors -> AdminError, shared lookups
+    errors.py     AdminError/UsageError, exit codes, transport reasons
+    topic.py      updateTopic, deleteTopic, topicList, topicRoute, topicStatus
+    cluster.py    clusterList
+    consumer.py   consumerProgress
+    offset.py     resetOffsetByTime
+    message.py    sendMessage, queryMsgById
     tables.py     pure text formatting of what the commands print
 """
-from pocketmq.tools.mqadmin.commands import main
+from pocketmq.tools.mqadmin.cli import main
 
 __all__ = ["main"]

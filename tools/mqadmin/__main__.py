@@ -1,5 +1,5 @@
 import sys
 
-from pocketmq.tools.mqadmin.commands import main
+from pocketmq.tools.mqadmin.cli import main
 
 sys.exit(main())

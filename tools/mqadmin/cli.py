@@ -1,0 +1,153 @@
+"""`mqadmin`: RocketMQ's admin console, same command names and flag letters.
+
+    mqadmin <command> [-n ip:port[;ip:port]] [flags]
+    mqadmin help [<command>]
+
+Commands: updateTopic, deleteTopic, topicList, topicRoute, topicStatus,
+clusterList, consumerProgress, resetOffsetByTime, sendMessage, queryMsgById.
+
+`-n` defaults to the NAMESRV_ADDR environment variable. Exit codes: 0 success,
+1 the operation failed (unreachable server, error response, not found),
+2 bad command line. Every failure is one `mqadmin: ...` line on stderr;
+set MQADMIN_DEBUG=1 to get tracebacks and remoting logs as well.
+
+This module is the argparse shell: the commands live in their families (topic.py,
+cluster.py, consumer.py, offset.py, message.py) and talk through session.AdminSession.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+
+from pocketmq.tools.mqadmin import cluster, consumer, message, offset, tables, topic
+from pocketmq.tools.mqadmin.command import Command, Opt, Out
+from pocketmq.tools.mqadmin.errors import EXIT_FAILED, EXIT_OK, PROG, AdminError, UsageError, one_line
+from pocketmq.tools.mqadmin.session import NO_NAMESRV, AdminSession
+
+_N = Opt("n", "namesrvAddr", "Name server address list, eg: '192.168.0.1:9876;192.168.0.2:9876' "
+                             "(default: $NAMESRV_ADDR)", metavar="ip:port")
+
+# in the order `mqadmin help` lists them
+COMMANDS: dict[str, Command] = {c.name: c for family in (topic, cluster, consumer, offset, message)
+                                for c in family.COMMANDS}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        name = self.prog.split()[-1]
+        raise UsageError(f"{name}: {message} (see 'mqadmin help {name}')")
+
+    def exit(self, status=0, message=None):
+        if message:
+            print(message, file=sys.stderr, end="")
+        raise SystemExit(status)
+
+
+def build_parser(c: Command) -> argparse.ArgumentParser:
+    p = _Parser(prog=f"{PROG} {c.name}", description=c.desc, add_help=True,
+                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=c.epilog)
+    for o in [_N] + c.opts:
+        kw = {"help": o.help, "required": o.required, "dest": o.dest or o.long}
+        if o.takes_value:
+            kw["metavar"] = o.metavar or o.long
+            if o.type is not None:
+                kw["type"] = o.type
+            kw["default"] = o.default
+        else:
+            kw["action"] = "store_true"
+        p.add_argument(f"-{o.short}", f"--{o.long}", **kw)
+    return p
+
+
+def command_list() -> str:
+    return tables.format_command_list((c.name, c.desc) for c in COMMANDS.values())
+
+
+def _get_command(name: str) -> Command:
+    c = COMMANDS.get(name)
+    if c is None:
+        raise UsageError(f"unknown command '{name}' (run 'mqadmin help' for the list)")
+    return c
+
+
+async def _run(c: Command, args: argparse.Namespace, out: Out) -> None:
+    namesrv = args.namesrvAddr or os.environ.get("NAMESRV_ADDR") or None
+    if c.needs_namesrv and not namesrv:
+        raise UsageError(NO_NAMESRV)
+    session = AdminSession(namesrv)
+    try:
+        await c.run(session, args, out)
+    finally:
+        await session.close()
+
+
+def _out(line: str) -> None:
+    print(line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = bool(os.environ.get("MQADMIN_DEBUG"))
+    pocket_log = logging.getLogger("pocketmq")
+    saved = pocket_log.propagate
+    if debug:
+        logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
+    else:
+        # Remoting warnings would add noise to the one-line error contract; restore
+        # the logger afterwards so an in-process caller (tests, embedders) is unaffected.
+        pocket_log.propagate = False
+    try:
+        return _main(argv)
+    finally:
+        pocket_log.propagate = saved
+
+
+def _main(argv: list[str]) -> int:
+    try:
+        if not argv or argv[0] in ("-h", "--help"):
+            print(command_list())
+            return EXIT_OK
+        if argv[0] == "help":
+            if len(argv) == 1:
+                print(command_list())
+            else:
+                print(build_parser(_get_command(argv[1])).format_help(), end="")
+            return EXIT_OK
+        c = _get_command(argv[0])
+        try:
+            args = build_parser(c).parse_args(argv[1:])
+        except SystemExit as e:         # -h/--help inside a command
+            return int(e.code or 0)
+        asyncio.run(_run(c, args, _out))
+        sys.stdout.flush()
+        return EXIT_OK
+    except AdminError as e:
+        _flush_quietly()
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # stdout closed early (e.g. `| head`): not an error worth a message
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_OK
+    except Exception as e:  # noqa: BLE001 - last resort: one line, never a traceback
+        if os.environ.get("MQADMIN_DEBUG"):
+            import traceback
+            traceback.print_exc()
+        print(f"{PROG}: internal error: {type(e).__name__}: {one_line(str(e))}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _flush_quietly() -> None:
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
