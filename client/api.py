@@ -207,17 +207,20 @@ class ClientAPI:
     """The request methods over a transport (a ClientInstance: invoke, invoke_oneway,
     invoke_unprepared, invoke_namesrv and its remoting's connection table)."""
 
-    def __init__(self, transport):
+    def __init__(self, transport, timeout_s: float = DEFAULT_TIMEOUT_S):
         self._t = transport
+        # The deadline of requests whose method is given none (mqadmin waits longer, like
+        # RocketMQ's tools); sends and pulls always carry their own.
+        self.timeout_s = timeout_s
 
     # -- raw plumbing --------------------------------------------------------------------
     async def _call(self, addr: str, code: int, ext: dict | None = None, body: bytes | None = None,
-                    timeout_s: float = DEFAULT_TIMEOUT_S) -> RemotingCommand:
+                    timeout_s: float | None = None) -> RemotingCommand:
         cmd = RemotingCommand(code, ext_fields=ext or {}, body=body if body is not None else b"")
-        return await self._t.invoke(addr, cmd, timeout_s)
+        return await self._t.invoke(addr, cmd, timeout_s or self.timeout_s)
 
     async def _ok(self, addr: str, code: int, ext: dict | None = None, body: bytes | None = None,
-                  timeout_s: float = DEFAULT_TIMEOUT_S) -> RemotingCommand:
+                  timeout_s: float | None = None) -> RemotingCommand:
         resp = await self._call(addr, code, ext, body, timeout_s)
         if resp.code != ResponseCode.SUCCESS:
             raise error_for(resp.code, resp.remark, addr)
@@ -228,13 +231,14 @@ class ClientAPI:
         if oneway:
             await self._t.invoke_oneway(addr, cmd)
             return
-        resp = await self._t.invoke(addr, cmd, DEFAULT_TIMEOUT_S)
+        resp = await self._t.invoke(addr, cmd, self.timeout_s)
         if resp.code != ResponseCode.SUCCESS:
             raise error_for(resp.code, resp.remark, addr)
 
     async def _namesrv(self, code: int, ext: dict | None = None, namesrv_addr: str | None = None,
-                       timeout_s: float = DEFAULT_TIMEOUT_S) -> RemotingCommand:
+                       timeout_s: float | None = None) -> RemotingCommand:
         """A nameserver request: to `namesrv_addr`, or the configured ones in rotation."""
+        timeout_s = timeout_s or self.timeout_s
         cmd = RemotingCommand(code, ext_fields=ext or {})
         try:
             if namesrv_addr is None:
@@ -310,7 +314,7 @@ class ClientAPI:
                     raise error_for(ResponseCode.SYSTEM_ERROR, f"undecodable pull body: {e}", addr) from None
         return PullResult(status, nbo, mn, mx, records, suggest)
 
-    async def _offset(self, code: int, addr: str, ext: dict, timeout_s: float = DEFAULT_TIMEOUT_S) -> int:
+    async def _offset(self, code: int, addr: str, ext: dict, timeout_s: float | None = None) -> int:
         resp = await self._ok(addr, code, ext, None, timeout_s)
         key = "timestamp" if code == RequestCode.GET_EARLIEST_MSG_STORETIME else "offset"
         try:
@@ -368,9 +372,10 @@ class ClientAPI:
                                                        body=encode_lock_body(group, client_id, mqs)), oneway)
 
     # -- client registration ---------------------------------------------------------------
-    async def heartbeat(self, addr: str, body: bytes, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    async def heartbeat(self, addr: str, body: bytes, timeout_s: float | None = None) -> None:
         """HEART_BEAT with an encoded HeartbeatData body. Goes over the bare connection
         (invoke_unprepared): it is itself part of preparing a broker connection."""
+        timeout_s = timeout_s or self.timeout_s
         resp = await self._t.invoke_unprepared(addr, RemotingCommand(RequestCode.HEART_BEAT, body=body),
                                                timeout_s)
         if resp.code != ResponseCode.SUCCESS:
@@ -378,7 +383,7 @@ class ClientAPI:
 
     async def unregister_client(self, addr: str, client_id: str, *, producer_group: str | None = None,
                                 consumer_group: str | None = None,
-                                timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+                                timeout_s: float | None = None) -> None:
         ext = {"clientID": client_id}
         if producer_group:
             ext["producerGroup"] = producer_group
@@ -463,9 +468,9 @@ class ClientAPI:
         connection (the ClientInstance asks it to choose the connection's header codec)."""
         cmd = RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO)
         if unprepared:
-            resp = await self._t.invoke_unprepared(addr, cmd, DEFAULT_TIMEOUT_S)
+            resp = await self._t.invoke_unprepared(addr, cmd, self.timeout_s)
         else:
-            resp = await self._t.invoke(addr, cmd, DEFAULT_TIMEOUT_S)
+            resp = await self._t.invoke(addr, cmd, self.timeout_s)
         if resp.code != ResponseCode.SUCCESS:
             raise error_for(resp.code, resp.remark, addr)
         return self._json(resp, addr, "runtime info")

@@ -71,7 +71,7 @@ COMPRESS_OVER_BYTES = 4096
 # the broker busy with one while the client builds the next (bench/bench_client.py).
 COALESCE_MAX_MESSAGES = 16
 
-_STATUS = {
+SEND_STATUS = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
     ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
     ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
@@ -569,7 +569,7 @@ class Producer:
             except ValueError:
                 queue_id, queue_offset = mq.queue_id, -1
             rq = mq if queue_id == mq.queue_id and mq.topic == topic else MessageQueue(topic, broker_name, queue_id)
-            return SendResult(_STATUS[resp.code], uniq, ext.get("msgId", ""), rq, queue_offset,
+            return SendResult(SEND_STATUS[resp.code], uniq, ext.get("msgId", ""), rq, queue_offset,
                               ext.get("transactionId"), ext.get("MSG_REGION", "DefaultRegion"),
                               ext.get("TRACE_ON", "true") != "false")
         if last_error is not None:

@@ -7,7 +7,7 @@ import time
 from pocketmq.client.errors import BrokerError
 from pocketmq.client.message import Message, UniqIdGenerator
 # the client's one response-code -> SendStatus table (private to the producer for now)
-from pocketmq.client.producer import _STATUS as SEND_STATUS
+from pocketmq.client.producer import SEND_STATUS
 from pocketmq.common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
 from pocketmq.protocol.bodies import MessageQueue, TopicRouteData
 from pocketmq.protocol.codes import PermName

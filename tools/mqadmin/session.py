@@ -17,13 +17,15 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from pocketmq.client.api import DEFAULT_TIMEOUT_S
 from pocketmq.client.errors import BrokerError, RemotingFailure
 from pocketmq.client.instance import ClientInstance, local_ip
 from pocketmq.protocol.bodies import TopicRouteData, object_keyed_items
 from pocketmq.protocol.errors import BodyError
 from pocketmq.remoting.client import split_addr
 from pocketmq.tools.mqadmin.errors import AdminError, UsageError, failed, transport_reason
+
+# mqadmin waits 5 s for an answer (the client's requests default to 3 s), as it always has.
+REQUEST_TIMEOUT_S = 5.0
 
 T = TypeVar("T")
 
@@ -52,12 +54,13 @@ class AdminSession:
         self.instance = ClientInstance(f"{local_ip()}@mqadmin-{os.getpid()}", ";".join(self.namesrv_addrs),
                                        busy_poll_us=0)
         self.api = self.instance.api
+        self.api.timeout_s = REQUEST_TIMEOUT_S
 
     async def close(self) -> None:
         await self.instance.close()
 
     def reason(self, e: BaseException, addr: str) -> str:
-        return transport_reason(e, DEFAULT_TIMEOUT_S, addr, self.instance.remoting.connect_timeout_s)
+        return transport_reason(e, REQUEST_TIMEOUT_S, addr, self.instance.remoting.connect_timeout_s)
 
     # -- one server ------------------------------------------------------------------------
     async def reach(self, addr: str, method: Callable[..., Awaitable[T]], *args, role: str = "broker") -> T:
