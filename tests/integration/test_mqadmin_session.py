@@ -59,3 +59,38 @@ def test_an_error_response_is_final(cluster):
     dead = f"127.0.0.1:{free_port()}"
     line = one_error_line(run_mqadmin("topicRoute", "-n", f"{cluster.namesrv_addr};{dead}", "-t", "NoSuchTopic"))
     assert line == "mqadmin: topic NoSuchTopic does not exist (TOPIC_NOT_EXIST from nameserver)"
+
+
+def test_a_silent_broker_costs_one_request_and_one_timeout():
+    """mqadmin speaks JSON headers without negotiating them first: a broker that accepts and
+    never answers gets exactly one request (the command's), and the error names mqadmin's
+    own 5 s deadline."""
+    import socket
+    import struct
+    import threading
+
+    from pocketmq.protocol.message import offset_msg_id
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    received = bytearray()
+
+    def swallow():
+        conn, _ = srv.accept()
+        with conn:
+            while chunk := conn.recv(65536):
+                received.extend(chunk)
+
+    t = threading.Thread(target=swallow, daemon=True)
+    t.start()
+    try:
+        msg_id = offset_msg_id(b"\x7f\x00\x00\x01", port, 0)
+        line = one_error_line(run_mqadmin("queryMsgById", "-i", msg_id, "-n", "127.0.0.1:9"))
+    finally:
+        srv.close()
+    t.join(5)
+    assert "no response within 5s" in line, line
+    (length,) = struct.unpack_from(">i", received, 0)
+    assert len(received) == 4 + length, "mqadmin sent more than the one VIEW_MESSAGE_BY_ID request"

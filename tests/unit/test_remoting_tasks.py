@@ -54,3 +54,29 @@ async def test_an_exception_the_task_ended_with_is_raised():
     await asyncio.sleep(0)
     with pytest.raises(ValueError):
         await cancel_and_wait(t)
+
+
+async def test_close_in_a_cancelled_callers_finally_still_completes():
+    """A shutdown that runs because its caller was cancelled (Ctrl-C, wait_for, __aexit__)
+    must close every background task, not stop at the first."""
+    async def loop():
+        await asyncio.Event().wait()
+
+    a, b = asyncio.create_task(loop()), asyncio.create_task(loop())
+    closed = []
+
+    async def main():
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await cancel_and_wait(a)
+            closed.append("a")
+            await cancel_and_wait(b)
+            closed.append("b")
+
+    m = asyncio.create_task(main())
+    await asyncio.sleep(0)
+    m.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await m
+    assert closed == ["a", "b"] and a.cancelled() and b.cancelled()

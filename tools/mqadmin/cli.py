@@ -24,7 +24,14 @@ import sys
 
 from pocketmq.tools.mqadmin import cluster, consumer, message, offset, tables, topic
 from pocketmq.tools.mqadmin.command import Command, Opt, Out
-from pocketmq.tools.mqadmin.errors import EXIT_FAILED, EXIT_OK, PROG, AdminError, UsageError, one_line
+from pocketmq.tools.mqadmin.errors import (
+    EXIT_FAILED,
+    EXIT_OK,
+    PROG,
+    AdminError,
+    UsageError,
+    one_line,
+)
 from pocketmq.tools.mqadmin.session import NO_NAMESRV, AdminSession
 
 _N = Opt("n", "namesrvAddr", "Name server address list, eg: '192.168.0.1:9876;192.168.0.2:9876' "

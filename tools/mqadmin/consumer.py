@@ -6,7 +6,13 @@ from pocketmq.common.constants import RETRY_GROUP_TOPIC_PREFIX
 from pocketmq.tools.mqadmin import tables
 from pocketmq.tools.mqadmin.command import Command, Opt, Out, stripped
 from pocketmq.tools.mqadmin.errors import AdminError
-from pocketmq.tools.mqadmin.session import AdminSession, object_keyed_table, route_masters, to_float, to_int
+from pocketmq.tools.mqadmin.session import (
+    AdminSession,
+    object_keyed_table,
+    route_masters,
+    to_float,
+    to_int,
+)
 
 
 async def consume_stats(s: AdminSession, group: str, topic: str | None,

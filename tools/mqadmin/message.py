@@ -3,20 +3,41 @@ from __future__ import annotations
 
 import random
 import time
+from functools import partial
 
 from pocketmq.client.errors import BrokerError
 from pocketmq.client.message import Message, UniqIdGenerator
+
 # the client's one response-code -> SendStatus table (private to the producer for now)
 from pocketmq.client.producer import SEND_STATUS
-from pocketmq.common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
+from pocketmq.common.constants import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    DEFAULT_TOPIC_QUEUE_NUMS,
+)
 from pocketmq.protocol.bodies import MessageQueue, TopicRouteData
 from pocketmq.protocol.codes import PermName
 from pocketmq.protocol.headers.typed import SendMessageRequestHeader
-from pocketmq.protocol.message import decode_offset_msg_id, maybe_compress, offset_msg_id, parse_host
+from pocketmq.protocol.message import (
+    decode_offset_msg_id,
+    maybe_compress,
+    offset_msg_id,
+    parse_host,
+)
 from pocketmq.tools.mqadmin import tables
 from pocketmq.tools.mqadmin.command import Command, Opt, Out, non_negative_int, stripped
-from pocketmq.tools.mqadmin.errors import AdminError, UsageError, code_name, failed, one_line
-from pocketmq.tools.mqadmin.session import AdminSession, route_masters, to_int, topic_not_exist
+from pocketmq.tools.mqadmin.errors import (
+    AdminError,
+    UsageError,
+    code_name,
+    failed,
+    one_line,
+)
+from pocketmq.tools.mqadmin.session import (
+    AdminSession,
+    route_masters,
+    to_int,
+    topic_not_exist,
+)
 
 
 async def send_route(s: AdminSession, topic: str) -> tuple[TopicRouteData, bool]:
@@ -76,7 +97,7 @@ async def send_message(s: AdminSession, a, out: Out) -> None:
         born_timestamp=now_ms, flag=msg.flag, properties=msg.wire_properties_text(uniq),
         reconsume_times=0, unit_mode=False, batch=False, max_reconsume_times=None)
     try:
-        resp = await s.reach(addr, s.api.send_message, header, body)
+        resp = await s.reach(addr, partial(s.api.send_message, timeout_s=s.api.timeout_s), header, body)
     except BrokerError as e:
         raise failed(e, f"send to topic {a.topic}", f"broker {mq.broker_name} {addr}") from None
     ext = resp.ext_fields

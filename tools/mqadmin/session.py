@@ -20,9 +20,15 @@ from typing import TypeVar
 from pocketmq.client.errors import BrokerError, RemotingFailure
 from pocketmq.client.instance import ClientInstance, local_ip
 from pocketmq.protocol.bodies import TopicRouteData, object_keyed_items
+from pocketmq.protocol.codes import SerializeType
 from pocketmq.protocol.errors import BodyError
 from pocketmq.remoting.client import split_addr
-from pocketmq.tools.mqadmin.errors import AdminError, UsageError, failed, transport_reason
+from pocketmq.tools.mqadmin.errors import (
+    AdminError,
+    UsageError,
+    failed,
+    transport_reason,
+)
 
 # mqadmin waits 5 s for an answer (the client's requests default to 3 s), as it always has.
 REQUEST_TIMEOUT_S = 5.0
@@ -50,9 +56,11 @@ def parse_namesrv_addrs(namesrv: str | None) -> list[str]:
 class AdminSession:
     def __init__(self, namesrv: str | None):
         self.namesrv_addrs = parse_namesrv_addrs(namesrv)
-        # busy_poll_us=0: a console waits for one answer at a time, spinning saves nothing
+        # busy_poll_us=0: a console waits for one answer at a time, spinning saves nothing.
+        # JSON headers, fixed: a codec negotiation would cost every broker one more request
+        # (and, on a broker that does not answer, a second timeout before the real one).
         self.instance = ClientInstance(f"{local_ip()}@mqadmin-{os.getpid()}", ";".join(self.namesrv_addrs),
-                                       busy_poll_us=0)
+                                       busy_poll_us=0, serialize_type=SerializeType.JSON)
         self.api = self.instance.api
         self.api.timeout_s = REQUEST_TIMEOUT_S
 

@@ -1,13 +1,26 @@
 """Topic commands: updateTopic, deleteTopic, topicList, topicRoute, topicStatus."""
 from __future__ import annotations
 
-from pocketmq.common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC
 from pocketmq.client.errors import BrokerError, TopicNotExistError
+from pocketmq.common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC
 from pocketmq.protocol.bodies import TopicConfig
 from pocketmq.tools.mqadmin import tables
-from pocketmq.tools.mqadmin.command import Command, Opt, Out, java_bool, perm, positive_int, stripped
+from pocketmq.tools.mqadmin.command import (
+    Command,
+    Opt,
+    Out,
+    java_bool,
+    perm,
+    positive_int,
+    stripped,
+)
 from pocketmq.tools.mqadmin.errors import AdminError, UsageError, failed
-from pocketmq.tools.mqadmin.session import AdminSession, object_keyed_table, route_masters, to_int
+from pocketmq.tools.mqadmin.session import (
+    AdminSession,
+    object_keyed_table,
+    route_masters,
+    to_int,
+)
 
 ORDER_TOPIC_CONFIG_NAMESPACE = "ORDER_TOPIC_CONFIG"
 TOPIC_FILTER_TYPE = "SINGLE_TAG"
