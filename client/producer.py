@@ -32,12 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from pocketmq.common.constants import RETRY_GROUP_TOPIC_PREFIX
+from pocketmq.common.constants import RETRY_GROUP_TOPIC_PREFIX, TOPIC_MAX_LENGTH, VALID_NAME_RE
 from pocketmq.client.errors import (
     ClientStateError,
     InvalidArgumentError,
@@ -62,8 +60,7 @@ from pocketmq.protocol.codes import ResponseCode
 
 log = logging.getLogger("pocketmq.client.producer")
 
-_NAME_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-TOPIC_LENGTH_MAX = 127
+TOPIC_LENGTH_MAX = TOPIC_MAX_LENGTH
 GROUP_LENGTH_MAX = 255
 MAX_MESSAGE_SIZE_BYTES = 4 * 1024 * 1024
 COMPRESS_OVER_BYTES = 4096
@@ -86,7 +83,7 @@ def check_topic(topic: str) -> None:
         raise InvalidArgumentError("The specified topic is blank.")
     if len(topic) > TOPIC_LENGTH_MAX:
         raise InvalidArgumentError(f"The specified topic is longer than topic max length {TOPIC_LENGTH_MAX}.")
-    if not _NAME_RE.match(topic):
+    if not VALID_NAME_RE.fullmatch(topic):
         raise InvalidArgumentError(f"The specified topic[{topic}] contains illegal characters, "
                                    "allowing only ^[%|a-zA-Z0-9_-]+$")
 
@@ -96,7 +93,7 @@ def check_group(group: str) -> None:
         raise InvalidArgumentError("the specified group is blank")
     if len(group) > GROUP_LENGTH_MAX:
         raise InvalidArgumentError(f"the specified group is longer than group max length {GROUP_LENGTH_MAX}.")
-    if not _NAME_RE.match(group):
+    if not VALID_NAME_RE.fullmatch(group):
         raise InvalidArgumentError(f"the specified group[{group}] contains illegal characters, "
                                    "allowing only ^[%|a-zA-Z0-9_-]+$")
 
@@ -120,28 +117,6 @@ def send_ext_fields(group: str, topic: str, queue_id: int, sys_flag: int, flag: 
     return {"a": group, "b": topic, "c": DEFAULT_TOPIC, "d": _DEFAULT_TOPIC_QUEUE_NUMS_S,
             "e": str(queue_id), "f": str(sys_flag), "g": str(born_timestamp_ms), "h": str(flag),
             "j": "0", "k": "false", "m": "true" if batch else "false", "i": properties}
-
-
-_BATCH_HEAD = struct.Struct(">iiiii")
-_SHORT = struct.Struct(">h")
-
-
-def encode_batch_elements(items) -> bytes:
-    """[(flag, body, properties as UTF-8 bytes)] -> batch body; the same bytes as
-    protocol.message.encode_batch_body of the decoded properties (lengths checked by the caller)."""
-    parts = []
-    append = parts.append
-    head = _BATCH_HEAD.pack
-    short = _SHORT.pack
-    overhead = msgcodec.BATCH_ELEMENT_OVERHEAD
-    for flag, data, pb in items:
-        bl = len(data)
-        pl = len(pb)
-        append(head(overhead + bl + pl, 0, 0, flag, bl))
-        append(data)
-        append(short(pl))
-        append(pb)
-    return b"".join(parts)
 
 
 def split_batch(msgs: Sequence[Message], props: list, size_limit: int) -> list[list[int]]:
@@ -407,7 +382,7 @@ class Producer:
             if len(items) == 1:
                 await self._send_each(inst, topic, timeout_s, items)
                 return
-            body = encode_batch_elements([(it[0], it[1], it[2]) for it in items])
+            body = msgcodec.encode_batch_elements([(it[0], it[1], it[2]) for it in items])
             try:
                 r = await self._send_with_retry(
                     inst, topic, "WAIT\x01true" if wait else "WAIT\x01false", body, 0, 0,
@@ -506,7 +481,7 @@ class Producer:
                 raise ValueError("batch element properties longer than 32767 bytes")
         results = []
         for idx in split_batch(msgs, props, self.max_message_size_bytes):
-            body = encode_batch_elements([(msgs[i].flag, msgs[i].body, props[i]) for i in idx])
+            body = msgcodec.encode_batch_elements([(msgs[i].flag, msgs[i].body, props[i]) for i in idx])
             batch_props = "WAIT\x01true" if wait else "WAIT\x01false"
             results.append(await self._send_with_retry(
                 inst, topic, batch_props, body, 0, 0, ",".join(uniqs[i] for i in idx), queue,

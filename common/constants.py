@@ -25,6 +25,10 @@ DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
                                      TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
 TOPIC_MAX_LENGTH = 127
+# Java's TopicValidator.VALID_PATTERN_STR: topics and groups (use fullmatch: $ would let a
+# trailing newline through).
+VALID_NAME_CHARS = r"^[%|a-zA-Z0-9_-]+$"
+VALID_NAME_RE = re.compile(VALID_NAME_CHARS)
 DEFAULT_CONSUMER_GROUP = "DEFAULT_CONSUMER"
 
 

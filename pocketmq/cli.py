@@ -44,7 +44,7 @@ async def _demo(namesrv_addr: str, broker_addr: str, count: int = 5) -> list:
             for m in await consumer.poll(timeout_s=1.0):
                 received.append(m)
                 print(f"received msgId={m.msg_id} queue={m.queue_id} offset={m.queue_offset} "
-                      f"tags={m.tags} keys={' '.join(m.keys) if not isinstance(m.keys, str) else m.keys} "
+                      f"tags={m.tags} keys={' '.join(m.keys)} "
                       f"body={m.body.decode()!r}")
         await consumer.commit()
     return received

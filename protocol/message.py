@@ -61,7 +61,7 @@ __all__ = [
     "MessageExt", "java_string_hash", "tags_code", "encode_properties",
     "decode_properties", "encode_record", "encode_record_into", "patch_record",
     "record_size", "decode_record", "decode_records", "decode_records_raw", "offset_msg_id",
-    "decode_offset_msg_id", "decode_batch_body", "encode_batch_body",
+    "decode_offset_msg_id", "decode_batch_body", "encode_batch_body", "encode_batch_elements",
     "compress_body", "decompress_body", "parse_host", "format_host",
     "store_timestamp_pos", "property_value", "tags_code_of_properties",
     # the record layout, for the stores (one owner: nothing else retypes an offset or a mask)
@@ -1093,17 +1093,32 @@ def decode_batch_body(body, *, raw_properties: bool = False, append_properties: 
     return [(flag, bytes(data), pb.decode()) for flag, data, pb in parse_batch_body(body, b"", body_bytes_max)]
 
 
-def encode_batch_body(items) -> bytes:
-    """[(flag, body, properties str or dict)] -> batch body (Java layout, TOTALSIZE = 22 + n + m)."""
+def encode_batch_elements(items) -> bytes:
+    """THE SEND_BATCH_MESSAGE body writer: [(flag, body, properties as UTF-8 bytes)] ->
+    batch body (Java layout, TOTALSIZE = 22 + n + m). The producer's batch hot path calls
+    it with properties it has encoded and length-checked already."""
     parts = []
+    append = parts.append
+    head = _BATCH_HEAD.pack
+    short = _H.pack
+    for flag, data, pb in items:
+        bl = len(data)
+        pl = len(pb)
+        append(head(BATCH_ELEMENT_OVERHEAD + bl + pl, 0, 0, flag, bl))
+        append(data)
+        append(short(pl))
+        append(pb)
+    return b"".join(parts)
+
+
+def encode_batch_body(items) -> bytes:
+    """[(flag, body, properties str or dict)] -> batch body, properties length-checked."""
+    elements = []
     for flag, data, props in items:
         if isinstance(props, dict):
             props = encode_properties(props)
         pb = props.encode()
         if len(pb) > PROPERTIES_LENGTH_BYTES_MAX:
             raise ValueError("batch element properties longer than 32767 bytes")
-        parts.append(_BATCH_HEAD.pack(BATCH_ELEMENT_OVERHEAD + len(data) + len(pb), 0, 0, flag, len(data)))
-        parts.append(data)
-        parts.append(_H.pack(len(pb)))
-        parts.append(pb)
-    return b"".join(parts)
+        elements.append((flag, data, pb))
+    return encode_batch_elements(elements)

@@ -8,21 +8,20 @@ Every change bumps the DataVersion so the broker re-registers at once.
 """
 from __future__ import annotations
 
-import re
 
 from pocketmq.common.constants import (AUTO_CREATE_TOPIC_KEY_TOPIC, BENCHMARK_TOPIC, NOT_ALLOWED_SEND_TOPICS, OFFSET_MOVED_EVENT, RETRY_GROUP_TOPIC_PREFIX,
-                                       SCHEDULE_TOPIC, SELF_TEST_TOPIC, TOPIC_MAX_LENGTH, TRACE_TOPIC)
+                                       SCHEDULE_TOPIC, SELF_TEST_TOPIC, TOPIC_MAX_LENGTH, TRACE_TOPIC,
+                                       VALID_NAME_RE)
 from pocketmq.protocol.bodies import DataVersion, TopicConfig, decode_topic_config_wrapper, encode_topic_config_wrapper, loads
 from pocketmq.protocol.codes import PermName
 
-_VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 
 def validate_topic(topic: str | None) -> str | None:
     """Return None when valid, else the RocketMQ error remark."""
     if topic is None or not topic.strip():
         return "The specified topic is blank."
-    if not _VALID.fullmatch(topic):   # match() would accept a trailing newline
+    if not VALID_NAME_RE.fullmatch(topic):   # match() would accept a trailing newline
         return "The specified topic[%s] contains illegal characters, allowing only ^[%%|a-zA-Z0-9_-]+$" % topic
     if len(topic) > TOPIC_MAX_LENGTH:
         return "The specified topic is longer than topic max length."

@@ -59,7 +59,7 @@ class BrokerContext:
     locks: RebalanceLockManager
     held_pulls: HeldPullTable
     stats: BrokerStats
-    # SYNC_FLUSH: a send waits for flush_service.wait_flushed (looked up at each call)
+    # SYNC_FLUSH: a send waits for flush_service.wait_flushed
     flush_service: FlushWaiter | None
     sync_flush: bool
     delay_levels: tuple[int, ...]          # ms of delay level 1..n

@@ -14,15 +14,19 @@ import zlib
 
 from pocketmq.broker.core.delay import delay_level, to_schedule
 from pocketmq.broker.core.status import put_status_response
-from pocketmq.broker.store.api import PutMessageStatus
 from pocketmq.broker.core.topics import validate_topic
+from pocketmq.broker.store.api import PutMessageStatus
 from pocketmq.common.constants import DLQ_GROUP_TOPIC_PREFIX as DLQ_PREFIX
-from pocketmq.common.constants import NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX, dlq_topic
+from pocketmq.common.constants import (
+    NOT_ALLOWED_SEND_TOPICS,
+    RETRY_GROUP_TOPIC_PREFIX,
+    dlq_topic,
+)
+from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.codes import PermName, ResponseCode
 from pocketmq.protocol.headers.typed import decode_send_fields
-from pocketmq.protocol import message as msgcodec
+from pocketmq.protocol.message import PROPERTIES_LENGTH_BYTES_MAX
 
-PROPERTIES_MAX_BYTES = 32767
 _PUT_OK = PutMessageStatus.PUT_OK
 
 
@@ -128,7 +132,7 @@ def process_send(ctx, conn, cmd):
                 # names the queue the producer asked for, as Java's does.
                 store_topic, store_qid, p = to_schedule(topic, queue_id, p, level, len(ctx.delay_levels))
         props_b = p.encode()
-        if len(props_b) > PROPERTIES_MAX_BYTES:
+        if len(props_b) > PROPERTIES_LENGTH_BYTES_MAX:
             return _error(ctx, cmd, ResponseCode.MESSAGE_ILLEGAL,
                           "the message is illegal, maybe msg body or properties length not matched. "
                           "msg properties length limit 32KB.")

@@ -11,7 +11,7 @@ import enum
 import re
 from typing import Callable, NamedTuple, Protocol
 
-from pocketmq.common.constants import CQ_FILLER_SIZE
+from pocketmq.common.constants import CQ_FILLER_SIZE, VALID_NAME_CHARS, VALID_NAME_RE
 from pocketmq.protocol.message import TOPIC_LENGTH_BYTES_MAX
 
 __all__ = [
@@ -21,9 +21,8 @@ __all__ = [
     "valid_topic_bytes", "schedule_tags_code",
 ]
 
-_TOPIC_CHARS = r"^[%|a-zA-Z0-9_-]+$"
-_TOPIC_RE = re.compile(_TOPIC_CHARS)
-_TOPIC_RE_B = re.compile(_TOPIC_CHARS.encode())
+_TOPIC_RE = VALID_NAME_RE
+_TOPIC_RE_B = re.compile(VALID_NAME_CHARS.encode())
 
 
 def valid_topic(topic: str) -> bool:

@@ -29,13 +29,23 @@ import logging
 import os
 from typing import NamedTuple
 
-from pocketmq.common.constants import SCHEDULE_TOPIC
-from pocketmq.protocol.message import (BLANK_MAGIC_CODE, BLANK_MARKER_SIZE, MESSAGE_MAGIC_CODE, PORT_MAX,
-                                       PROPERTIES_LENGTH_BYTES_MAX, RECORD_HEAD_MIN, TOPIC_LENGTH_BYTES_MAX,
-                                       body_crc as _body_crc, head_struct_at, pack_blank_marker,
-                                       tags_code_of_properties, unpack_size_magic)
 from pocketmq.broker.store.api import schedule_tags_code, valid_topic_bytes
-from pocketmq.broker.store.mapped_file import FileOps, MappedFile, MappedFileQueue
+from pocketmq.broker.store.mapped_file import FileOps, MappedFileQueue
+from pocketmq.common.constants import SCHEDULE_TOPIC
+from pocketmq.protocol.message import (
+    BLANK_MAGIC_CODE,
+    BLANK_MARKER_SIZE,
+    MESSAGE_MAGIC_CODE,
+    PORT_MAX,
+    PROPERTIES_LENGTH_BYTES_MAX,
+    RECORD_HEAD_MIN,
+    TOPIC_LENGTH_BYTES_MAX,
+    head_struct_at,
+    pack_blank_marker,
+    tags_code_of_properties,
+    unpack_size_magic,
+)
+from pocketmq.protocol.message import body_crc as _body_crc
 
 __all__ = ["CommitLog", "DispatchRequest", "check_record", "RECORD", "BLANK", "END", "CORRUPT",
            "BLANK_MARKER_SIZE"]
@@ -238,12 +248,6 @@ class CommitLog:
         if pos < 0 or size < 0 or pos + size > mf.wrote:
             return None
         return mf.view[pos:pos + size]
-
-    def locate(self, phys: int) -> tuple[MappedFile | None, int]:
-        mf = self.queue.find(phys)
-        if mf is None:
-            return None, 0
-        return mf, phys - mf.start
 
     def readable_view(self, phys: int, size: int):
         """(memoryview of the whole segment holding [phys, phys+size) in its written part,

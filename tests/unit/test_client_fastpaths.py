@@ -235,7 +235,8 @@ async def test_work_queue_wakes_idle_workers_in_order():
 
 def test_batch_elements_equal_encode_batch_body_and_ids_sequential():
     from pocketmq.client.message import UniqIdGenerator
-    from pocketmq.client.producer import encode_batch_elements, split_batch
+    from pocketmq.client.producer import split_batch
+    from pocketmq.protocol.message import encode_batch_elements
     rnd = random.Random(9)
     msgs = [Message("T", bytes(rnd.randrange(50)), tags=rnd.choice([None, "A"]), flag=rnd.randrange(9),
                     properties={"u": "é"} if rnd.random() < 0.3 else None) for _ in range(50)]
