@@ -27,6 +27,7 @@ _CLIENT_NAMES = frozenset({
     "CONSUME_SUCCESS", "RECONSUME_LATER", "AllocateAveragely", "AllocateAveragelyByCircle",
     "AllocateByConfig", "AllocateByMachineRoom", "AllocateConsistentHash", "BrokerError",
     "ClientStateError", "ConsumeStatus", "FlowLimits", "InvalidArgumentError", "LitePullConsumer",
+    "LitePullConsumerConfig", "PushConsumerConfig",
     "MQClientError", "Message", "MessageExt", "MessageQueue", "MessageTooLargeError", "NoRouteError",
     "Producer", "PushConsumer", "RemotingFailure", "RequestTimeoutError", "SendResult", "SendStatus",
 })

@@ -84,7 +84,8 @@ class RemotingServer:
                 conn.idle_seen_read_s = stamp
                 conn.idle_active_ms = now_ms
             elif now_ms - conn.idle_active_ms >= idle_ms:
-                log.info("closing connection from %s: idle for %d s", conn.remote_addr, idle_s)
+                log.info("%s: closing %s, idle for %.0f s", self.name, conn.remote_addr,
+                         (now_ms - conn.idle_active_ms) / 1000)
                 conn.close()
                 closed += 1
         return closed

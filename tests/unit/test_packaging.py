@@ -111,3 +111,12 @@ def test_an_unlisted_folder_is_found(tmp_path):
     found = source_packages(tmp_path, {"pocketmq.broker": "broker"})
     assert found == {"pocketmq.broker": "broker", "pocketmq.broker.new": "broker/new",
                      "pocketmq.broker.store": "broker/store"}
+
+
+def test_root_package_reexports_every_client_name():
+    """`from pocketmq import X` works for every public name of pocketmq.client."""
+    import pocketmq
+    import pocketmq.client as client
+    assert set(client.__all__) == set(pocketmq._CLIENT_NAMES)
+    for name in client.__all__:
+        assert getattr(pocketmq, name) is getattr(client, name)
