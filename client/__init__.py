@@ -1,63 +1,63 @@
-"""pocketmq's Python client for RocketMQ 4.x brokers: asyncio first, blocking facade in client.sync.
+"""pocketmq's Python client for RocketMQ 4.x brokers: asyncio first, blocking facade in pocketmq.client.sync.
 
     from pocketmq.client import Producer, PushConsumer, LitePullConsumer, Message
 """
-from pocketmq.client.errors import (
-                           BrokerError,
-                           ClientStateError,
-                           InvalidArgumentError,
-                           MessageTooLargeError,
-                           MQClientError,
-                           NoRouteError,
-                           RemotingFailure,
-                           RequestTimeoutError,
-)
 from pocketmq.client.consumer_config import LitePullConsumerConfig, PushConsumerConfig
+from pocketmq.client.errors import (
+    BrokerError,
+    ClientStateError,
+    InvalidArgumentError,
+    MessageTooLargeError,
+    MQClientError,
+    NoRouteError,
+    RemotingFailure,
+    RequestTimeoutError,
+)
 from pocketmq.client.lite_pull_consumer import LitePullConsumer
 from pocketmq.client.message import Message, MessageExt, SendResult, SendStatus
 from pocketmq.client.process_queue import FlowLimits
 from pocketmq.client.producer import Producer
 from pocketmq.client.push_consumer import (
-                           CONSUME_SUCCESS,
-                           RECONSUME_LATER,
-                           ConsumeStatus,
-                           PushConsumer,
+    CONSUME_SUCCESS,
+    RECONSUME_LATER,
+    ConsumeStatus,
+    PushConsumer,
 )
 from pocketmq.client.rebalance import (
-                           AllocateAveragely,
-                           AllocateAveragelyByCircle,
-                           AllocateByConfig,
-                           AllocateByMachineRoom,
-                           AllocateConsistentHash,
+    AllocateAveragely,
+    AllocateAveragelyByCircle,
+    AllocateByConfig,
+    AllocateByMachineRoom,
+    AllocateConsistentHash,
 )
 from pocketmq.protocol.bodies import MessageQueue
 
 __all__ = [
-                           "CONSUME_SUCCESS",
-                           "RECONSUME_LATER",
-                           "AllocateAveragely",
-                           "AllocateAveragelyByCircle",
-                           "AllocateByConfig",
-                           "AllocateByMachineRoom",
-                           "AllocateConsistentHash",
-                           "BrokerError",
-                           "ClientStateError",
-                           "ConsumeStatus",
-                           "FlowLimits",
-                           "InvalidArgumentError",
-                           "LitePullConsumer",
-                           "LitePullConsumerConfig",
-                           "MQClientError",
-                           "Message",
-                           "MessageExt",
-                           "MessageQueue",
-                           "MessageTooLargeError",
-                           "NoRouteError",
-                           "Producer",
-                           "PushConsumer",
-                           "PushConsumerConfig",
-                           "RemotingFailure",
-                           "RequestTimeoutError",
-                           "SendResult",
-                           "SendStatus",
+    "CONSUME_SUCCESS",
+    "RECONSUME_LATER",
+    "AllocateAveragely",
+    "AllocateAveragelyByCircle",
+    "AllocateByConfig",
+    "AllocateByMachineRoom",
+    "AllocateConsistentHash",
+    "BrokerError",
+    "ClientStateError",
+    "ConsumeStatus",
+    "FlowLimits",
+    "InvalidArgumentError",
+    "LitePullConsumer",
+    "LitePullConsumerConfig",
+    "MQClientError",
+    "Message",
+    "MessageExt",
+    "MessageQueue",
+    "MessageTooLargeError",
+    "NoRouteError",
+    "Producer",
+    "PushConsumer",
+    "PushConsumerConfig",
+    "RemotingFailure",
+    "RequestTimeoutError",
+    "SendResult",
+    "SendStatus",
 ]
