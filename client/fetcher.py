@@ -48,8 +48,11 @@ _EMPTY = (PullResult.NO_NEW_MSG, PullResult.NO_MATCHED_MSG)
 class Fetcher:
     def __init__(self, group: str, state: SubscriptionState, handler, *, pull_batch_size: int,
                  suspend_timeout_ms: int, pull_timeout_ms: int, pull_error_delay_ms: int,
-                 stats: dict | None = None, task_prefix: str = "pull"):
+                 stats: dict | None = None, task_prefix: str = "pull", logger: logging.Logger | None = None):
         self.group = group
+        # The consumer's own logger (pocketmq.client.consumer / pocketmq.client.lite), so the
+        # pull loop's lines keep the name users filter on.
+        self.log = logger or log
         self.state = state
         self.handler = handler
         self.pull_batch_size = pull_batch_size
@@ -99,11 +102,11 @@ class Fetcher:
             except asyncio.CancelledError:
                 raise
             except MQClientError as e:
-                log.info("%s: start offset of %s unknown: %s", self.group, qs.mq, e)
+                self.log.info("%s: start offset of %s unknown: %s", self.group, qs.mq, e)
                 await asyncio.sleep(delay_s)
                 continue
             except Exception:
-                log.exception("%s: computing the start offset of %s failed unexpectedly", self.group, qs.mq)
+                self.log.exception("%s: computing the start offset of %s failed unexpectedly", self.group, qs.mq)
                 await asyncio.sleep(delay_s)
                 continue
             if qs.pull_offset < 0:          # a seek may have happened meanwhile
@@ -123,7 +126,7 @@ class Fetcher:
         sub = self.state.subscriptions.get(mq.topic)
         if sub is None:
             # unsubscribed meanwhile (lite): the next rebalance drops the queue
-            log.info("%s: %s no longer subscribed; not pulling it", group, mq)
+            self.log.info("%s: %s no longer subscribed; not pulling it", group, mq)
             return
         accept = self.state.filters.get(mq.topic)
         batch = self.pull_batch_size
@@ -150,7 +153,7 @@ class Fetcher:
                     break
                 failures += 1
                 # Transient errors at INFO; the same offset failing on and on is a stuck queue.
-                (log.warning if failures >= 5 else log.info)(
+                (self.log.warning if failures >= 5 else self.log.info)(
                     "%s: pull %s@%d failed (%d in a row): %s", group, mq, offset, failures, e)
                 if isinstance(e, SubscriptionError):
                     await inst.heartbeat_all()
@@ -163,7 +166,7 @@ class Fetcher:
                 if qs.dropped:
                     break
                 failures += 1
-                log.exception("%s: pull %s@%d failed unexpectedly", group, mq, offset)
+                self.log.exception("%s: pull %s@%d failed unexpectedly", group, mq, offset)
                 await asyncio.sleep(delay_s)
                 continue
             failures = 0
@@ -182,7 +185,7 @@ class Fetcher:
                 elif status in _EMPTY:
                     handler.on_no_new(qs, nbo)
                 else:  # OFFSET_ILLEGAL
-                    log.warning("%s: offset %d of %s illegal (min %d, max %d); moving to %d", group,
+                    self.log.warning("%s: offset %d of %s illegal (min %d, max %d); moving to %d", group,
                                 offset, mq, res.min_offset, res.max_offset, nbo)
                     await handler.on_offset_moved(qs, res, offset)
                 if seq == qs.seq:
@@ -191,5 +194,5 @@ class Fetcher:
                 raise
             except Exception:
                 # The position stays: the same messages are pulled again (at least once).
-                log.exception("%s: handling the pull result of %s@%d failed unexpectedly", group, mq, offset)
+                self.log.exception("%s: handling the pull result of %s@%d failed unexpectedly", group, mq, offset)
                 await asyncio.sleep(delay_s)

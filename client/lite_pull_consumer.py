@@ -69,7 +69,8 @@ class LitePullConsumer:
         self.stats = {"pulls": 0}
         self.fetcher = Fetcher(group, self.subscription_state, self, pull_batch_size=self.pull_batch_size,
                                suspend_timeout_ms=self.suspend_timeout_ms, pull_timeout_ms=self.pull_timeout_ms,
-                               pull_error_delay_ms=self.pull_error_delay_ms, stats=self.stats, task_prefix="lite")
+                               pull_error_delay_ms=self.pull_error_delay_ms, stats=self.stats, task_prefix="lite",
+                               logger=log)
         # No hand-over delay: a lite consumer commits what poll() returned as it goes.
         self.rebalancer = Rebalancer(group, self.subscription_state, message_model="CLUSTERING",
                                      allocate_strategy=self.allocate_strategy, handover_delay_ms=0,
