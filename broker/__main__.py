@@ -1,4 +1,4 @@
-"""`mqbroker` / `python -m broker`: run one broker.
+"""`mqbroker` / `python -m pocketmq.broker`: run one broker.
 
     mqbroker -c broker.conf -n 127.0.0.1:9876 --listenPort=10911
 """

@@ -1,4 +1,4 @@
-"""`mqnamesrv` / `python -m nameserver`: run a NameServer until SIGTERM or SIGINT.
+"""`mqnamesrv` / `python -m pocketmq.nameserver`: run a NameServer until SIGTERM or SIGINT.
 
     mqnamesrv [-c namesrv.conf] [-p] [-h] [--listenPort=9876] [--key=value ...]
 
