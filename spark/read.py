@@ -1,0 +1,137 @@
+"""Executor side of a batch read: pull one queue range and yield Arrow record batches.
+
+Uses ClientAPI.pull_message (raw records, protocol.message.decode_records_raw) instead of a
+LitePullConsumer: a range read must stop exactly at its end offset, and the consumer's
+fetcher prefetches past it and rebalances; a pull request asks for at most `end - offset`
+messages and every record at or past `end` is dropped.
+
+Columns are built as Python lists per column (one pass over the raw tuples) and handed to
+pyarrow once per pull; properties are decoded once per record (tags, keys, UNIQ_KEY and the
+user properties all come from that text).
+"""
+from __future__ import annotations
+
+import logging
+
+import pyarrow as pa
+
+from pocketmq.client.api import PullRequest, PullResult, pull_sys_flag
+from pocketmq.protocol.bodies import MessageQueue
+from pocketmq.protocol.message import (
+    KEYS,
+    SYSTEM_PROPERTY_KEYS,
+    TAGS,
+    UNIQ_KEY,
+    decode_properties,
+    format_host,
+    offset_msg_id,
+)
+from pocketmq.spark.options import tag_set
+from pocketmq.spark.plan import DataLossError, QueueRange, data_loss_message
+from pocketmq.spark.schema import ARROW_SCHEMA
+
+log = logging.getLogger("pocketmq.spark")
+
+PULL_BATCH = 512
+PULL_TIMEOUT_S = 10.0
+READ_GROUP = "spark-pocketmq-reader"   # the pull header needs a group; no offsets are committed
+
+
+def records_to_batch(records: list[tuple], broker_name: str) -> pa.RecordBatch:
+    """decode_records_raw tuples -> one RecordBatch of ARROW_SCHEMA."""
+    n = len(records)
+    topics, bodies, qids, offs, msg_ids, tags, keys = [], [], [], [], [], [], []
+    born_ts, store_ts, born_hosts, recon = [], [], [], []
+    map_offsets = [0]
+    map_keys: list[str] = []
+    map_vals: list[str] = []
+    for r in records:
+        props = decode_properties(r[4]) if r[4] else {}
+        topics.append(r[0])
+        bodies.append(r[1])
+        qids.append(r[2])
+        offs.append(r[3])
+        uniq = props.get(UNIQ_KEY)
+        msg_ids.append(uniq if uniq else offset_msg_id(r[11][0], r[11][1], r[7]))
+        tags.append(props.get(TAGS))
+        keys.append(props.get(KEYS))
+        born_ts.append(r[8])
+        store_ts.append(r[10])
+        born_hosts.append(format_host(r[9][0], r[9][1]))
+        recon.append(r[12])
+        for k, v in props.items():
+            if k not in SYSTEM_PROPERTY_KEYS:
+                map_keys.append(k)
+                map_vals.append(v)
+        map_offsets.append(len(map_keys))
+    ts = pa.timestamp("us", tz="UTC")
+    cols = [
+        pa.array(topics, pa.string()),
+        pa.array([broker_name] * n, pa.string()),
+        pa.array(qids, pa.int32()),
+        pa.array(offs, pa.int64()),
+        pa.array(msg_ids, pa.string()),
+        pa.array(tags, pa.string()),
+        pa.array(keys, pa.string()),
+        pa.array(bodies, pa.binary()),
+        pa.MapArray.from_arrays(pa.array(map_offsets, pa.int32()), pa.array(map_keys, pa.string()),
+                                pa.array(map_vals, pa.string())),
+        pa.array([t * 1000 for t in born_ts], pa.int64()).cast(ts),
+        pa.array([t * 1000 for t in store_ts], pa.int64()).cast(ts),
+        pa.array(born_hosts, pa.string()),
+        pa.array(recon, pa.int32()),
+    ]
+    return pa.RecordBatch.from_arrays(cols, schema=ARROW_SCHEMA)
+
+
+async def _pull(inst, r: QueueRange, offset: int, sub_expression: str) -> PullResult:
+    mq = MessageQueue(r.topic, r.broker_name, r.queue_id)
+    addr = await inst.master_addr_refreshing(r.broker_name, r.topic)
+    req = PullRequest(addr, READ_GROUP, mq, offset, min(PULL_BATCH, r.end - offset),
+                      pull_sys_flag(False, False, True), 0, 0, sub_expression, 0, PULL_TIMEOUT_S, raw=True)
+    return await inst.api.pull_message(req)
+
+
+def read_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_data_loss: bool):
+    """Yield RecordBatches of the messages of `r` (exactly [start, end), tag-filtered)."""
+    from pocketmq.spark.session import run_with_instance
+
+    wanted = tag_set(sub_expression)
+    offset = r.start
+    while offset < r.end:
+        res = run_with_instance(namesrv_addr, lambda inst, o=offset: _pull(inst, r, o, sub_expression))
+        if res.status == PullResult.OFFSET_ILLEGAL or (res.min_offset > offset and res.status != PullResult.FOUND):
+            if res.min_offset > offset:
+                msg = data_loss_message(r.topic, r.broker_name, r.queue_id, offset, res.min_offset)
+                if fail_on_data_loss:
+                    raise DataLossError(msg)
+                log.warning("%s; skipping them (failOnDataLoss=false)", msg)
+                offset = res.min_offset
+                continue
+            raise RuntimeError(f"pocketmq: offset {offset} of {r.topic} {r.broker_name} queue {r.queue_id} "
+                               f"is illegal (queue holds {res.min_offset}..{res.max_offset})")
+        if res.status == PullResult.NO_NEW_MSG:
+            # the range was planned below the max offset: nothing new means the data vanished
+            raise RuntimeError(f"pocketmq: {r.topic} {r.broker_name} queue {r.queue_id} has no message at "
+                               f"offset {offset} (max {res.max_offset}) though {r.end} was planned")
+        records = res.records
+        if records:
+            first = records[0][3]
+            if first > offset:
+                msg = data_loss_message(r.topic, r.broker_name, r.queue_id, offset, first)
+                if fail_on_data_loss and wanted is None:
+                    raise DataLossError(msg)
+            keep = [t for t in records if t[3] < r.end and t[3] >= offset]
+            if wanted is not None:
+                keep = [t for t in keep if _tags_of(t[4]) in wanted]
+            if keep:
+                yield records_to_batch(keep, r.broker_name)
+        if res.next_begin_offset <= offset:
+            raise RuntimeError(f"pocketmq: pull of {r.topic} {r.broker_name} queue {r.queue_id} at {offset} "
+                               f"made no progress ({res})")
+        offset = res.next_begin_offset
+
+
+def _tags_of(props_text: str) -> str | None:
+    # the broker filters by tag hash code only (RocketMQ's rule); the exact check is the client's
+    return decode_properties(props_text).get(TAGS) if props_text else None
