@@ -29,6 +29,17 @@ class OptionError(ValueError):
     """A bad or missing option; the message names it."""
 
 
+class _Options:
+    """Option lookup by name, case-insensitive like Spark's (its CaseInsensitiveDict hands
+    the source lower-cased keys)."""
+
+    def __init__(self, options):
+        self._d = {str(k).lower(): v for k, v in dict(options).items()}
+
+    def get(self, name: str, default=None):
+        return self._d.get(name.lower(), default)
+
+
 def _bool(options: dict, name: str, default: bool) -> bool:
     v = options.get(name)
     if v is None:
@@ -104,7 +115,8 @@ class ReaderOptions:
     fail_on_data_loss: bool
 
 
-def parse_reader_options(options: dict) -> ReaderOptions:
+def parse_reader_options(options) -> ReaderOptions:
+    options = _Options(options)
     namesrv = require_namesrv(options)
     subscribe = options.get("subscribe")
     pattern = options.get("subscribePattern")
@@ -153,7 +165,8 @@ class WriterOptions:
     batch_size: int
 
 
-def parse_writer_options(options: dict) -> WriterOptions:
+def parse_writer_options(options) -> WriterOptions:
+    options = _Options(options)
     namesrv = require_namesrv(options)
     topic = options.get("topic")
     batch = _int(options, "batchSize") or 256
