@@ -86,6 +86,45 @@ async def _topics(api, opts: ReaderOptions) -> list[str]:
     return sorted(t for t in await api.topic_list() if rx.fullmatch(t))
 
 
+READ_GROUP = "spark-pocketmq-reader"   # the pull header needs a group; no offsets are committed
+PULL_TIMEOUT_S = 10.0
+
+
+async def pull_raw(api, addr: str, mq, offset: int, max_nums: int, sub_expression: str = "*"):
+    """One PULL_MESSAGE of raw records (protocol.message.decode_records_raw tuples), the
+    subscription carried in the request (nothing is registered on the broker)."""
+    from pocketmq.client.api import PullRequest, pull_sys_flag
+
+    return await api.pull_message(PullRequest(addr, READ_GROUP, mq, offset, max_nums,
+                                              pull_sys_flag(False, False, True), 0, 0, sub_expression, 0,
+                                              PULL_TIMEOUT_S, raw=True))
+
+
+async def first_offset_at_or_after(api, addr: str, mq, timestamp_ms: int, min_off: int, max_off: int) -> int:
+    """Kafka's timestamp rule (the first offset whose store timestamp is >= timestamp_ms;
+    max_off when there is none) over SEARCH_OFFSET_BY_TIMESTAMP, which answers the offset
+    whose store time is *nearest* (RocketMQ's rule): step from that answer to the boundary."""
+    async def ts_at(off: int) -> int | None:
+        res = await pull_raw(api, addr, mq, off, 1)
+        return res.records[0][10] if res.records and res.records[0][3] == off else None
+
+    o = max(min_off, min(await api.search_offset(addr, mq, timestamp_ms), max_off))
+    while o > min_off:                      # equal or later timestamps to the left
+        t = await ts_at(o - 1)
+        if t is None or t < timestamp_ms:
+            break
+        o -= 1
+    while o < max_off:                      # earlier timestamps at o: move right
+        res = await pull_raw(api, addr, mq, o, 32)
+        if not res.records:
+            break
+        for rec in res.records:
+            if rec[3] >= o and rec[10] >= timestamp_ms:
+                return rec[3]
+        o = max(res.next_begin_offset, o + 1)
+    return o
+
+
 async def plan_read_async(inst, opts: ReaderOptions) -> list[QueueRange]:
     from pocketmq.client.errors import NoRouteError
 
@@ -102,9 +141,9 @@ async def plan_read_async(inst, opts: ReaderOptions) -> list[QueueRange]:
             start = _spec_offset(opts.starting, topic, mq.broker_name, mq.queue_id, EARLIEST)
             end = _spec_offset(opts.ending, topic, mq.broker_name, mq.queue_id, LATEST)
             if opts.starting_timestamp is not None:
-                start = await api.search_offset(addr, mq, opts.starting_timestamp)
+                start = await first_offset_at_or_after(api, addr, mq, opts.starting_timestamp, min_off, max_off)
             if opts.ending_timestamp is not None:
-                end = await api.search_offset(addr, mq, opts.ending_timestamp)
+                end = await first_offset_at_or_after(api, addr, mq, opts.ending_timestamp, min_off, max_off)
             r = resolve_range(topic, mq.broker_name, mq.queue_id, min_off, max_off, start, end,
                               opts.fail_on_data_loss)
             if r is not None:

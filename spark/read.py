@@ -15,7 +15,7 @@ import logging
 
 import pyarrow as pa
 
-from pocketmq.client.api import PullRequest, PullResult, pull_sys_flag
+from pocketmq.client.api import PullResult
 from pocketmq.protocol.bodies import MessageQueue
 from pocketmq.protocol.message import (
     KEYS,
@@ -27,14 +27,12 @@ from pocketmq.protocol.message import (
     offset_msg_id,
 )
 from pocketmq.spark.options import tag_set
-from pocketmq.spark.plan import DataLossError, QueueRange, data_loss_message
+from pocketmq.spark.plan import DataLossError, QueueRange, data_loss_message, pull_raw
 from pocketmq.spark.schema import ARROW_SCHEMA
 
 log = logging.getLogger("pocketmq.spark")
 
 PULL_BATCH = 512
-PULL_TIMEOUT_S = 10.0
-READ_GROUP = "spark-pocketmq-reader"   # the pull header needs a group; no offsets are committed
 
 
 def records_to_batch(records: list[tuple], broker_name: str) -> pa.RecordBatch:
@@ -87,9 +85,7 @@ def records_to_batch(records: list[tuple], broker_name: str) -> pa.RecordBatch:
 async def _pull(inst, r: QueueRange, offset: int, sub_expression: str) -> PullResult:
     mq = MessageQueue(r.topic, r.broker_name, r.queue_id)
     addr = await inst.master_addr_refreshing(r.broker_name, r.topic)
-    req = PullRequest(addr, READ_GROUP, mq, offset, min(PULL_BATCH, r.end - offset),
-                      pull_sys_flag(False, False, True), 0, 0, sub_expression, 0, PULL_TIMEOUT_S, raw=True)
-    return await inst.api.pull_message(req)
+    return await pull_raw(inst.api, addr, mq, offset, min(PULL_BATCH, r.end - offset), sub_expression)
 
 
 def read_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_data_loss: bool):
@@ -117,10 +113,12 @@ def read_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_da
         records = res.records
         if records:
             first = records[0][3]
-            if first > offset:
+            if first > offset and wanted is None:
+                # with `*` the broker skips nothing: a gap is data that retention deleted
                 msg = data_loss_message(r.topic, r.broker_name, r.queue_id, offset, first)
-                if fail_on_data_loss and wanted is None:
+                if fail_on_data_loss:
                     raise DataLossError(msg)
+                log.warning("%s; skipping them (failOnDataLoss=false)", msg)
             keep = [t for t in records if t[3] < r.end and t[3] >= offset]
             if wanted is not None:
                 keep = [t for t in keep if _tags_of(t[4]) in wanted]
