@@ -31,8 +31,11 @@ class DataLossError(RuntimeError):
     pass
 
 
-def data_loss_message(topic: str, broker_name: str, queue_id: int, wanted: int, min_offset: int) -> str:
-    return (f"pocketmq: offsets {wanted}..{min_offset - 1} of topic {topic} broker {broker_name} "
+def data_loss_message(topic: str, broker_name: str, queue_id: int, wanted: int, min_offset: int,
+                      lost_end: int | None = None) -> str:
+    """lost_end: the end (exclusive) of the lost part when the wanted range ends before min."""
+    last = (min_offset if lost_end is None else min(lost_end, min_offset)) - 1
+    return (f"pocketmq: offsets {wanted}..{last} of topic {topic} broker {broker_name} "
             f"queue {queue_id} are gone (the queue's min offset is {min_offset}; retention deleted "
             f"them). Set failOnDataLoss=false to skip lost messages with a warning.")
 
@@ -54,10 +57,11 @@ def resolve_range(topic: str, broker: str, qid: int, min_off: int, max_off: int,
     s = min_off if start == EARLIEST else max_off if start == LATEST else start
     e = min_off if end == EARLIEST else max_off if end == LATEST else min(end, max_off)
     if s < min_off:
-        if fail_on_data_loss and s < e:
-            raise DataLossError(data_loss_message(topic, broker, qid, s, min_off))
         if s < e:
-            log.warning("%s; skipping them (failOnDataLoss=false)", data_loss_message(topic, broker, qid, s, min_off))
+            msg = data_loss_message(topic, broker, qid, s, min_off, e)
+            if fail_on_data_loss:
+                raise DataLossError(msg)
+            log.warning("%s; skipping them (failOnDataLoss=false)", msg)
         s = min_off
     if s >= e:
         return None
