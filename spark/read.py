@@ -25,6 +25,7 @@ from pocketmq.protocol.message import (
     decode_properties,
     format_host,
     offset_msg_id,
+    property_value,
 )
 from pocketmq.spark.options import tag_set
 from pocketmq.spark.plan import DataLossError, QueueRange, data_loss_message, pull_raw
@@ -132,4 +133,4 @@ def read_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_da
 
 def _tags_of(props_text: str) -> str | None:
     # the broker filters by tag hash code only (RocketMQ's rule); the exact check is the client's
-    return decode_properties(props_text).get(TAGS) if props_text else None
+    return property_value(props_text, TAGS) if props_text else None
