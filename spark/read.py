@@ -37,50 +37,58 @@ PULL_BATCH = 512
 
 
 def records_to_batch(records: list[tuple], broker_name: str) -> pa.RecordBatch:
-    """decode_records_raw tuples -> one RecordBatch of ARROW_SCHEMA."""
+    """decode_records_raw tuples -> one RecordBatch of ARROW_SCHEMA. The fixed fields are
+    transposed in C (zip(*records)) and handed to pyarrow as columns; only the properties
+    text (tags, keys, UNIQ_KEY, user properties) and the hosts need a Python step per row."""
     n = len(records)
-    topics, bodies, qids, offs, msg_ids, tags, keys = [], [], [], [], [], [], []
-    born_ts, store_ts, born_hosts, recon = [], [], [], []
+    cols = list(zip(*records)) if n else [()] * 16
+    props_texts = cols[4]
+    msg_ids, tags, keys, born_hosts = [], [], [], []
     map_offsets = [0]
     map_keys: list[str] = []
     map_vals: list[str] = []
-    for r in records:
-        props = decode_properties(r[4]) if r[4] else {}
-        topics.append(r[0])
-        bodies.append(r[1])
-        qids.append(r[2])
-        offs.append(r[3])
+    hosts: dict[tuple, str] = {}
+    system = SYSTEM_PROPERTY_KEYS
+    for i in range(n):
+        text = props_texts[i]
+        props = decode_properties(text) if text else {}
         uniq = props.get(UNIQ_KEY)
-        msg_ids.append(uniq if uniq else offset_msg_id(r[11][0], r[11][1], r[7]))
+        if uniq:
+            msg_ids.append(uniq)
+        else:
+            r = records[i]
+            msg_ids.append(offset_msg_id(r[11][0], r[11][1], r[7]))
         tags.append(props.get(TAGS))
         keys.append(props.get(KEYS))
-        born_ts.append(r[8])
-        store_ts.append(r[10])
-        born_hosts.append(format_host(r[9][0], r[9][1]))
-        recon.append(r[12])
+        h = cols[9][i]
+        host = hosts.get(h)
+        if host is None:
+            host = hosts[h] = format_host(h[0], h[1])
+        born_hosts.append(host)
         for k, v in props.items():
-            if k not in SYSTEM_PROPERTY_KEYS:
+            if k not in system:
                 map_keys.append(k)
                 map_vals.append(v)
         map_offsets.append(len(map_keys))
     ts = pa.timestamp("us", tz="UTC")
-    cols = [
-        pa.array(topics, pa.string()),
+    ms = pa.timestamp("ms", tz="UTC")
+    arrays = [
+        pa.array(cols[0], pa.string()),
         pa.array([broker_name] * n, pa.string()),
-        pa.array(qids, pa.int32()),
-        pa.array(offs, pa.int64()),
+        pa.array(cols[2], pa.int32()),
+        pa.array(cols[3], pa.int64()),
         pa.array(msg_ids, pa.string()),
         pa.array(tags, pa.string()),
         pa.array(keys, pa.string()),
-        pa.array(bodies, pa.binary()),
+        pa.array(cols[1], pa.binary()),
         pa.MapArray.from_arrays(pa.array(map_offsets, pa.int32()), pa.array(map_keys, pa.string()),
                                 pa.array(map_vals, pa.string())),
-        pa.array([t * 1000 for t in born_ts], pa.int64()).cast(ts),
-        pa.array([t * 1000 for t in store_ts], pa.int64()).cast(ts),
+        pa.array(cols[8], pa.int64()).cast(ms).cast(ts),
+        pa.array(cols[10], pa.int64()).cast(ms).cast(ts),
         pa.array(born_hosts, pa.string()),
-        pa.array(recon, pa.int32()),
+        pa.array(cols[12], pa.int32()),
     ]
-    return pa.RecordBatch.from_arrays(cols, schema=ARROW_SCHEMA)
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
 async def _pull(inst, r: QueueRange, offset: int, sub_expression: str) -> PullResult:
