@@ -17,6 +17,9 @@ that owns it:
     nameserver    protocol, common, remoting
     client        protocol, common, remoting
     tools         client, protocol, common, remoting
+    spark         client, protocol, common, remoting (the PySpark connector; nothing imports it
+                  but the root and the discovery shim)
+    pyspark_pocketmq  spark only (the top-level shim Spark discovers)
     pocketmq      anything (the import root: cli, lazy re-exports)
 
 Siblings (broker, nameserver, client, tools) never import each other except tools ->
@@ -43,7 +46,10 @@ FOLDERS = {
     "nameserver": "pocketmq.nameserver",
     "client": "pocketmq.client",
     "tools": "pocketmq.tools",
+    "spark": "pocketmq.spark",
+    "pyspark_pocketmq": "pyspark_pocketmq",
 }
+SHIM = "pyspark_pocketmq"   # the one top-level name besides pocketmq; a layer of its own
 # sub-layers: an installed package prefix that is a layer of its own
 # (longest prefix first: broker.store.api is a layer inside broker.store)
 SUBLAYERS = {"pocketmq.broker.store.api": "broker.store.api", "pocketmq.broker.store": "broker.store",
@@ -60,6 +66,8 @@ ALLOWED: dict[str, set[str]] = {
     "nameserver": {"protocol", "common", "remoting"},
     "client": {"protocol", "common", "remoting"},
     "tools": {"client", "protocol", "common", "remoting"},
+    "spark": {"client", "protocol", "common", "remoting"},
+    SHIM: {"spark"},
 }
 TOP = "pocketmq"           # the import root's own modules may import every layer
 
@@ -98,6 +106,8 @@ def layer_of(dotted: str) -> str | None:
         if dotted == prefix or dotted.startswith(prefix + "."):
             return layer
     parts = dotted.split(".")
+    if parts[0] == SHIM:
+        return SHIM
     if parts[0] != "pocketmq":
         return None
     if len(parts) > 1 and "pocketmq." + parts[1] in FOLDERS.values():
@@ -274,6 +284,13 @@ FAKE_TREE = {
     "tools/__init__.py": ("", None),
     "tools/admin.py": ("from pocketmq.client import Producer\nfrom pocketmq.broker import app\n",
                        "tools/admin.py:2 (tools) imports pocketmq.broker.app"),
+    "spark/__init__.py": ("from pocketmq.client import Producer\nfrom . import source\n", None),
+    "spark/source.py": ("from pocketmq.broker import app\n",
+                        "spark/source.py:1 (spark) imports pocketmq.broker.app: spark may not depend on broker"),
+    "tools/spark_job.py": ("from pocketmq.spark import source\n",
+                           "tools/spark_job.py:1 (tools) imports pocketmq.spark.source: tools may not depend on spark"),
+    "pyspark_pocketmq/__init__.py": ("from pocketmq.spark import source\nfrom pocketmq.client import x\n",
+                                     "pyspark_pocketmq/__init__.py:2 (pyspark_pocketmq) imports pocketmq.client.x"),
     "pocketmq/__init__.py": ("from pocketmq import client\n", None),
     "pocketmq/cli.py": ("from pocketmq.broker import app\nfrom pocketmq.nameserver import route\n"
                         "from .tools import admin\n", None),

@@ -13,7 +13,7 @@ import pathlib
 import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# What may sit at the wheel's top level (pyspark_pocketmq: the planned Spark connector).
+# What may sit at the wheel's top level (pyspark_pocketmq: the Spark connector's discovery shim).
 TOP_LEVEL_ALLOWED = {"pocketmq", "pyspark_pocketmq"}
 
 

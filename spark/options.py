@@ -1,0 +1,176 @@
+"""Reader and writer options of the pocketmq Spark source: parsing and validation, pure.
+
+Names and semantics follow Spark's Kafka source (anchors.md 4.1) where they exist:
+
+| option            | default     | meaning                                                        |
+|-------------------|-------------|----------------------------------------------------------------|
+| namesrvAddr       | required    | `host:port[;host:port]`                                        |
+| subscribe         | one of two  | comma-separated topics                                         |
+| subscribePattern  | one of two  | regex over the nameserver's topic list (fullmatch)             |
+| startingOffsets   | earliest    | `earliest`, `latest` or JSON {"topic": {"broker:qid": offset}} |
+| endingOffsets     | latest      | same forms; -2 = earliest, -1 = latest (Kafka's)               |
+| startingTimestamp | none        | ms; per queue SEARCH_OFFSET_BY_TIMESTAMP; wins over Offsets    |
+| endingTimestamp   | none        | ms; likewise for the end bound                                 |
+| minPartitions     | none        | split queues into offset ranges until there are this many      |
+| subExpression     | `*`         | tag filter `TagA || TagB`                                      |
+| failOnDataLoss    | true        | fail when a wanted range starts below the queue's min offset   |
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+EARLIEST = -2
+LATEST = -1
+
+
+class OptionError(ValueError):
+    """A bad or missing option; the message names it."""
+
+
+class _Options:
+    """Option lookup by name, case-insensitive like Spark's (its CaseInsensitiveDict hands
+    the source lower-cased keys)."""
+
+    def __init__(self, options):
+        self._d = {str(k).lower(): v for k, v in dict(options).items()}
+
+    def get(self, name: str, default=None):
+        return self._d.get(name.lower(), default)
+
+
+def _bool(options: dict, name: str, default: bool) -> bool:
+    v = options.get(name)
+    if v is None:
+        return default
+    s = str(v).strip().lower()
+    if s in ("true", "1", "yes"):
+        return True
+    if s in ("false", "0", "no"):
+        return False
+    raise OptionError(f"option {name} must be true or false, got {v!r}")
+
+
+def _int(options: dict, name: str) -> int | None:
+    v = options.get(name)
+    if v is None or str(v).strip() == "":
+        return None
+    try:
+        return int(str(v).strip())
+    except ValueError:
+        raise OptionError(f"option {name} must be an integer, got {v!r}") from None
+
+
+def require_namesrv(options: dict) -> str:
+    addr = options.get("namesrvAddr")
+    if addr is None or not str(addr).strip():
+        raise OptionError("option namesrvAddr is required (the nameserver address, host:port)")
+    return str(addr).strip()
+
+
+def parse_offsets_spec(name: str, value: str | None, default: int):
+    """`earliest` / `latest` -> EARLIEST / LATEST (applies to every queue); JSON ->
+    {topic: {(broker_name, queue_id): offset}} where offset may be EARLIEST / LATEST."""
+    if value is None or str(value).strip() == "":
+        return default
+    s = str(value).strip()
+    if s.lower() == "earliest":
+        return EARLIEST
+    if s.lower() == "latest":
+        return LATEST
+    try:
+        doc = json.loads(s)
+    except ValueError:
+        raise OptionError(f"option {name} must be earliest, latest or JSON "
+                          f'{{"topic": {{"brokerName:queueId": offset}}}}, got {s!r}') from None
+    if not isinstance(doc, dict):
+        raise OptionError(f"option {name}: JSON must be an object of topics, got {s!r}")
+    out: dict[str, dict[tuple[str, int], int]] = {}
+    for topic, queues in doc.items():
+        if not isinstance(queues, dict):
+            raise OptionError(f"option {name}: topic {topic!r} must map \"brokerName:queueId\" to offsets")
+        table = out[topic] = {}
+        for key, off in queues.items():
+            broker, sep, qid = str(key).rpartition(":")
+            if not sep or not broker or not qid.isdigit():
+                raise OptionError(f"option {name}: queue key {key!r} of topic {topic!r} must be brokerName:queueId")
+            if type(off) is not int or off < EARLIEST:
+                raise OptionError(f"option {name}: offset of {topic} {key} must be an integer >= -2, got {off!r}")
+            table[(broker, int(qid))] = off
+    return out
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    namesrv_addr: str
+    topics: tuple[str, ...]           # from subscribe (empty with a pattern)
+    pattern: str | None               # subscribePattern
+    starting: object                  # EARLIEST / LATEST / per-queue dict
+    ending: object
+    starting_timestamp: int | None
+    ending_timestamp: int | None
+    min_partitions: int | None
+    sub_expression: str
+    fail_on_data_loss: bool
+
+
+def parse_reader_options(options) -> ReaderOptions:
+    options = _Options(options)
+    namesrv = require_namesrv(options)
+    subscribe = options.get("subscribe")
+    pattern = options.get("subscribePattern")
+    has_sub = subscribe is not None and str(subscribe).strip() != ""
+    has_pat = pattern is not None and str(pattern).strip() != ""
+    if has_sub == has_pat:
+        raise OptionError("exactly one of the options subscribe (comma-separated topics) and "
+                          "subscribePattern (a regex) must be given"
+                          + (", not both" if has_sub else ""))
+    topics: tuple[str, ...] = ()
+    if has_sub:
+        topics = tuple(dict.fromkeys(t.strip() for t in str(subscribe).split(",") if t.strip()))
+        if not topics:
+            raise OptionError(f"option subscribe names no topic: {subscribe!r}")
+    else:
+        try:
+            re.compile(str(pattern))
+        except re.error as e:
+            raise OptionError(f"option subscribePattern is not a valid regex: {e}") from None
+    min_parts = _int(options, "minPartitions")
+    if min_parts is not None and min_parts < 1:
+        raise OptionError(f"option minPartitions must be >= 1, got {min_parts}")
+    sub_expr = str(options.get("subExpression") or "*").strip() or "*"
+    return ReaderOptions(
+        namesrv_addr=namesrv, topics=topics, pattern=str(pattern) if has_pat else None,
+        starting=parse_offsets_spec("startingOffsets", options.get("startingOffsets"), EARLIEST),
+        ending=parse_offsets_spec("endingOffsets", options.get("endingOffsets"), LATEST),
+        starting_timestamp=_int(options, "startingTimestamp"),
+        ending_timestamp=_int(options, "endingTimestamp"),
+        min_partitions=min_parts, sub_expression=sub_expr,
+        fail_on_data_loss=_bool(options, "failOnDataLoss", True))
+
+
+def tag_set(sub_expression: str) -> frozenset[str] | None:
+    """The tags of `TagA || TagB`; None for `*` (everything)."""
+    if sub_expression.strip() in ("", "*"):
+        return None
+    return frozenset(t.strip() for t in sub_expression.split("||") if t.strip())
+
+
+@dataclass(frozen=True)
+class WriterOptions:
+    namesrv_addr: str
+    topic: str | None
+    producer_group: str
+    batch_size: int
+
+
+def parse_writer_options(options) -> WriterOptions:
+    options = _Options(options)
+    namesrv = require_namesrv(options)
+    topic = options.get("topic")
+    batch = _int(options, "batchSize") or 256
+    if batch < 1:
+        raise OptionError(f"option batchSize must be >= 1, got {batch}")
+    return WriterOptions(namesrv, str(topic).strip() if topic and str(topic).strip() else None,
+                         str(options.get("producerGroup") or "spark-writer"), batch)

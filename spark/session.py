@@ -1,0 +1,39 @@
+"""One unstarted ClientInstance per nameserver address per Python process, on the blocking
+facade's private loop (pocketmq.client.sync). Spark reuses Python workers, so executor
+tasks of one worker share connections; an unstarted instance sends no heartbeats and
+registers nothing on the brokers (like mqadmin: connections are dialled on demand)."""
+from __future__ import annotations
+
+import os
+import threading
+
+from pocketmq.client import sync
+from pocketmq.client.instance import ClientInstance, default_instance_name, local_ip
+
+_lock = threading.Lock()
+_instances: dict[str, ClientInstance] = {}
+
+
+def _forget_after_fork() -> None:
+    global _lock
+    _instances.clear()
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+async def _instance(namesrv_addr: str) -> ClientInstance:
+    inst = _instances.get(namesrv_addr)
+    if inst is None or inst.closed:
+        inst = ClientInstance(f"{local_ip()}@spark-{default_instance_name()}", namesrv_addr)
+        _instances[namesrv_addr] = inst
+    return inst
+
+
+def run_with_instance(namesrv_addr: str, fn, timeout_s: float | None = 120.0):
+    """Run `fn(instance)` (a coroutine function) on the client loop and return its result."""
+    async def go():
+        return await fn(await _instance(namesrv_addr))
+    return sync.run(go(), timeout_s)
