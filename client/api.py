@@ -507,7 +507,7 @@ class ClientAPI:
         broker at `addr` (answered once the broker persisted it)."""
         await self._ok(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, dumps(config.to_json()))
 
-    async def delete_subscription_group(self, addr: str, group: str, *, remove_offset: bool = False) -> None:
+    async def delete_subscription_group(self, addr: str, group: str, remove_offset: bool = False) -> None:
         """DELETE_SUBSCRIPTIONGROUP (and the group's committed offsets with remove_offset)."""
         await self._ok(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP,
                        {"groupName": group, "removeOffset": "true" if remove_offset else "false"})

@@ -64,7 +64,7 @@ async def delete_sub_group(s: AdminSession, a, out: Out) -> None:
     remove_offset = bool(a.removeOffset)
     targets = await _targets(s, a, "deleteSubGroup")
     for name, addr in targets.items():
-        await s.call(addr, s.api.delete_subscription_group, group, remove_offset=remove_offset,
+        await s.call(addr, s.api.delete_subscription_group, group, remove_offset,
                      what=f"delete subscription group {group}", where=f"broker {addr}")
         if name is None:
             out(f"delete subscription group [{group}] from broker [{addr}] success.")
