@@ -232,3 +232,22 @@ def test_update_sub_group_sends_javas_config():
     with pytest.raises((SystemExit, Exception)):
         parse("-g", "G", "-q", "x")
     assert isinstance(parse("-g", "G"), argparse.Namespace)
+
+
+def test_a_broadcasting_group_without_consume_broadcast_enable_cannot_pull(tmp_path):
+    env = Env(tmp_path)
+    env.call(send_cmd("T", b"x"))
+    heartbeat = {"clientID": "c1", "producerDataSet": [], "consumerDataSet": [{
+        "groupName": "G", "consumeType": "CONSUME_PASSIVELY", "messageModel": "BROADCASTING",
+        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "unitMode": False,
+        "subscriptionDataSet": [{"topic": "T", "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 1,
+                                 "expressionType": "TAG"}]}]}
+    assert env.call(RemotingCommand(R.HEART_BEAT, body=dumps(heartbeat))).code == C.SUCCESS
+    # a Java push consumer's pull: no subscription in it, the heartbeat's applies
+    pull = RemotingCommand(R.PULL_MESSAGE, ext_fields={
+        "consumerGroup": "G", "topic": "T", "queueId": "0", "queueOffset": "0", "maxMsgNums": "32", "sysFlag": "0",
+        "commitOffset": "0", "suspendTimeoutMillis": "0", "subVersion": "1"})
+    assert env.call(pull).code == C.SUCCESS
+    env.call(update_cmd({"groupName": "G", "consumeBroadcastEnable": False}))
+    r = env.call(pull)
+    assert (r.code, r.remark) == (C.NO_PERMISSION, "the consumer group[G] can not consume by broadcast way")
