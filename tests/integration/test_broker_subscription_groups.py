@@ -80,9 +80,10 @@ async def test_the_three_codes_over_tcp_and_persistence(tmp_path):
             await c.close()
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = Cluster(str(tmp_path_factory.mktemp("subgroups")), broker_args=[LEVELS])
+@pytest.fixture(scope="module", name="cluster")
+def levels_cluster(tmp_path_factory):
+    """mqnamesrv + mqbroker with LEVELS (also used by tests/interop/test_cpp_retry.py)."""
+    c = Cluster(str(tmp_path_factory.mktemp("levels")), broker_args=[LEVELS])
     c.start()
     yield c
     c.stop()

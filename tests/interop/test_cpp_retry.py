@@ -26,20 +26,12 @@ from pocketmq.protocol.codes import ResponseCode as C
 from pocketmq.protocol.message import decode_records
 from pocketmq.remoting.client import RemotingClient
 from tests.integration.test_broker import pull_cmd
-from tests.support.daemons import Cluster
+
+# the `cluster` fixture: a module-scoped mqnamesrv + mqbroker with non-uniform delay levels
+# (levels 1-2 long, level 3 (first retry) 1 s, level 4 (second) 2 s, then 1 s)
+from tests.integration.test_broker_subscription_groups import levels_cluster  # noqa: F401
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
-
-# Non-uniform: levels 1-2 are long, level 3 (first retry) 1 s, level 4 (second) 2 s, then 1 s.
-LEVELS = "--messageDelayLevel=7s 7s 1s 2s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = Cluster(str(tmp_path_factory.mktemp("cpp-retry")), broker_args=[LEVELS])
-    c.start()
-    yield c
-    c.stop()
 
 
 async def produce(cluster, topic: str, bodies: list[bytes]) -> None:
