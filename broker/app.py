@@ -97,6 +97,12 @@ class Broker:
         self._metadata_loaded = False
         self._topics_dirty = False
         self._persist_lock = asyncio.Lock()
+        # Publication of auto-created topics (publish_topics): requests are numbered, one
+        # publication at a time covers every request made before it started.
+        self.unpublished_topics: set[str] = set()
+        self._publish_lock = asyncio.Lock()
+        self._publish_requested = 0
+        self._published = 0
 
     # -- clock -----------------------------------------------------------------------
     def now_ms(self) -> int:
@@ -175,7 +181,8 @@ class Broker:
             # Our own pull bound: RocketMQ clients ask for 32; pocketmq's bulk readers may ask more.
             pull_max_msg_nums=4096,
             now_ms=self.now_ms, mono_ms=self.mono_ms, is_closing=self.is_closing, wake_hold=self._wake_hold,
-            on_topics_changed=self.on_topics_changed)
+            on_topics_changed=self.on_topics_changed, publish_topics=self.publish_topics,
+            unpublished_topics=self.unpublished_topics, persist_groups=self.persist_groups)
 
     def is_closing(self) -> bool:
         return self.closing
@@ -286,6 +293,44 @@ class Broker:
         self._topics_dirty = True
         self._register_now.set()
 
+    async def publish_topics(self, topic: str) -> None:
+        """Make an auto-created `topic` durable and routable before its send is answered, as
+        Java 4.9 does (createTopicInSendMessageMethod registers with every nameserver at once):
+        topics.json is written (atomically), then the broker registers with every nameserver,
+        each bounded by registerBrokerTimeoutMills (a nameserver that does not answer is
+        logged, never waited for longer). Concurrent calls share one publication: each waits
+        for the first one that started after its request. Raises OSError when topics.json
+        cannot be written (the send is then refused)."""
+        self.unpublished_topics.add(topic)
+        self._publish_requested += 1
+        ticket = self._publish_requested
+        try:
+            async with self._publish_lock:
+                if self._published >= ticket:
+                    return
+                covered = self._publish_requested
+                try:
+                    await self._persist_async(topics=True)
+                except OSError:
+                    self._topics_dirty = True   # the register loop tries again
+                    log.exception("cannot persist topics.json for the new topic %s", topic)
+                    raise
+                if self.ns_client.namesrv_addrs:
+                    await self.register_all()
+                self._published = covered
+        finally:
+            if self._published >= ticket:
+                self.unpublished_topics.discard(topic)
+
+    async def persist_groups(self) -> None:
+        """subscriptionGroup.json, written now (atomically)."""
+        self.groups.dirty = True
+        try:
+            await self._persist_async()
+        except OSError:
+            self.groups.dirty = True   # the persist loop tries again
+            raise
+
     def _on_connection_close(self, conn) -> None:
         if self.ctx is not None:   # connections exist only once serving, after the context
             connection_closed(self.ctx, conn)
@@ -301,13 +346,17 @@ class Broker:
         return RemotingCommand(RequestCode.REGISTER_BROKER, ext_fields=ext, body=body)
 
     async def register_all(self) -> None:
+        timeout_s = max(0.001, self.config.registerBrokerTimeoutMills / 1000)
+
         async def one(addr):
             try:
-                resp = await self.ns_client.invoke(addr, self._register_command(), 6.0)
+                # bounded as a whole: connecting to an unreachable nameserver included
+                async with asyncio.timeout(timeout_s):
+                    resp = await self.ns_client.invoke(addr, self._register_command(), timeout_s)
                 if resp.code != ResponseCode.SUCCESS:
                     log.warning("register to nameserver %s failed: %d %s", addr, resp.code, resp.remark)
             except Exception as e:
-                log.warning("register to nameserver %s failed: %s", addr, e)
+                log.warning("register to nameserver %s failed: %s: %s", addr, type(e).__name__, e)
         await asyncio.gather(*(one(a) for a in self.ns_client.namesrv_addrs))
 
     async def unregister_all(self) -> None:

@@ -40,6 +40,9 @@ registered).
 | consumer_connection_list    | GET_CONSUMER_CONNECTION_LIST          |
 | view_message                | VIEW_MESSAGE_BY_ID                    |
 | reset_offset                | INVOKE_BROKER_TO_RESET_OFFSET         |
+| update_subscription_group   | UPDATE_AND_CREATE_SUBSCRIPTIONGROUP   |
+| delete_subscription_group   | DELETE_SUBSCRIPTIONGROUP              |
+| all_subscription_groups     | GET_ALL_SUBSCRIPTIONGROUP_CONFIG      |
 """
 from __future__ import annotations
 
@@ -53,12 +56,16 @@ from pocketmq.client.errors import (
 )
 from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.bodies import (
+    DataVersion,
     MessageQueue,
+    SubscriptionGroupConfig,
     TopicConfig,
     TopicRouteData,
     decode_cluster_info,
     decode_mq_set,
     decode_reset_offset_body,
+    decode_subscription_group_wrapper,
+    dumps,
     encode_lock_body,
     loads,
 )
@@ -111,14 +118,15 @@ class PullRequest(NamedTuple):
 
 class SendBackRequest(NamedTuple):
     """One CONSUMER_SEND_MSG_BACK: the broker re-sends the message to %RETRY%<group>
-    (or the DLQ after max_reconsume_times)."""
+    (or the DLQ after max_reconsume_times; None: the header is left out and the
+    subscription group's retryMaxTimes applies, which a sent value would override)."""
     addr: str
     group: str
     commit_log_offset: int
     delay_level: int
     origin_msg_id: str
     origin_topic: str
-    max_reconsume_times: int
+    max_reconsume_times: int | None
 
 
 class ResetOffsetRequest(NamedTuple):
@@ -358,8 +366,9 @@ class ClientAPI:
 
     async def send_back(self, req: SendBackRequest) -> None:
         ext = {"offset": str(req.commit_log_offset), "group": req.group, "delayLevel": str(req.delay_level),
-               "originMsgId": req.origin_msg_id, "originTopic": req.origin_topic, "unitMode": "false",
-               "maxReconsumeTimes": str(req.max_reconsume_times)}
+               "originMsgId": req.origin_msg_id, "originTopic": req.origin_topic, "unitMode": "false"}
+        if req.max_reconsume_times is not None:
+            ext["maxReconsumeTimes"] = str(req.max_reconsume_times)
         await self._ok(req.addr, RequestCode.CONSUMER_SEND_MSG_BACK, ext, None, SEND_BACK_TIMEOUT_S)
 
     async def lock_batch(self, addr: str, group: str, client_id: str, mqs) -> list[MessageQueue]:
@@ -492,6 +501,24 @@ class ClientAPI:
             return msgcodec.decode_record(resp.body_bytes())
         except ValueError as e:
             raise error_for(ResponseCode.SYSTEM_ERROR, f"undecodable message: {e}", addr) from None
+
+    async def update_subscription_group(self, addr: str, config: SubscriptionGroupConfig) -> None:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: `config` replaces the group's config on the
+        broker at `addr` (answered once the broker persisted it)."""
+        await self._ok(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, dumps(config.to_json()))
+
+    async def delete_subscription_group(self, addr: str, group: str, remove_offset: bool = False) -> None:
+        """DELETE_SUBSCRIPTIONGROUP (and the group's committed offsets with remove_offset)."""
+        await self._ok(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP,
+                       {"groupName": group, "removeOffset": "true" if remove_offset else "false"})
+
+    async def all_subscription_groups(self, addr: str) -> tuple[dict[str, SubscriptionGroupConfig], DataVersion]:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG: the broker's groups by name and its data version."""
+        resp = await self._ok(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        try:
+            return decode_subscription_group_wrapper(loads(resp.body_bytes() or b"{}"))
+        except (BodyError, ValueError) as e:
+            raise error_for(ResponseCode.SYSTEM_ERROR, f"unreadable subscription groups: {e}", addr) from None
 
     async def reset_offset(self, addr: str, req: ResetOffsetRequest) -> dict[MessageQueue, int]:
         """INVOKE_BROKER_TO_RESET_OFFSET -> {MessageQueue: new offset} on that broker."""

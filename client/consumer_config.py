@@ -77,7 +77,10 @@ class PushConsumerConfig(ConsumerConfig):
     consume_concurrency: listener workers (consumeThreadMax), 1..1000.
     consume_batch_size: messages per batch_listener call, 1..1024 (1 for a listener).
     flow_limits: ProcessQueue thresholds that delay the next pull (None = Java's defaults).
-    max_reconsume_times: deliveries before a failing message goes to the DLQ.
+    max_reconsume_times: redeliveries before a failing message goes to the DLQ; None (the
+        default): the broker's subscription group decides (retryMaxTimes, 16 unless
+        changed with `mqadmin updateSubGroup -r`); a number is sent with every send-back
+        and overrides the group's, as a Java client's does.
     persist_interval_s: how often consumed offsets are committed.
     handover_delay_ms: wait before reading the offsets of queues taken over from another
         member, so its last commit lands first.
@@ -91,7 +94,7 @@ class PushConsumerConfig(ConsumerConfig):
     consume_concurrency: int = 20
     consume_batch_size: int = 1
     flow_limits: FlowLimits | None = None
-    max_reconsume_times: int = 16
+    max_reconsume_times: int | None = None
     persist_interval_s: float = 5.0
     handover_delay_ms: int = 1000
     sync_listener_in_thread: bool = True

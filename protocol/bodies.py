@@ -407,6 +407,90 @@ def decode_topic_config_wrapper(d: dict) -> tuple[dict, DataVersion]:
     return topics, DataVersion.from_json(d.get("dataVersion"))
 
 
+# --- subscription groups ------------------------------------------------------------------
+
+def _strict_bool(value, what: str) -> bool:
+    # fastjson reads a JSON boolean or the strings "true"/"false"; anything else is an error
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise BodyError(f"bad {what}: {value!r} (expected true or false)")
+
+
+def _strict_int(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise BodyError(f"bad {what}: {value!r} (expected an integer)")
+    try:
+        return int(value)
+    except ValueError:
+        raise BodyError(f"bad {what}: {value!r} (expected an integer)") from None
+
+
+@dataclass(slots=True)
+class SubscriptionGroupConfig:
+    """Java's SubscriptionGroupConfig; the field names are its JSON keys (the body of
+    UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, subscriptionGroup.json), defaults are Java's."""
+    groupName: str
+    consumeEnable: bool = True
+    consumeFromMinEnable: bool = True
+    consumeBroadcastEnable: bool = True
+    retryQueueNums: int = 1
+    retryMaxTimes: int = 16
+    brokerId: int = 0
+    whichBrokerWhenConsumeSlowly: int = 1
+    notifyConsumerIdsChangedEnable: bool = True
+
+    def to_json(self) -> dict:
+        return {"brokerId": self.brokerId, "consumeBroadcastEnable": self.consumeBroadcastEnable,
+                "consumeEnable": self.consumeEnable, "consumeFromMinEnable": self.consumeFromMinEnable,
+                "groupName": self.groupName, "notifyConsumerIdsChangedEnable": self.notifyConsumerIdsChangedEnable,
+                "retryMaxTimes": self.retryMaxTimes, "retryQueueNums": self.retryQueueNums,
+                "whichBrokerWhenConsumeSlowly": self.whichBrokerWhenConsumeSlowly}
+
+    @classmethod
+    def from_json(cls, d) -> "SubscriptionGroupConfig":
+        """Strict: a missing groupName or a field of the wrong type raises BodyError naming it;
+        absent fields take Java's defaults; unknown fields (newer Java versions) are ignored."""
+        if not isinstance(d, dict):
+            raise BodyError(f"SubscriptionGroupConfig is not a JSON object: {d!r}")
+        name = d.get("groupName")
+        if not isinstance(name, str) or not name.strip():
+            raise BodyError(f"SubscriptionGroupConfig needs a groupName, got {name!r}")
+        kw = {}
+        for key in _GROUP_BOOL_FIELDS:
+            if d.get(key) is not None:
+                kw[key] = _strict_bool(d[key], key)
+        for key in _GROUP_INT_FIELDS:
+            if d.get(key) is not None:
+                kw[key] = _strict_int(d[key], key)
+        return cls(name, **kw)
+
+
+_GROUP_BOOL_FIELDS = ("consumeEnable", "consumeFromMinEnable", "consumeBroadcastEnable",
+                      "notifyConsumerIdsChangedEnable")
+_GROUP_INT_FIELDS = ("retryQueueNums", "retryMaxTimes", "brokerId", "whichBrokerWhenConsumeSlowly")
+
+
+def encode_subscription_group_wrapper(groups: dict, version: DataVersion) -> dict:
+    """Java's SubscriptionGroupWrapper: GET_ALL_SUBSCRIPTIONGROUP_CONFIG's body and
+    subscriptionGroup.json."""
+    return {"dataVersion": version.to_json(),
+            "subscriptionGroupTable": {name: cfg.to_json() for name, cfg in groups.items()}}
+
+
+def decode_subscription_group_wrapper(d) -> tuple[dict, DataVersion]:
+    if not isinstance(d, dict):
+        raise BodyError("SubscriptionGroupWrapper is not an object")
+    table = d.get("subscriptionGroupTable")
+    if table is None:
+        table = {}
+    if not isinstance(table, dict):
+        raise BodyError("subscriptionGroupTable is not an object")
+    groups = {str(name): SubscriptionGroupConfig.from_json(cfg) for name, cfg in table.items()}
+    return groups, DataVersion.from_json(d.get("dataVersion"))
+
+
 def encode_register_broker_body(topics: dict, version: DataVersion) -> bytes:
     return dumps({"filterServerList": [],
                   "topicConfigSerializeWrapper": encode_topic_config_wrapper(topics, version)})

@@ -61,6 +61,12 @@ class ConsumerOffsetManager:
             del self.table[k]
             self.dirty = True
 
+    def remove_group(self, group: str) -> None:
+        """DELETE_SUBSCRIPTIONGROUP with removeOffset: the group's offsets on every topic."""
+        for k in [k for k in self.table if k.rpartition("@")[2] == group]:
+            del self.table[k]
+            self.dirty = True
+
     def encode(self) -> bytes:
         return json.dumps({"offsetTable": {k: {str(q): o for q, o in sorted(v.items())}
                                            for k, v in sorted(self.table.items())}}, indent=1).encode()

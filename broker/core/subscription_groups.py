@@ -1,26 +1,42 @@
-"""Subscription group configs (pure); auto-created on first use when enabled."""
+"""Subscription group configs (pure): the table, its rules, subscriptionGroup.json.
+
+A group is auto-created with Java's defaults on first use when
+autoCreateSubscriptionGroup is on; UPDATE_AND_CREATE_SUBSCRIPTIONGROUP replaces a
+group's whole config (as Java's does: nothing is merged), DELETE_SUBSCRIPTIONGROUP
+drops it. Honoured by CONSUMER_SEND_MSG_BACK (retryMaxTimes, retryQueueNums) and
+PULL_MESSAGE (consumeEnable, consumeBroadcastEnable).
+"""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, asdict
 
-from pocketmq.protocol.bodies import DataVersion, loads
+from pocketmq.common.constants import VALID_NAME_RE
+from pocketmq.protocol.bodies import (DataVersion, SubscriptionGroupConfig, decode_subscription_group_wrapper,
+                                      encode_subscription_group_wrapper, loads)
+
+__all__ = ["SubscriptionGroupConfig", "SubscriptionGroupManager", "validate_group_config", "GROUP_MAX_LENGTH",
+           "RETRY_QUEUE_NUMS_MAX"]
+
+# Java's Validators.CHARACTER_MAX_LENGTH, the client-side bound on group names.
+GROUP_MAX_LENGTH = 255
+# A retry topic is an ordinary topic: the same bound as readQueueNums/writeQueueNums.
+RETRY_QUEUE_NUMS_MAX = 1024
 
 
-@dataclass(slots=True)
-class SubscriptionGroupConfig:
-    groupName: str
-    consumeEnable: bool = True
-    consumeFromMinEnable: bool = True
-    consumeBroadcastEnable: bool = True
-    retryQueueNums: int = 1
-    retryMaxTimes: int = 16
-    brokerId: int = 0
-    whichBrokerWhenConsumeSlowly: int = 1
-    notifyConsumerIdsChangedEnable: bool = True
-
-    def to_json(self) -> dict:
-        return asdict(self)
+def validate_group_config(cfg: SubscriptionGroupConfig) -> str | None:
+    """None when `cfg` can be stored, else the remark naming what is wrong."""
+    name = cfg.groupName
+    if not VALID_NAME_RE.fullmatch(name):
+        return f"the group name[{name}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    if len(name) > GROUP_MAX_LENGTH:
+        return f"the group name is longer than {GROUP_MAX_LENGTH} characters"
+    if not 0 <= cfg.retryQueueNums <= RETRY_QUEUE_NUMS_MAX:
+        return f"retryQueueNums must be in 0..{RETRY_QUEUE_NUMS_MAX}, got {cfg.retryQueueNums}"
+    if cfg.retryMaxTimes < 0:
+        return f"retryMaxTimes must be >= 0, got {cfg.retryMaxTimes}"
+    if cfg.brokerId < 0 or cfg.whichBrokerWhenConsumeSlowly < 0:
+        return "brokerId and whichBrokerWhenConsumeSlowly must be >= 0"
+    return None
 
 
 class SubscriptionGroupManager:
@@ -52,13 +68,10 @@ class SubscriptionGroupManager:
         return True
 
     def encode(self) -> bytes:
-        return json.dumps({"dataVersion": self.data_version.to_json(),
-                           "subscriptionGroupTable": {g: c.to_json() for g, c in sorted(self.table.items())}},
+        return json.dumps(encode_subscription_group_wrapper(dict(sorted(self.table.items())), self.data_version),
                           indent=1).encode()
 
     def load(self, data: bytes) -> None:
-        d = loads(data)
-        known = set(SubscriptionGroupConfig.__dataclass_fields__)
-        for g, c in (d.get("subscriptionGroupTable") or {}).items():
-            self.table[str(g)] = SubscriptionGroupConfig(**{k: v for k, v in c.items() if k in known})
-        self.data_version = DataVersion.from_json(d.get("dataVersion"))
+        groups, version = decode_subscription_group_wrapper(loads(data))
+        self.table.update(groups)
+        self.data_version = version

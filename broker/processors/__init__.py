@@ -42,6 +42,8 @@ def build_processor_table(ctx: BrokerContext) -> dict:
         R.QUERY_TOPIC_CONSUME_BY_WHO: admin.process_query_topic_consume_by_who,
         R.GET_ALL_CONSUMER_OFFSET: admin.process_get_all_consumer_offset,
         R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.process_get_all_subscription_group,
+        R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.process_update_and_create_subscription_group,
+        R.DELETE_SUBSCRIPTIONGROUP: admin.process_delete_subscription_group,
         R.INVOKE_BROKER_TO_RESET_OFFSET: admin.process_invoke_broker_to_reset_offset,
     }
     return {int(code): partial(fn, ctx) for code, fn in table.items()}

@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 
 from pocketmq.broker.core.offsets import reset_table
+from pocketmq.broker.core.subscription_groups import validate_group_config
 from pocketmq.broker.core.topics import validate_topic
+from pocketmq.common.constants import retry_topic
 from pocketmq.protocol import bodies
-from pocketmq.protocol.bodies import MessageQueue, TopicConfig, dumps_object_keyed
+from pocketmq.protocol.bodies import MessageQueue, SubscriptionGroupConfig, TopicConfig, dumps_object_keyed
+from pocketmq.protocol.errors import BodyError
 from pocketmq.protocol.codes import LanguageCode, RequestCode, ResponseCode
 from pocketmq.protocol.command import RemotingCommand
 from pocketmq.protocol.headers.typed import opt_int, opt_str, parse_bool, req_int, req_str
@@ -171,7 +174,66 @@ def process_get_all_consumer_offset(ctx, conn, cmd):
 
 
 def process_get_all_subscription_group(ctx, conn, cmd):
+    """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): Java's SubscriptionGroupWrapper
+    {subscriptionGroupTable: {group: SubscriptionGroupConfig}, dataVersion}."""
     return cmd.response(ResponseCode.SUCCESS, body=ctx.groups.encode())
+
+
+def _slave_refusal(ctx, cmd):
+    if not ctx.config.is_master():
+        return cmd.response(ResponseCode.SYSTEM_ERROR, "Can't modify topic or subscription group from slave broker.")
+    return None
+
+
+def process_update_and_create_subscription_group(ctx, conn, cmd):
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): the body (Java's SubscriptionGroupConfig
+    JSON) replaces the group's config; answered once subscriptionGroup.json is written.
+    A retry topic that exists already is resized to retryQueueNums, so send-backs spread
+    over exactly those queues."""
+    refused = _slave_refusal(ctx, cmd)
+    if refused is not None:
+        return refused
+    if not cmd.body:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, "the request carries no SubscriptionGroupConfig body")
+    try:
+        cfg = SubscriptionGroupConfig.from_json(bodies.loads(cmd.body))
+    except (BodyError, ValueError) as e:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad SubscriptionGroupConfig body: {e}")
+    bad = validate_group_config(cfg)
+    if bad:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, bad)
+    now = ctx.now_ms()
+    ctx.groups.update(cfg, now)
+    rtopic = retry_topic(cfg.groupName)
+    rtc = ctx.topics.get(rtopic)
+    if rtc is not None and cfg.retryQueueNums > 0 and cfg.retryQueueNums != rtc.write_queue_nums:
+        ctx.topics.update(TopicConfig(rtopic, cfg.retryQueueNums, cfg.retryQueueNums, rtc.perm,
+                                      rtc.topic_filter_type, rtc.topic_sys_flag, rtc.order), now)
+        ctx.on_topics_changed()
+    log.info("subscription group %s updated by %s: %s", cfg.groupName, conn.remote_addr, cfg.to_json())
+    return _answer_when_persisted(ctx, cmd)
+
+
+def process_delete_subscription_group(ctx, conn, cmd):
+    """DELETE_SUBSCRIPTIONGROUP (207): header groupName, removeOffset (also drop the
+    group's committed offsets). Deleting an unknown group succeeds, as in Java."""
+    refused = _slave_refusal(ctx, cmd)
+    if refused is not None:
+        return refused
+    group = req_str(cmd.ext_fields, "groupName")
+    ctx.groups.delete(group, ctx.now_ms())
+    if parse_bool(cmd.ext_fields.get("removeOffset"), False):
+        ctx.offsets.remove_group(group)
+    log.info("subscription group %s deleted by %s", group, conn.remote_addr)
+    return _answer_when_persisted(ctx, cmd)
+
+
+async def _answer_when_persisted(ctx, cmd):
+    try:
+        await ctx.persist_groups()
+    except OSError as e:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"cannot persist subscriptionGroup.json: {e}")
+    return cmd.response(ResponseCode.SUCCESS)
 
 
 def process_invoke_broker_to_reset_offset(ctx, conn, cmd):

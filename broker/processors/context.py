@@ -9,7 +9,7 @@ state that changes (closing) and clocks are callables, read at each call.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 from pocketmq.broker.core.clients import ConsumerManager, ProducerManager
 from pocketmq.broker.core.held_pulls import HeldPullTable
@@ -71,3 +71,10 @@ class BrokerContext:
     is_closing: Callable[[], bool]         # shutting down: pulls are answered, never parked
     wake_hold: Callable[[], None]          # a pull was parked: the hold service re-reads deadlines
     on_topics_changed: Callable[[], None]  # persist topics.json and re-register (debounced)
+    # Auto-created topics: written to topics.json and registered with every nameserver
+    # now, before the send that created them is answered (bounded by
+    # registerBrokerTimeoutMills); `unpublished_topics` holds those still on the way.
+    publish_topics: Callable[[str], Awaitable[None]]
+    unpublished_topics: set[str]
+    # subscriptionGroup.json written now (admin changes are acknowledged once durable)
+    persist_groups: Callable[[], Awaitable[None]]

@@ -2,7 +2,9 @@
 
 Checks in RocketMQ's order (reference 5.2, 8.2, 8.3): broker writable, topic
 name valid and not forbidden, topic exists or is auto-created from
-defaultTopic, queueId legal, sizes; then the append. Under SYNC_FLUSH the
+defaultTopic, queueId legal, sizes; then the append. A send that auto-creates its
+topic is answered only once the topic is in topics.json and registered with every
+nameserver (bounded by registerBrokerTimeoutMills; `_publish_then_send`). Under SYNC_FLUSH the
 reply waits for the group commit covering the record (FLUSH_DISK_TIMEOUT
 after syncFlushTimeout). Responses always carry MSG_REGION and TRACE_ON,
 which Java clients read unconditionally.
@@ -24,6 +26,7 @@ from pocketmq.common.constants import (
 )
 from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.codes import PermName, ResponseCode
+from pocketmq.protocol.command import RemotingCommand
 from pocketmq.protocol.headers.typed import decode_send_fields
 from pocketmq.protocol.message import PROPERTIES_LENGTH_BYTES_MAX
 
@@ -70,7 +73,9 @@ def process_send(ctx, conn, cmd):
         if tc is None:
             return _error(ctx, cmd, ResponseCode.TOPIC_NOT_EXIST,
                           f"topic[{topic}] not exist, apply first please!")
-        ctx.on_topics_changed()
+        return _publish_then_send(ctx, conn, cmd, topic)
+    if ctx.unpublished_topics and topic in ctx.unpublished_topics:
+        return _publish_then_send(ctx, conn, cmd, topic)   # created by a send still publishing it
     if not tc.perm & _WRITEABLE:
         return _error(ctx, cmd, ResponseCode.NO_PERMISSION,
                       f"the topic[{topic}] sending message is forbidden")
@@ -149,6 +154,21 @@ def process_send(ctx, conn, cmd):
     if wait and ctx.sync_flush:
         return _await_flush(ctx, cmd, ext, result.wrote_offset + result.wrote_bytes)
     return cmd.response(_SUCCESS, None, ext)
+
+
+async def _publish_then_send(ctx, conn, cmd, topic):
+    """A send that auto-created `topic` (or found it still being published): as Java 4.9,
+    the topic is in topics.json and registered with every nameserver before the message is
+    stored and the send answered, so a consumer started right after finds its route and
+    a broker killed right after still knows the topic."""
+    try:
+        await ctx.publish_topics(topic)
+    except OSError as e:
+        return _error(ctx, cmd, ResponseCode.SYSTEM_ERROR, f"create topic[{topic}] failed: cannot persist it: {e}")
+    result = process_send(ctx, conn, cmd)   # the topic exists now: the ordinary path
+    if type(result) is not RemotingCommand:
+        result = await result
+    return result
 
 
 async def _await_flush(ctx, cmd, ext, end_offset):

@@ -1,10 +1,17 @@
 """CONSUMER_SEND_MSG_BACK (36): a consumer returns a message it could not consume.
 
-Reference 8.5 (RocketMQ 4.9.4): the message is re-written with
-reconsumeTimes + 1 to %RETRY%<group> through the delay levels (level 3 +
-reconsumeTimes unless the consumer chose one), or to %DLQ%<group> queue 0
-when it has been retried maxReconsumeTimes times or delayLevel < 0. The
-`offset` header field is a commit-log offset.
+Reference 8.5 (RocketMQ 4.9.4 SendMessageProcessor.asyncConsumerSendMsgBack): the
+stored message at the `offset` header field (a commit-log offset) is re-written with
+its own RECONSUME_TIME + 1 to %RETRY%<group> (a random one of retryQueueNums queues)
+through the delay levels (level 3 + reconsumeTimes unless the consumer chose one), or
+to %DLQ%<group> queue 0 when it has been retried maxReconsumeTimes times or
+delayLevel < 0. maxReconsumeTimes is the group's retryMaxTimes unless the request
+carries one (version >= V3_4_9), which wins, as in Java. RETRY_TOPIC and
+ORIGIN_MESSAGE_ID are set once, on the first send-back, and kept after.
+
+The C++ client 1.2.x sends only offset, group and delayLevel (0); see docs/broker.md
+for why its consumers can see reconsume_times skip (its C API fails a whole pulled
+batch at the first failing message; the broker counts every send-back it gets).
 """
 from __future__ import annotations
 
@@ -62,7 +69,9 @@ def process_send_back(ctx, conn, cmd):
         queue_id, level = 0, 0
     else:
         topic = rtopic
-        queue_id = random.randrange(rtc.write_queue_nums)
+        # Java: random % retryQueueNums; bounded by the topic's queues in case it was created
+        # with fewer by hand (a queue outside the route would never be pulled)
+        queue_id = random.randrange(max(1, min(gcfg.retryQueueNums, rtc.write_queue_nums)))
         level = delay_level if delay_level > 0 else 3 + msg.reconsume_times
     props = send_back_properties(msg.properties, origin_topic, origin_id, level)
     store_topic, store_qid = topic, queue_id

@@ -7,6 +7,10 @@ writes its logs under ~/logs).
     python cpp_agent.py produce --ns ADDR --topic T --mode sync --count 10
     python cpp_agent.py push --ns ADDR --group G --topic T --expect 10 --idle 5
     python cpp_agent.py pull --ns ADDR --group G --topic T --expect 10
+    python cpp_agent.py push --ns ADDR --group G --topic T --fail-until 2 --fail-how status
+        (the callback fails while reconsume_times < 2; --fail-until -1: always fails;
+        every delivery is emitted with its msg id, reconsume_times and retry properties)
+    python cpp_agent.py push ... --start-file PATH   (prints "ready", starts once PATH exists)
 """
 from __future__ import annotations
 
@@ -87,8 +91,11 @@ def produce(args):
     emit(event="done")
 
 
+_RECV_PROPS = ("idx", "origin", "UNIQ_KEY", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID")
+
+
 def _recv(msg):
-    props = {k: (msg.get_property(k) or b"").decode() for k in ("idx", "origin", "UNIQ_KEY")}
+    props = {k: (msg.get_property(k) or b"").decode() for k in _RECV_PROPS}
     return dict(event="msg", topic=msg.topic, body=msg.body.decode(errors="replace"),
                 tags=(msg.tags or b"").decode(), keys=(msg.keys or b"").decode(), props=props,
                 queue_id=msg.queue_id, queue_offset=msg.queue_offset, msg_id=msg.id,
@@ -106,12 +113,39 @@ def push_main(args):
     state = {"n": 0, "last": time.monotonic()}
 
     def on_msg(msg):
+        rec = _recv(msg)
+        failing = args.fail_until < 0 or rec["reconsume_times"] < args.fail_until
+        rec["failed"] = failing
         with lock:
-            emit(**_recv(msg))
+            emit(**rec)
             state["n"] += 1
             state["last"] = time.monotonic()
+        return failing
 
-    c.subscribe(args.topic, on_msg, args.expr)
+    if args.fail_until == 0:
+        c.subscribe(args.topic, on_msg, args.expr)
+    elif args.fail_how == "raise":
+        # What a user writes: the wrapper turns an exception into RECONSUME_LATER.
+        def raising(msg):
+            if on_msg(msg):
+                raise RuntimeError("consume failed on purpose")
+        c.subscribe(args.topic, raising, args.expr)
+    else:
+        # The status returned through the C API itself (1 = E_RECONSUME_LATER), bypassing the
+        # wrapper's exception path (which re-raises inside the ctypes callback).
+        from rocketmq.client import RecvMessage
+        from rocketmq.ffi import dll
+
+        def status_cb(_consumer, cmsg):
+            return 1 if on_msg(RecvMessage(cmsg)) else 0
+        dll.Subscribe(c._handle, args.topic.encode(), args.expr.encode())
+        c._register_callback(status_cb)
+    if args.start_file:
+        # ready to start at once: the test decides the moment (e.g. right after a send)
+        emit(event="ready")
+        give_up = time.monotonic() + 60
+        while not _exists(args.start_file) and time.monotonic() < give_up:
+            time.sleep(0.002)
     c.start()
     emit(event="started")
     deadline = time.monotonic() + args.seconds
@@ -168,8 +202,12 @@ def main():
     p.add_argument("--linger", type=float, default=2.0)
     p.add_argument("--instance", default="")
     p.add_argument("--stop-file", default="")
+    p.add_argument("--start-file", default="", help="push: start the consumer once this file exists")
     p.add_argument("--timeout-ms", type=int, default=5000)
     p.add_argument("--size", type=int, default=0, help="pad bodies to this many bytes")
+    p.add_argument("--fail-until", type=int, default=0,
+                   help="push: fail while reconsume_times < N (-1: always fail)")
+    p.add_argument("--fail-how", default="status", choices=["status", "raise"])
     args = p.parse_args()
     {"produce": produce, "push": push_main, "pull": pull_main}[args.cmd](args)
 

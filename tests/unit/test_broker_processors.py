@@ -83,6 +83,8 @@ class Env:
         self.closing = False
         self.wakes = 0
         self.topic_changes = 0
+        self.published = []
+        self.groups_persisted = 0
         cfg = BrokerConfig(storePathRootDir=str(tmp_path), brokerIP1="127.0.0.1", **config)
         self.store = MemoryStore(StoreConfig(str(tmp_path), max_message_size=store_record_max))
         self.store.open()
@@ -95,7 +97,8 @@ class Env:
             stats=BrokerStats(), flush_service=None, sync_flush=False, delay_levels=cfg.delay_levels_ms(),
             cluster_property=f"CLUSTER\x01{cfg.brokerClusterName}", send_ext_region_trace=("R1", "false"),
             pull_max_msg_nums=32, now_ms=lambda: self.now, mono_ms=lambda: self.mono,
-            is_closing=lambda: self.closing, wake_hold=self._wake, on_topics_changed=self._topics_changed)
+            is_closing=lambda: self.closing, wake_hold=self._wake, on_topics_changed=self._topics_changed,
+            publish_topics=self._publish, unpublished_topics=set(), persist_groups=self._persist_groups)
         self.table = build_processor_table(self.ctx)
         self.conn = Conn()
 
@@ -105,8 +108,19 @@ class Env:
     def _topics_changed(self):
         self.topic_changes += 1
 
+    async def _publish(self, topic):
+        # what the broker does before answering: the topic is durable and routable
+        self.published.append((topic, self.ctx.topics.get(topic) is not None,
+                               self.store.get_max_offset_in_queue(topic, 0)))
+
+    async def _persist_groups(self):
+        self.groups_persisted += 1
+
     def call(self, cmd):
-        return self.table[cmd.code](self.conn, cmd)
+        result = self.table[cmd.code](self.conn, cmd)
+        if result is not None and type(result) is not RemotingCommand:   # a processor that waits (publication, flush)
+            result = asyncio.run(result)
+        return result
 
 
 def send_cmd(topic, body=b"x", queue_id=0, props=None):
@@ -129,7 +143,8 @@ def test_send_then_pull_through_the_context(tmp_path):
     assert r.code == C.SUCCESS and r.opaque == 7
     assert r.ext_fields["queueId"] == "2" and r.ext_fields["queueOffset"] == "0"
     assert (r.ext_fields["MSG_REGION"], r.ext_fields["TRACE_ON"]) == ("R1", "false")
-    assert env.topic_changes == 1 and env.ctx.topics.get("T") is not None   # auto-created
+    # auto-created, and published before the message was stored
+    assert env.published == [("T", True, 0)] and env.ctx.topics.get("T") is not None
     r = env.call(pull_cmd("T", 2, 0))
     assert (r.code, r.remark, r.ext_fields["nextBeginOffset"]) == (C.SUCCESS, "FOUND", "1")
     (msg,) = decode_records(b"".join(r.body))
