@@ -252,7 +252,9 @@ class SubscriptionData:
 
     def matches_tags_code(self, code: int) -> bool:
         # Consume-queue tag codes are sign-extended longs; compare as Java's (int).
-        if self.is_all:
+        # An SQL92 subscription passes this stage (Java's isMatchedByConsumeQueue without
+        # bloom filters): its expression is checked on the record's properties.
+        if self.is_all or self.expression_type != "TAG":
             return True
         code = ((code + 2**31) % 2**32) - 2**31
         return code in self.code_set

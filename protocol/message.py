@@ -63,7 +63,7 @@ __all__ = [
     "record_size", "decode_record", "decode_records", "decode_records_raw", "offset_msg_id",
     "decode_offset_msg_id", "decode_batch_body", "encode_batch_body", "encode_batch_elements",
     "compress_body", "decompress_body", "parse_host", "format_host",
-    "store_timestamp_pos", "property_value", "tags_code_of_properties",
+    "store_timestamp_pos", "property_value", "tags_code_of_properties", "properties_text_at",
     # the record layout, for the stores (one owner: nothing else retypes an offset or a mask)
     "POS_QUEUE_OFFSET", "POS_PHYSICAL_OFFSET", "POS_SYSFLAG", "POS_BORN_TIMESTAMP", "POS_BORN_HOST",
     "RECORD_HEAD_MIN", "HOST_V6_FLAGS", "PORT_MAX", "MAX_INT", "BLANK_MARKER_SIZE", "head_struct", "head_struct_at",
@@ -372,6 +372,24 @@ def store_timestamp_at(buf, pos: int = 0, size: int | None = None) -> int:
     if size < ts_pos + 8:
         return -1
     return _Q.unpack_from(buf, pos + ts_pos)[0]
+
+
+_HEAD_SIZES_BY_BITS = [h.size for h in _HEADS_BY_BITS]
+
+
+def properties_text_at(buf, pos: int = 0) -> str:
+    """The PROPERTIES of the stored record at buf[pos:] as text, found from the length
+    fields without decoding anything else (the broker's SQL92 filter reads only these).
+    Invalid UTF-8 is replaced, as Java's String(bytes, UTF-8) does. The record must be
+    whole (the store hands out only records it wrote)."""
+    i = pos + _HEAD_SIZES_BY_BITS[(buf[pos + _POS_SYSFLAG_LOW] >> _HOST_BITS_SHIFT) & 3]
+    i += _I.unpack_from(buf, i - 4)[0]      # BODYLENGTH is the head's last field
+    i += 1 + buf[i]                         # TOPICLENGTH + TOPIC
+    n = _H.unpack_from(buf, i)[0]
+    if n <= 0:
+        return ""
+    i += 2
+    return str(buf[i:i + n], "utf-8", "replace")
 
 
 def record_overhead(sys_flag: int) -> int:
