@@ -126,7 +126,7 @@ async def test_invalid_expression_is_refused_with_its_column(filtering):
     await send_mixed(c, broker)
     p = await c.invoke(broker.addr, pull_cmd("T", 0, "a > 5 AND region = "))
     assert p.code == C.SUBSCRIPTION_PARSE_FAILED
-    assert "column 19" in p.remark and "end of input" in p.remark, p.remark
+    assert "column 20" in p.remark and "end of input" in p.remark, p.remark
     p = await c.invoke(broker.addr, pull_cmd("T", 0, "a > 'five'"))
     assert p.code == C.SUBSCRIPTION_PARSE_FAILED and "column 5" in p.remark, p.remark
     p = await c.invoke(broker.addr, pull_cmd("T", 0, ""))
