@@ -37,19 +37,22 @@ here trailing input is a ParseError. Errors name the 1-based line and column
 (tabs count as one column).
 
 `compile_expression(text)` returns an `Expression` whose evaluator is a tree of
-closures over the stored properties text (name\\x01value\\x02...), built once; it
-reads only the properties the expression names (protocol.message.property_value).
+closures over the stored properties (the UTF-8 bytes of name\\x01value\\x02...), built
+once; it reads only the properties the expression names (protocol.message's
+property_getter) and decodes a value only when it must (text equality and IN compare
+bytes, numbers parse ASCII digits directly).
 `compiled(text)` is the same behind a bounded cache (errors cached too), the one
 every broker path uses.
 """
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
-from pocketmq.protocol.message import encode_properties, properties_text_at, property_value
+from pocketmq.protocol.message import encode_properties, properties_at, property_getter
 
 __all__ = ["Expression", "ExpressionCache", "ParseError", "compile_expression", "compiled"]
 
@@ -98,6 +101,34 @@ def _parse_long(s: str) -> JLong:
         if _LONG_MIN <= v <= _LONG_MAX:
             return JLong(v)
     raise _EvalError(f"For input string: {s!r}")
+
+
+def _parse_int_b(v: bytes) -> int:
+    """_parse_int of a raw property value: ASCII digits directly, anything else decoded."""
+    if v.isdigit() or (len(v) > 1 and v[0] in b"+-" and v[1:].isdigit()):
+        x = int(v)
+        if _INT_MIN <= x <= _INT_MAX:
+            return x
+        raise _EvalError(f"For input string: {v!r}")
+    return _parse_int(v.decode("utf-8", "replace"))
+
+
+def _parse_long_b(v: bytes) -> JLong:
+    if v.isdigit() or (len(v) > 1 and v[0] in b"+-" and v[1:].isdigit()):
+        x = int(v)
+        if _LONG_MIN <= x <= _LONG_MAX:
+            return JLong(x)
+        raise _EvalError(f"For input string: {v!r}")
+    return _parse_long(v.decode("utf-8", "replace"))
+
+
+def _parse_double_b(v: bytes) -> float:
+    if not v.strip(b"0123456789.+-eE"):
+        try:
+            return float(v)
+        except ValueError:
+            raise _EvalError(f"For input string: {v!r}") from None
+    return _parse_double(v.decode("utf-8", "replace"))
 
 
 _JAVA_BLANK = "".join(chr(i) for i in range(33))       # String.trim() strips chars <= ' '
@@ -312,19 +343,20 @@ def _tokenize(text: str) -> list[_Token]:
 # --------------------------------------------------------------------------- compiled nodes
 #
 # A node is what Java's expression object is to its parser: the compiled evaluator
-# (fn: properties text -> value) plus the facts the grammar's checks look at: is it a
+# (fn: the stored properties bytes -> value) plus the facts the grammar's checks look at: is it a
 # BooleanExpression, a ConstantExpression (and its value), a PropertyExpression (name).
 
 Fn = Callable[[str], object]
 
 
 class _Node:
-    __slots__ = ("const", "fn", "is_bool", "is_const", "prop", "text", "tok")
+    __slots__ = ("const", "fn", "get", "is_bool", "is_const", "prop", "text", "tok")
 
     def __init__(self, fn: Fn, text: str, tok: _Token, *, is_bool: bool = False, is_const: bool = False,
-                 const=None, prop: str | None = None):
+                 const=None, prop: str | None = None, get=None):
         self.fn, self.text, self.tok = fn, text, tok
         self.is_bool, self.is_const, self.const, self.prop = is_bool, is_const, const, prop
+        self.get = get      # a property: its raw getter (value bytes or None)
 
 
 def _const_node(value, tok: _Token) -> _Node:
@@ -333,21 +365,21 @@ def _const_node(value, tok: _Token) -> _Node:
 
 
 def _prop_node(name: str, tok: _Token) -> _Node:
-    pv = property_value
+    get = property_getter(name)
 
     def prop(p):
-        return pv(p, name)
-    return _Node(prop, name, tok, prop=name)
+        v = get(p)
+        return None if v is None else v.decode("utf-8", "replace")
+    return _Node(prop, name, tok, prop=name, get=get)
 
 
 def _bool_cast(n: _Node) -> Fn:
-    f = n.fn
+    # only a property is cast (the grammar's rule), and a property is a String, never a
+    # Boolean: FALSE when present
+    get = n.get
 
     def cast(p):
-        v = f(p)
-        if v is None:
-            return None
-        return v if type(v) is bool else False
+        return None if get(p) is None else False
     return cast
 
 
@@ -458,9 +490,10 @@ class _Parser:
                         self.error(f"illegal values of BETWEEN: left value ({low.text}) must be less than or "
                                    f"equal to right value ({high.text})", op)
                 if negate:
-                    left = _or(self.ordered(left, "<", low, op), self.ordered(left, ">", high, op))
+                    both = _or(self.ordered(left, "<", low, op), self.ordered(left, ">", high, op))
                 else:
-                    left = _and(self.ordered(left, ">=", low, op), self.ordered(left, "<=", high, op))
+                    both = _and(self.ordered(left, ">=", low, op), self.ordered(left, "<=", high, op))
+                left = _between(left, low, high, negate, both)
             elif k == _IN or (k == _NOT and self.toks[self.i + 1].kind == _IN):
                 op = self.tok
                 negate = k == _NOT
@@ -586,18 +619,19 @@ def _or(a: _Node, b: _Node) -> _Node:
 
 
 def _is_null(n: _Node) -> _Node:
-    f = n.fn
+    f = n.get or n.fn
     return _Node(lambda p: f(p) is None, f"{n.text} IS NULL", n.tok, is_bool=True)
 
 
 def _equal(a: _Node, b: _Node, op: _Token) -> _Node:
     text = f"{a.text} = {b.text}"
-    if a.prop is not None and b.is_const and type(b.const) is str:
-        # the common case: property = 'text' (Java: equals, else compareTo == 0: the same)
-        name, c, pv = a.prop, b.const, property_value
+    if a.prop is not None and b.is_const and type(b.const) is str and "\ufffd" not in b.const:
+        # the common case: property = 'text' (Java: equals, else compareTo == 0: the same),
+        # compared as UTF-8 bytes (a literal with U+FFFD may equal a broken sequence decoded)
+        get, c = a.get, b.const.encode()
 
         def eq_prop_str(p):
-            v = pv(p, name)
+            v = get(p)
             if v is None:
                 return None
             return v == c
@@ -616,44 +650,33 @@ def _equal(a: _Node, b: _Node, op: _Token) -> _Node:
 
 
 _ORDER_TESTS = {">": lambda c: c > 0, ">=": lambda c: c >= 0, "<": lambda c: c < 0, "<=": lambda c: c <= 0}
+_ORDER_OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 
 
-def _ordered(a: _Node, sym: str, b: _Node, op: _Token) -> _Node:
+def _ordered(a: _Node, sym: str, b: _Node, op_tok: _Token) -> _Node:
     text = f"{a.text} {sym} {b.text}"
     test = _ORDER_TESTS[sym]
     if a.prop is not None and b.is_const:
         # the common case: property OP number; the property text is converted to the
         # literal's type (Integer.valueOf / Long.valueOf / Double.valueOf)
-        name, c, pv = a.prop, b.const, property_value
-        t = type(c)
-        if t is float:
-            conv = _parse_double
-            fast = c == c       # NaN cannot be written, but keep Double.compare exact anyway
-        else:
-            conv = _parse_int if t is int else _parse_long
-            fast = True
-        if sym == ">":
-            def cmp(x):
-                return x > c
-        elif sym == ">=":
-            def cmp(x):
-                return x >= c
-        elif sym == "<":
-            def cmp(x):
-                return x < c
-        else:
-            def cmp(x):
-                return x <= c
+        get, c, op = a.get, b.const, _ORDER_OPS[sym]
+        if type(c) is float:
+            def ord_prop_double(p):
+                v = get(p)
+                if v is None:
+                    return None
+                x = _parse_double_b(v)
+                # NaN (and signed zeros) need Double.compare; the literal is never NaN or 0
+                return op(x, c) if x == x else test(_dcmp(x, c))
+            return _Node(ord_prop_double, text, op_tok, is_bool=True)
+        conv = _parse_int_b if type(c) is int else _parse_long_b
 
-        def ord_prop_const(p):
-            v = pv(p, name)
+        def ord_prop_int(p):
+            v = get(p)
             if v is None:
                 return None
-            x = conv(v)
-            if fast and x == x and (x != 0.0 or t is not float):
-                return cmp(x)
-            return test(_dcmp(x, float(c)))
-        return _Node(ord_prop_const, text, op, is_bool=True)
+            return op(conv(v), c)
+        return _Node(ord_prop_int, text, op_tok, is_bool=True)
     fa, fb = a.fn, b.fn
 
     def ordered(p):
@@ -664,16 +687,45 @@ def _ordered(a: _Node, sym: str, b: _Node, op: _Token) -> _Node:
         if rv is None:
             return None
         return test(_order(lv, rv))
-    return _Node(ordered, text, op, is_bool=True)
+    return _Node(ordered, text, op_tok, is_bool=True)
+
+
+def _between(value: _Node, low: _Node, high: _Node, negate: bool, both: _Node) -> _Node:
+    """`both` is Java's form (two comparisons joined by AND / OR). For a property between
+    two numeric literals of one type, the same result from one lookup and one conversion
+    (both comparisons would convert the same text the same way)."""
+    if not (value.prop is not None and low.is_const and high.is_const
+            and type(low.const) is type(high.const) and type(low.const) in (int, JLong)):
+        return both
+    get, lo, hi = value.get, low.const, high.const
+    conv = _parse_int_b if type(lo) is int else _parse_long_b
+    if negate:
+        def not_between(p):
+            v = get(p)
+            if v is None:
+                return None
+            x = conv(v)
+            return x < lo or x > hi
+        return _Node(not_between, both.text, both.tok, is_bool=True)
+
+    def between(p):
+        v = get(p)
+        if v is None:
+            return None
+        return lo <= conv(v) <= hi
+    return _Node(between, both.text, both.tok, is_bool=True)
 
 
 def _in(n: _Node, items: list[str], negate: bool, op: _Token) -> _Node:
-    name, pv = n.prop, property_value
-    members = frozenset(items)
+    name = n.prop
     shown = ", ".join(_java_text(s) for s in items)
+    if any("\ufffd" in s for s in items):
+        get, members = n.fn, frozenset(items)       # compare decoded text (see _equal)
+    else:
+        get, members = n.get, frozenset(s.encode() for s in items)
 
     def in_(p):
-        v = pv(p, name)
+        v = get(p)
         if v is None:
             return None
         return (v in members) is not negate
@@ -706,30 +758,38 @@ class Expression:
         self.text = text
         self._fn = fn
 
-        def match_record(buf, pos: int, _text_at=properties_text_at) -> bool:
+        def match_record(buf, pos: int, _props_at=properties_at) -> bool:
             """The store's record filter: the record at buf[pos:] matches."""
             try:
-                return fn(_text_at(buf, pos)) is True
+                return fn(_props_at(buf, pos)) is True
             except _EvalError:
                 return False
         self.match_record = match_record
 
-    def evaluate(self, properties: Mapping[str, str] | str):
-        p = properties if type(properties) is str else encode_properties(dict(properties))
+    def evaluate(self, properties: Mapping[str, str] | str | bytes):
+        """`properties`: a mapping, or the stored form (name\\x01value\\x02..., text or UTF-8)."""
         try:
-            return self._fn(p)
+            return self._fn(_stored(properties))
         except _EvalError:
             return False
 
-    def matches(self, properties: str) -> bool:
-        """`properties`: the stored properties text (name\\x01value\\x02...)."""
+    def matches(self, properties: Mapping[str, str] | str | bytes) -> bool:
         try:
-            return self._fn(properties) is True
+            return self._fn(_stored(properties)) is True
         except _EvalError:
             return False
 
     def __repr__(self) -> str:
         return f"Expression({self.text!r})"
+
+
+def _stored(properties) -> bytes:
+    t = type(properties)
+    if t is bytes:
+        return properties
+    if t is str:
+        return properties.encode()
+    return encode_properties(dict(properties)).encode()
 
 
 def compile_expression(text: str) -> Expression:

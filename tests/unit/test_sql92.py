@@ -11,7 +11,7 @@ from pocketmq.broker.store.memory_store import MemoryStore
 from pocketmq.broker.store.store import MessageStore
 from pocketmq.broker.store.store_config import StoreConfig
 from pocketmq.protocol.message import (MessageSysFlag, decode_records, encode_properties, encode_record,
-                                       properties_text_at)
+                                       properties_at)
 
 T, F, U = True, False, None      # U: unknown (SQL NULL); a message matches only on T
 
@@ -189,13 +189,13 @@ def record(props: dict, sys_flag: int = 0, body: bytes = b"body") -> bytes:
 def test_record_filter_reads_the_properties_in_place(sys_flag):
     r = record({"a": "7", "r": "é"}, sys_flag, body=b"x" * 300)
     buf = memoryview(b"\0" * 5 + r + b"\0" * 3)
-    assert properties_text_at(buf, 5) == encode_properties({"a": "7", "r": "é"})
+    assert properties_at(buf, 5) == encode_properties({"a": "7", "r": "é"}).encode()
     assert compile_expression("a > 5 AND r = 'é'").match_record(buf, 5)
     with pytest.raises(ParseError, match="column 12"):
         compile_expression("a > 5 AND région = 'é'")       # names are ASCII, as in Java
     assert not compile_expression("a > 7").match_record(buf, 5)
     assert not compile_expression("a > 5").match_record(record({}), 0)
-    assert properties_text_at(record({})) == ""
+    assert properties_at(record({})) == b""
 
 
 def _put_all(store, rows):
@@ -229,3 +229,30 @@ def test_store_get_message_with_record_filter(tmp_path, kind):
         assert r.status is GS.NO_MATCHED_MESSAGE and r.next_begin_offset == 20 and r.message_count == 0
     finally:
         store.close()
+
+
+VALUES = ["0", "1", "5", "7", "-3", "+7", "007", "5.5", "7.0", "1e1", "NaN", "Infinity", "-0", "x", "", " 7",
+          "٧", "2147483648", "9223372036854775808", "3000000000", "eu", "us", "EU", "é", "\ufffd", "TRUE", "true"]
+EQUIVALENT = [
+    # a fast path (property OP literal, one lookup) against Java's general form
+    ("a BETWEEN 1 AND 7", "1 <= a AND 7 >= a"),
+    ("a NOT BETWEEN 1 AND 7", "1 > a OR 7 < a"),
+    ("a BETWEEN 1 AND 3000000000", "1 <= a AND 3000000000 >= a"),
+    ("a > 5", "5 < a"), ("a >= 5.5", "5.5 <= a"), ("a < 3000000000", "3000000000 > a"), ("a <= 7", "7 >= a"),
+    ("a = 'eu'", "'eu' = a"), ("a = '\ufffd'", "'\ufffd' = a"), ("a <> 'x'", "'x' <> a"),
+    ("a IN ('eu', 'us', '7')", "a = 'eu' OR a = 'us' OR a = '7'"),
+    ("a NOT IN ('eu', '\ufffd')", "NOT (a = 'eu' OR a = '\ufffd')"),
+]
+
+
+@pytest.mark.parametrize("fast, general", EQUIVALENT)
+def test_fast_paths_agree_with_the_general_form(fast, general):
+    f, g = compile_expression(fast), compile_expression(general)
+    for v in VALUES:
+        if not v:
+            continue        # missing: the general forms put the literal first, where it is FALSE, not unknown
+        props = {"a": v}
+        assert f.evaluate(props) is g.evaluate(props), (fast, general, v)
+        assert f.matches(encode_properties(props)) is g.matches(encode_properties(props)), (fast, general, v)
+    broken = b"a\x01\xff\xfe"                  # invalid UTF-8 is decoded with replacement, like Java
+    assert f.evaluate(broken) is g.evaluate(broken), (fast, general)
