@@ -70,7 +70,7 @@ class ReadPart:
         status = _NO_MATCHED
         slices = []
         # the run of records being coalesced: cur_view[cur_start:cur_end] (a segment's view)
-        cur_view = view = None
+        cur_view = view = rec_buf = None
         cur_start = cur_end = 0
         seg_lo, seg_hi = 0, -1          # the written part of the segment `view` maps
         total = 0
@@ -105,7 +105,14 @@ class ReadPart:
                     continue
                 view, seg_lo, seg_hi = found
                 pos = phys - seg_lo
-            if record_filter is not None and not record_filter(view, pos):
+                if record_filter is not None:
+                    # the filter reads the segment's mapping itself (same offsets as the view
+                    # of the whole segment): slicing an mmap gives bytes at once, a memoryview
+                    # slice would first build another view
+                    rec_buf = view.obj
+                    if len(rec_buf) != view.nbytes:
+                        rec_buf = view
+            if record_filter is not None and not record_filter(rec_buf, pos):
                 if not total:
                     status = _NO_MATCHED
                 scanned += 1
