@@ -241,3 +241,4 @@ async def test_lite_pull_consumer_by_sql_and_by_tag(tmp_path):
                 while len(got) < 30:
                     got += [int(m.body) for m in await c2.poll(1.0)]
             assert sorted(got) == list(range(1, 60, 2))
+
