@@ -196,22 +196,13 @@ def _jcompare(lv, rv) -> int:
             if rt is str:
                 raise _EvalError("Boolean cannot be cast to String")     # Java's own bug
             return -1
-        if lt is int:
-            if rt is JLong:
-                pass
+        if lt is int or lt is JLong:
+            if rt is int or rt is JLong:
+                pass                        # Integer and Long: both as long
             elif rt is float:
                 lv = float(lv)
             elif rt is str:
-                rv = _parse_int(rv)
-            else:
-                return -1
-        elif lt is JLong:
-            if rt is int:
-                pass
-            elif rt is float:
-                lv = float(lv)
-            elif rt is str:
-                rv = _parse_long(rv)
+                rv = _parse_int(rv) if lt is int else _parse_long(rv)
             else:
                 return -1
         elif lt is float:
@@ -424,19 +415,18 @@ class _Parser:
         self.error(f"expression {n.text} will not result in a boolean value", n.tok)
 
     def or_expr(self) -> _Node:
-        left = self.and_expr()
-        while self.tok.kind == _OR:
-            self.take()
-            right = self.and_expr()
-            left = _or(self.as_bool(left), self.as_bool(right))
-        return left
+        return self.junctions(self.and_expr, _OR, _or)
 
     def and_expr(self) -> _Node:
-        left = self.equality()
-        while self.tok.kind == _AND:
+        return self.junctions(self.equality, _AND, _and)
+
+    def junctions(self, operand, keyword: str, combine) -> _Node:
+        """operand (keyword operand)*, left-associative; both sides must be conditions."""
+        left = operand()
+        while self.tok.kind == keyword:
             self.take()
-            right = self.equality()
-            left = _and(self.as_bool(left), self.as_bool(right))
+            right = operand()
+            left = combine(self.as_bool(left), self.as_bool(right))
         return left
 
     def equality(self) -> _Node:
@@ -586,36 +576,30 @@ def _not(n: _Node) -> _Node:
     return _Node(not_, f"NOT ({n.text})", n.tok, is_bool=True)
 
 
-def _and(a: _Node, b: _Node) -> _Node:
-    fa, fb = a.fn, b.fn
+def _junction(a: _Node, b: _Node, decisive: bool, word: str) -> _Node:
+    """AND (decisive False) / OR (decisive True) in three-valued logic, as Java's
+    LogicExpression: the right side is skipped once the left one decides."""
+    fa, fb, other = a.fn, b.fn, not decisive
 
-    def and_(p):
+    def junction(p):
         lv = fa(p)
-        if lv is False:
-            return False
+        if lv is decisive:
+            return decisive
         rv = fb(p)
-        if rv is False:
-            return False
+        if rv is decisive:
+            return decisive
         if lv is None or rv is None:
             return None
-        return True
-    return _Node(and_, f"({a.text}) AND ({b.text})", a.tok, is_bool=True)
+        return other
+    return _Node(junction, f"({a.text}) {word} ({b.text})", a.tok, is_bool=True)
+
+
+def _and(a: _Node, b: _Node) -> _Node:
+    return _junction(a, b, False, "AND")
 
 
 def _or(a: _Node, b: _Node) -> _Node:
-    fa, fb = a.fn, b.fn
-
-    def or_(p):
-        lv = fa(p)
-        if lv is True:
-            return True
-        rv = fb(p)
-        if rv is True:
-            return True
-        if lv is None or rv is None:
-            return None
-        return False
-    return _Node(or_, f"({a.text}) OR ({b.text})", a.tok, is_bool=True)
+    return _junction(a, b, True, "OR")
 
 
 def _is_null(n: _Node) -> _Node:
