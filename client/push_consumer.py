@@ -219,6 +219,12 @@ class PushConsumer:
         if self.message_model == "CLUSTERING":
             self.subscription_state.subscribe_default(retry_topic(self.group), now_ms())
         inst = await acquire_consumer_instance(self)
+        try:
+            await inst.check_filters_in_brokers(self.group, self.subscriptions.values())
+        except BaseException:
+            inst.unregister_consumer(self.group)
+            await inst.release()
+            raise
         self.instance = inst
         self.fetcher.instance = inst
         self.rebalancer.instance = inst

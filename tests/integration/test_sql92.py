@@ -242,3 +242,42 @@ async def test_lite_pull_consumer_by_sql_and_by_tag(tmp_path):
                     got += [int(m.body) for m in await c2.poll(1.0)]
             assert sorted(got) == list(range(1, 60, 2))
 
+
+
+async def route_known(ns, topic):
+    c = RemotingClient()
+    try:
+        for _ in range(250):        # the broker registers an auto-created topic within ~100 ms
+            r = await c.invoke(ns, RemotingCommand(R.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": topic}))
+            if r.code == C.SUCCESS:
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"no route for {topic}")
+    finally:
+        await c.close()
+
+
+async def test_push_consumer_start_fails_with_the_brokers_answer(tmp_path):
+    """Java's checkClientInBroker: a push consumer with an SQL92 subscription asks the broker
+    (CHECK_CLIENT_CONFIG) before it starts, and start() raises the broker's refusal."""
+    from pocketmq.client.errors import BrokerSystemError, SubscriptionError
+
+    async def listener(msg):
+        return CONSUME_SUCCESS
+
+    async with asyncio.timeout(60):
+        for args, sql, error, words in ((["--enablePropertyFilter=false"], SQL, BrokerSystemError, "SQL92"),
+                                        ([FILTER_ON], "a > 5 AND", SubscriptionError, "column 10")):
+            root = tmp_path / error.__name__
+            async with local_cluster(str(root), *args) as (ns, broker):
+                await produce(ns, "TC", 3)
+                await route_known(ns, "TC")         # else the check is skipped, as in Java
+                c = PushConsumer("CHK", ns, listener=listener, instance_name="chk")
+                c.subscribe("TC", MessageSelector.by_sql(sql))
+                with pytest.raises(error, match=words):
+                    await c.start()
+                assert c.state == "CREATED"
+                c2 = PushConsumer("CHK", ns, listener=listener, instance_name="chk")
+                c2.subscribe("TC", MessageSelector.by_tag("*"))
+                async with c2:                      # the failed start left nothing registered
+                    assert c2.state == "RUNNING"
