@@ -1,6 +1,6 @@
 """pocketmq's Python client for RocketMQ 4.x brokers: asyncio first, blocking facade in pocketmq.client.sync.
 
-    from pocketmq.client import Producer, PushConsumer, LitePullConsumer, Message
+    from pocketmq.client import Producer, PushConsumer, LitePullConsumer, Message, MessageSelector
 """
 from pocketmq.client.consumer_config import LitePullConsumerConfig, PushConsumerConfig
 from pocketmq.client.errors import (
@@ -30,6 +30,7 @@ from pocketmq.client.rebalance import (
     AllocateByMachineRoom,
     AllocateConsistentHash,
 )
+from pocketmq.client.selector import MessageSelector
 from pocketmq.protocol.bodies import MessageQueue
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "Message",
     "MessageExt",
     "MessageQueue",
+    "MessageSelector",
     "MessageTooLargeError",
     "NoRouteError",
     "Producer",

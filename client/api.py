@@ -390,6 +390,14 @@ class ClientAPI:
         if resp.code != ResponseCode.SUCCESS:
             raise error_for(resp.code, resp.remark, addr)
 
+    async def check_client_config(self, addr: str, group: str, client_id: str, subscription,
+                                  timeout_s: float | None = None) -> None:
+        """CHECK_CLIENT_CONFIG: can this broker filter by `subscription` (a SubscriptionData)?
+        Raises the broker's answer otherwise (SYSTEM_ERROR when it does not filter by
+        SQL92, SUBSCRIPTION_PARSE_FAILED naming the column of a bad expression)."""
+        body = dumps({"clientId": client_id, "group": group, "subscriptionData": subscription.to_json()})
+        await self._ok(addr, RequestCode.CHECK_CLIENT_CONFIG, None, body, timeout_s)
+
     async def unregister_client(self, addr: str, client_id: str, *, producer_group: str | None = None,
                                 consumer_group: str | None = None,
                                 timeout_s: float | None = None) -> None:

@@ -147,7 +147,7 @@ class Fetcher:
                 addr = await inst.master_addr_refreshing(bn, mq.topic)
                 res = await pull(PullRequest(addr, group, mq, offset, batch, pull_sys_flag(commit > 0, True, True),
                                              max(commit, 0), suspend_ms, sub.sub_string, sub.sub_version,
-                                             timeout_s, "TAG", True))
+                                             timeout_s, sub.expression_type, True))
             except MQClientError as e:
                 if qs.dropped:
                     break

@@ -385,6 +385,32 @@ class ClientInstance:
             return []
         return subscribe_queues(topic, route)
 
+    async def check_filters_in_brokers(self, group: str, subscriptions) -> None:
+        """Java's checkClientInBroker, before a push consumer starts: every non-TAG
+        subscription is checked (CHECK_CLIENT_CONFIG) by a master of its topic, so a broker
+        without enablePropertyFilter, or an expression it cannot parse, fails start()
+        with the broker's answer (a BrokerError) instead of failing every pull. A topic
+        without a route yet, or a broker that cannot be reached now, is skipped with a log
+        line: the pulls will meet the same answer later."""
+        for sub in subscriptions:
+            if sub.expression_type == "TAG":
+                continue
+            try:
+                route = self.routes.get(sub.topic) or await self.update_route(sub.topic)
+            except MQClientError as e:
+                log.info("%s: no route yet for %s: %s", group, sub.topic, e)
+                continue
+            addrs = sorted(a for a in (bd.master_addr() for bd in route.broker_datas) if a) if route else []
+            if not addrs:
+                continue
+            try:
+                await self.api.check_client_config(addrs[0], group, self.client_id, sub)
+            except BrokerError:
+                raise
+            except MQClientError as e:
+                log.warning("%s: could not check the %s subscription of %s with %s: %s",
+                            group, sub.expression_type, sub.topic, addrs[0], e)
+
     def all_broker_addrs(self) -> list[str]:
         out = []
         for addrs in self.brokers.table.values():

@@ -46,6 +46,7 @@ from pocketmq.client.message import MessageExt
 from pocketmq.client.offset_store import RemoteOffsetStore
 from pocketmq.client.producer import check_group, check_topic
 from pocketmq.client.rebalancer import Rebalancer, compute_pull_from_where
+from pocketmq.client.selector import MessageSelector
 from pocketmq.client.subscription_state import QueueState, SubscriptionState
 from pocketmq.protocol.bodies import ConsumerData, MessageQueue
 
@@ -93,7 +94,7 @@ class LitePullConsumer:
     def assigned(self) -> dict[MessageQueue, QueueState]:
         return self.subscription_state.assignment
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         check_topic(topic)
         ss = self.subscription_state
         if ss.manual:

@@ -58,6 +58,7 @@ from pocketmq.client.offset_store import LocalOffsetStore, RemoteOffsetStore
 from pocketmq.client.process_queue import FlowLimits, ProcessQueue
 from pocketmq.client.producer import check_group, check_topic
 from pocketmq.client.rebalancer import Rebalancer, compute_pull_from_where
+from pocketmq.client.selector import MessageSelector
 from pocketmq.client.subscription_state import QueueState, SubscriptionState
 from pocketmq.client.subscription_state import tag_filter as tag_filter  # re-exported
 from pocketmq.common.constants import retry_topic
@@ -174,7 +175,7 @@ class PushConsumer:
         """The held queues and their ProcessQueues (a snapshot)."""
         return {mq: qs.pq for mq, qs in self.subscription_state.assignment.items()}
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         check_topic(topic)
         if self.state != "CREATED":
             raise ClientStateError("subscribe before start()")
@@ -218,6 +219,12 @@ class PushConsumer:
         if self.message_model == "CLUSTERING":
             self.subscription_state.subscribe_default(retry_topic(self.group), now_ms())
         inst = await acquire_consumer_instance(self)
+        try:
+            await inst.check_filters_in_brokers(self.group, self.subscriptions.values())
+        except BaseException:
+            inst.unregister_consumer(self.group)
+            await inst.release()
+            raise
         self.instance = inst
         self.fetcher.instance = inst
         self.rebalancer.instance = inst

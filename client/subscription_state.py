@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from pocketmq.client.selector import MessageSelector, selector_of
 from pocketmq.protocol.bodies import MessageQueue, SubscriptionData, build_subscription
 from pocketmq.protocol.message import property_value
 
@@ -74,8 +75,11 @@ class SubscriptionState:
         self.manual: bool | None = None            # lite: True after assign(), False after subscribe()
 
     # -- subscriptions --------------------------------------------------------------------
-    def subscribe(self, topic: str, expression: str | None, now_ms: int, *, with_filter: bool = True) -> None:
-        sub = build_subscription(topic, expression or "*", "TAG", now_ms)
+    def subscribe(self, topic: str, expression: str | MessageSelector | None, now_ms: int, *,
+                  with_filter: bool = True) -> None:
+        """`expression`: a tag expression ("*", "A || B") or a MessageSelector (TAG or SQL92)."""
+        sel = selector_of(expression)
+        sub = build_subscription(topic, sel.expression, sel.expression_type, now_ms)
         self.subscriptions[topic] = sub
         self.filters[topic] = tag_filter(sub) if with_filter else None
 

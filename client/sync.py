@@ -27,6 +27,7 @@ from pocketmq.client.errors import ClientStateError
 from pocketmq.client.lite_pull_consumer import LitePullConsumer as _AsyncLite
 from pocketmq.client.producer import Producer as _AsyncProducer
 from pocketmq.client.push_consumer import PushConsumer as _AsyncPush
+from pocketmq.client.selector import MessageSelector
 
 __all__ = ["LitePullConsumer", "Producer", "PushConsumer", "run"]
 
@@ -116,7 +117,7 @@ class Producer(_Facade):
 class PushConsumer(_Facade):
     _async_cls = _AsyncPush
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         self._impl.subscribe(topic, expression)
 
     def register_listener(self, listener) -> None:
@@ -133,7 +134,7 @@ class PushConsumer(_Facade):
 class LitePullConsumer(_Facade):
     _async_cls = _AsyncLite
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         if self._impl.state == "RUNNING":
             run(self._call(self._impl.subscribe, topic, expression))
         else:

@@ -28,7 +28,7 @@ _CLIENT_NAMES = frozenset({
     "AllocateByConfig", "AllocateByMachineRoom", "AllocateConsistentHash", "BrokerError",
     "ClientStateError", "ConsumeStatus", "FlowLimits", "InvalidArgumentError", "LitePullConsumer",
     "LitePullConsumerConfig", "PushConsumerConfig",
-    "MQClientError", "Message", "MessageExt", "MessageQueue", "MessageTooLargeError", "NoRouteError",
+    "MQClientError", "Message", "MessageExt", "MessageQueue", "MessageSelector", "MessageTooLargeError", "NoRouteError",
     "Producer", "PushConsumer", "RemotingFailure", "RequestTimeoutError", "SendResult", "SendStatus",
 })
 

@@ -252,7 +252,9 @@ class SubscriptionData:
 
     def matches_tags_code(self, code: int) -> bool:
         # Consume-queue tag codes are sign-extended longs; compare as Java's (int).
-        if self.is_all:
+        # An SQL92 subscription passes this stage (Java's isMatchedByConsumeQueue without
+        # bloom filters): its expression is checked on the record's properties.
+        if self.is_all or self.expression_type != "TAG":
             return True
         code = ((code + 2**31) % 2**32) - 2**31
         return code in self.code_set
@@ -268,11 +270,12 @@ def build_subscription(topic: str, sub_string: str | None, expression_type: str 
     """Parse a TAG expression ("*", "A || B") the way FilterAPI does; codes are Java hashes."""
     from pocketmq.protocol.message import java_string_hash
     et = (expression_type or "TAG").upper()
-    s = (sub_string or "").strip()
     if et != "TAG":
         if et != "SQL92":
             raise BodyError(f"unknown expressionType {expression_type!r}")
-        return SubscriptionData(topic, s, [], [], sub_version, "SQL92")
+        # kept as written (like Java): the broker's parse errors name columns in this text
+        return SubscriptionData(topic, sub_string or "", [], [], sub_version, "SQL92")
+    s = (sub_string or "").strip()
     if not s or s == SUB_ALL:
         return SubscriptionData(topic, SUB_ALL, [], [], sub_version, "TAG")
     tags = [t.strip() for t in s.split("||") if t.strip()]

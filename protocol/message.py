@@ -63,7 +63,8 @@ __all__ = [
     "record_size", "decode_record", "decode_records", "decode_records_raw", "offset_msg_id",
     "decode_offset_msg_id", "decode_batch_body", "encode_batch_body", "encode_batch_elements",
     "compress_body", "decompress_body", "parse_host", "format_host",
-    "store_timestamp_pos", "property_value", "tags_code_of_properties",
+    "store_timestamp_pos", "property_value", "tags_code_of_properties", "properties_at",
+    "property_getter",
     # the record layout, for the stores (one owner: nothing else retypes an offset or a mask)
     "POS_QUEUE_OFFSET", "POS_PHYSICAL_OFFSET", "POS_SYSFLAG", "POS_BORN_TIMESTAMP", "POS_BORN_HOST",
     "RECORD_HEAD_MIN", "HOST_V6_FLAGS", "PORT_MAX", "MAX_INT", "BLANK_MARKER_SIZE", "head_struct", "head_struct_at",
@@ -240,6 +241,28 @@ def property_value(props: str, name: str) -> str | None:
     return props[start:end]
 
 
+def property_getter(name: str):
+    """Like property_value, on the properties as stored (UTF-8 bytes) and with the keys
+    built once: get(props_bytes) -> the raw value bytes, or None. What the broker's SQL92
+    filter calls for every record it scans (decoding a value alone gives what decoding the
+    whole text would: the separators are ASCII and end any broken UTF-8 sequence)."""
+    key = name.encode() + b"\x01"
+    sep_key = b"\x02" + key
+    klen = len(key)
+
+    def get(props: bytes) -> bytes | None:
+        j = props.rfind(sep_key)
+        if j >= 0:
+            start = j + 1 + klen
+        elif props.startswith(key):
+            start = klen
+        else:
+            return None
+        end = props.find(b"\x02", start)
+        return (props[start:end] if end >= 0 else props[start:]) or None
+    return get
+
+
 _TAGS_KEY_B = b"TAGS\x01"
 _TAGS_SEP_KEY_B = b"\x02TAGS\x01"
 _tags_code_cache: dict[bytes, int] = {}
@@ -372,6 +395,26 @@ def store_timestamp_at(buf, pos: int = 0, size: int | None = None) -> int:
     if size < ts_pos + 8:
         return -1
     return _Q.unpack_from(buf, pos + ts_pos)[0]
+
+
+_HEAD_SIZES_BY_BITS = [h.size for h in _HEADS_BY_BITS]
+
+
+def properties_at(buf, pos: int = 0, _sizes=_HEAD_SIZES_BY_BITS, _int=_I.unpack_from,
+                  _short=_H.unpack_from) -> bytes:
+    """The PROPERTIES (UTF-8 bytes) of the stored record at buf[pos:] (bytes or a
+    memoryview), found from the length fields without decoding anything else: what the
+    broker's SQL92 filter reads for every record it scans (hence the bound helpers). The
+    record must be whole (the store hands out only records it wrote)."""
+    i = pos + _sizes[buf[pos + _POS_SYSFLAG_LOW] >> _HOST_BITS_SHIFT & 3]
+    i += _int(buf, i - 4)[0] + 1            # BODYLENGTH (the head's last field), body, TOPICLENGTH
+    i += buf[i - 1]                         # TOPIC
+    n = _short(buf, i)[0]
+    if n <= 0:
+        return b""
+    i += 2
+    props = buf[i:i + n]
+    return props if type(props) is bytes else props.tobytes()
 
 
 def record_overhead(sys_flag: int) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from pocketmq.broker.core import sql92
 from pocketmq.broker.core.clients import ClientChannelInfo
 from pocketmq.common.constants import retry_topic
 from pocketmq.protocol import bodies
@@ -30,6 +31,7 @@ def process_heartbeat(ctx, conn, cmd):
                                            PermName.READ | PermName.WRITE, now)
             if before is None:
                 ctx.on_topics_changed()
+        _compile_filters(ctx, cd.group_name, cd.subscription_data_set)
         changed = ctx.consumers.register(cd.group_name, conn, info, cd.consume_type, cd.message_model,
                                          cd.consume_from_where, cd.subscription_data_set, now)
         if changed and gcfg.notifyConsumerIdsChangedEnable:
@@ -62,12 +64,41 @@ def process_get_consumer_list(ctx, conn, cmd):
 
 
 def process_check_client_config(ctx, conn, cmd):
+    """CHECK_CLIENT_CONFIG (46), as Java's ClientManageProcessor.checkClientConfig: a
+    TAG subscription (or none) is fine; a filter expression needs enablePropertyFilter
+    and must compile (SUBSCRIPTION_PARSE_FAILED with the error's column otherwise)."""
     d = bodies.loads(cmd.body) if cmd.body else {}
-    sub = d.get("subscriptionData") or {}
-    if (sub.get("expressionType") or "TAG") != "TAG":
+    sub = d.get("subscriptionData") if isinstance(d, dict) else None
+    if not isinstance(sub, dict):
+        return cmd.response(ResponseCode.SUCCESS)
+    et = sub.get("expressionType") or "TAG"
+    if et == "TAG":
+        return cmd.response(ResponseCode.SUCCESS)
+    if not ctx.config.enablePropertyFilter:
         return cmd.response(ResponseCode.SYSTEM_ERROR,
-                            "The broker does not support consumer to filter message by SQL92")
+                            f"The broker does not support consumer to filter message by {et}")
+    if et != "SQL92":
+        return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"unknown expressionType {et}")
+    try:
+        sql92.compiled(str(sub.get("subString") or ""))
+    except sql92.ParseError as e:
+        return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e))
     return cmd.response(ResponseCode.SUCCESS)
+
+
+def _compile_filters(ctx, group: str, subscriptions) -> None:
+    """Compile a heartbeat's SQL92 subscriptions now (cached), so the first pull finds
+    them ready; Java registers such filter data on every heartbeat. A heartbeat with a
+    bad expression is still accepted, as in Java: the pulls answer the error."""
+    if not ctx.config.enablePropertyFilter:
+        return
+    for sub in subscriptions:
+        if sub.expression_type == "SQL92":
+            try:
+                sql92.compiled(sub.sub_string)
+            except sql92.ParseError as e:
+                log.warning("group %s topic %s: SQL92 subscription %r does not compile: %s",
+                            group, sub.topic, sub.sub_string, e)
 
 
 def process_query_consumer_offset(ctx, conn, cmd):

@@ -9,6 +9,7 @@ stores a matching message or its suspend time runs out.
 """
 from __future__ import annotations
 
+from pocketmq.broker.core import sql92
 from pocketmq.broker.core.held_pulls import HeldPull
 from pocketmq.broker.core.status import pull_status_response
 from pocketmq.protocol.bodies import build_subscription
@@ -36,6 +37,10 @@ def process_pull(ctx, conn, cmd):
 def resolve_subscription(ctx, h):
     """Returns (SubscriptionData, None) or (None, (code, remark))."""
     if h.sys_flag & PullSysFlag.SUBSCRIPTION:
+        if h.expression_type and h.expression_type != "TAG" and not h.subscription:
+            # Java's FilterAPI.build refuses an empty expression before anything else
+            return None, (ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                          f"parse the consumer's subscription failed: Expression can't be null! {h.expression_type}")
         try:
             sub = build_subscription(h.topic, h.subscription, h.expression_type, h.sub_version)
         except BodyError as e:
@@ -56,9 +61,30 @@ def resolve_subscription(ctx, h):
         if sub.sub_version < h.sub_version:
             return None, (ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
     if sub.expression_type != "TAG":
-        return None, (ResponseCode.SYSTEM_ERROR,
-                      "The broker does not support consumer to filter message by SQL92")
+        if not ctx.config.enablePropertyFilter:
+            return None, (ResponseCode.SYSTEM_ERROR,
+                          f"The broker does not support consumer to filter message by {sub.expression_type}")
+        err = sql92_error(sub.sub_string)
+        if err is not None:
+            return None, (ResponseCode.SUBSCRIPTION_PARSE_FAILED, err)
     return sub, None
+
+
+def sql92_error(expression: str) -> str | None:
+    """None when `expression` compiles (it is then cached), else the remark naming the
+    error and its column, for SUBSCRIPTION_PARSE_FAILED."""
+    try:
+        sql92.compiled(expression)
+    except sql92.ParseError as e:
+        return f"parse the consumer's subscription[{expression}] failed: {e}"
+    return None
+
+
+def _filters(sub):
+    """(tags-code filter, record filter) of a resolved subscription for the store."""
+    if sub.expression_type == "TAG":
+        return (None if sub.is_all else sub.matches_tags_code), None
+    return None, sql92.compiled(sub.sub_string).match_record
 
 
 def pull(ctx, conn, cmd, h, allow_suspend: bool, sub=None):
@@ -86,8 +112,8 @@ def pull(ctx, conn, cmd, h, allow_suspend: bool, sub=None):
         if err is not None:
             return _fail(cmd, *err)
     max_nums = max(1, min(h.max_msg_nums, ctx.pull_max_msg_nums))
-    r = ctx.store.get_message(h.topic, h.queue_id, h.queue_offset, max_nums,
-                              None if sub.is_all else sub.matches_tags_code)
+    tag_filter, record_filter = _filters(sub)
+    r = ctx.store.get_message(h.topic, h.queue_id, h.queue_offset, max_nums, tag_filter, record_filter)
     code, status = pull_status_response(r.status, h.queue_offset)
     if allow_suspend and h.sys_flag & PullSysFlag.COMMIT_OFFSET:
         ctx.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)

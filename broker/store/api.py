@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Callable, NamedTuple, Protocol
+from typing import Any, Callable, NamedTuple, Protocol
 
 from pocketmq.common.constants import CQ_FILLER_SIZE, VALID_NAME_CHARS, VALID_NAME_RE
 from pocketmq.protocol.message import TOPIC_LENGTH_BYTES_MAX
@@ -17,7 +17,7 @@ from pocketmq.protocol.message import TOPIC_LENGTH_BYTES_MAX
 __all__ = [
     "PutMessageStatus", "GetMessageStatus", "MessageToStore", "MessageBatchToStore",
     "PutMessageResult", "GetMessageResult", "RecoveryReport", "StoreError", "CleanResult",
-    "DispatchListener", "MessageFilter", "CQ_FILLER_SIZE", "Store", "valid_topic",
+    "DispatchListener", "MessageFilter", "RecordFilter", "CQ_FILLER_SIZE", "Store", "valid_topic",
     "valid_topic_bytes", "schedule_tags_code",
 ]
 
@@ -191,6 +191,10 @@ class RecoveryReport(NamedTuple):
 DispatchListener = Callable[[str, int, int, int, int], None]
 # message_filter(tags_code) -> keep?
 MessageFilter = Callable[[int], bool]
+# record_filter(buffer, position) -> keep? Called with the stored record at buffer[position:]
+# after the tags-code check, before the record is taken (the SQL92 filter reads its
+# properties there); a record it refuses counts as scanned, like a tag mismatch.
+RecordFilter = Callable[[Any, int], bool]
 
 
 class Store(Protocol):
@@ -213,7 +217,8 @@ class Store(Protocol):
         """put_messages of a SEND_BATCH_MESSAGE body; ValueError when it is malformed."""
     def reput(self) -> int: ...
     def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                    message_filter: MessageFilter | None = None) -> GetMessageResult: ...
+                    message_filter: MessageFilter | None = None,
+                    record_filter: RecordFilter | None = None) -> GetMessageResult: ...
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
     def get_earliest_message_time(self, topic: str, queue_id: int) -> int: ...

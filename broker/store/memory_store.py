@@ -269,7 +269,8 @@ class MemoryStore:
 
     # ------------------------------------------------------------------ get
 
-    def get_message(self, topic, queue_id, offset, max_msg_nums, message_filter=None) -> GetMessageResult:
+    def get_message(self, topic, queue_id, offset, max_msg_nums, message_filter=None,
+                    record_filter=None) -> GetMessageResult:
         q = self.queues.get((topic, queue_id))
         mn = q.min_offset if q else 0
         mx = q.max_offset if q else 0
@@ -316,6 +317,11 @@ class MemoryStore:
                 if total == 0:
                     status = S.MESSAGE_WAS_REMOVING
                 next_file = phys - phys % self._fs + self._fs
+                i += 1
+                continue
+            if record_filter is not None and not record_filter(rec, 0):
+                if total == 0:
+                    status = S.NO_MATCHED_MESSAGE
                 i += 1
                 continue
             buffers.append(rec)

@@ -2,7 +2,8 @@
 
 Owns the pull rules (RocketMQ 4.9.4's getMessage): the status for an offset outside the
 queue, the transfer limits (bytes and count, tighter for records no longer in memory),
-tag filtering on the units' tags codes, stepping over fillers and over records already
+tag filtering on the units' tags codes, the record filter (SQL92: reads the record's
+properties in the segment, no copy of the record), stepping over fillers and over records already
 deleted with their segment. Records are handed out as slices of the commit log
 (CommitLog.read: memoryviews of the mappings, zero copy), physically adjacent ones
 coalesced. `_get_contiguous` is the common pull's fast path (no filter, records back to
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from pocketmq.common.constants import CQ_UNIT_SIZE
 from pocketmq.broker.store.api import (CQ_FILLER_SIZE, GetMessageResult, GetMessageStatus, MessageFilter,
-                                       StoreError)
+                                       RecordFilter, StoreError)
 from pocketmq.broker.store.consumequeue import CQ_UNIT
 
 _FOUND = GetMessageStatus.FOUND
@@ -24,7 +25,8 @@ class ReadPart:
     """MessageStore's read methods (a part of the MessageStore class: state in store.py)."""
 
     def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                    message_filter: MessageFilter | None = None) -> GetMessageResult:
+                    message_filter: MessageFilter | None = None,
+                    record_filter: RecordFilter | None = None) -> GetMessageResult:
         if not self._open:
             raise StoreError("store is not open")
         table = self._cq_table.get(topic)
@@ -52,7 +54,7 @@ class ReadPart:
         if len(buf) > limit:
             buf = buf[:limit - limit % CQ_UNIT_SIZE]
         cfg = self.config
-        if message_filter is None:
+        if message_filter is None and record_filter is None:
             fast = self._get_contiguous(buf, offset, max_msg_nums, min_offset, max_offset)
             if fast is not None:
                 return fast
@@ -68,7 +70,7 @@ class ReadPart:
         status = _NO_MATCHED
         slices = []
         # the run of records being coalesced: cur_view[cur_start:cur_end] (a segment's view)
-        cur_view = view = None
+        cur_view = view = rec_buf = None
         cur_start = cur_end = 0
         seg_lo, seg_hi = 0, -1          # the written part of the segment `view` maps
         total = 0
@@ -103,6 +105,18 @@ class ReadPart:
                     continue
                 view, seg_lo, seg_hi = found
                 pos = phys - seg_lo
+                if record_filter is not None:
+                    # the filter reads the segment's mapping itself (same offsets as the view
+                    # of the whole segment): slicing an mmap gives bytes at once, a memoryview
+                    # slice would first build another view
+                    rec_buf = view.obj
+                    if len(rec_buf) != view.nbytes:
+                        rec_buf = view
+            if record_filter is not None and not record_filter(rec_buf, pos):
+                if not total:
+                    status = _NO_MATCHED
+                scanned += 1
+                continue
             if view is cur_view and pos == cur_end:
                 cur_end += size
             else:
