@@ -43,6 +43,7 @@ registered).
 | update_subscription_group   | UPDATE_AND_CREATE_SUBSCRIPTIONGROUP   |
 | delete_subscription_group   | DELETE_SUBSCRIPTIONGROUP              |
 | all_subscription_groups     | GET_ALL_SUBSCRIPTIONGROUP_CONFIG      |
+| check_client_config         | CHECK_CLIENT_CONFIG                   |
 """
 from __future__ import annotations
 
