@@ -17,9 +17,12 @@ Driver side (one Python process per query, which keeps this reader between calls
   the queues by plan.admit; ReadAllAvailable reads up to the max offsets.
 - prepareForTriggerAvailableNow: the max offsets at that moment are the query's target;
   later messages and queues wait for the next run.
-- commit(end), with groupId: each queue's end is stored as the group's consumer offset
-  (UPDATE_CONSUMER_OFFSET), so `mqadmin consumerProgress -g G` shows the lag. Spark's
-  checkpoint stays the truth: a failure there is logged, never fails the query.
+- groupId: each queue's offset after a committed micro-batch is stored as the group's
+  consumer offset (UPDATE_CONSUMER_OFFSET), so `mqadmin consumerProgress -g G` shows the
+  lag. Spark calls commit(end) for a batch only when it plans the next one, so the start
+  handed to latestOffset (always the end of a batch the sink has committed) is stored too:
+  an availableNow run leaves its final ends. Spark's checkpoint stays the truth: a failure
+  there is logged, never fails the query.
 """
 from __future__ import annotations
 
@@ -58,10 +61,11 @@ class PocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[QueueKey, int] | None = None      # availableNow: the max offsets at its start
         self._latest: dict[QueueKey, int] | None = None      # the true latest offsets, for progress
         self._bounds: dict[QueueKey, tuple[int, int]] = {}   # (min, max) seen by the last latestOffset
+        self._stored: dict[QueueKey, int] | None = None     # groupId: the offsets last stored
 
     def __getstate__(self):
         # Spark pickles the reader into the executors' read tasks: only the options travel
-        return {"opts": self.opts, "_inst": None, "_target": None, "_latest": None, "_bounds": {}}
+        return {"opts": self.opts, "_inst": None, "_target": None, "_latest": None, "_bounds": {}, "_stored": None}
 
     # -- the driver's connection ------------------------------------------------------------
     def _run(self, fn):
@@ -92,6 +96,7 @@ class PocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit) -> dict:
         starts = offsets_from_json(start)
+        self._store_group_offsets(starts)
         bounds = self._refresh_bounds()
         self._latest = {**starts, **{k: mx for k, (_, mx) in bounds.items()}}
         if isinstance(limit, ReadAllAvailable):
@@ -171,10 +176,14 @@ class PocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- after a micro-batch ----------------------------------------------------------------
     def commit(self, end: dict) -> None:
-        if self.opts.group_id is None:
+        self._store_group_offsets(offsets_from_json(end))
+
+    def _store_group_offsets(self, offsets: dict[QueueKey, int]) -> None:
+        if self.opts.group_id is None or not offsets or offsets == self._stored:
             return
         try:
-            self._run(lambda inst: commit_group_offsets(inst, self.opts.group_id, offsets_from_json(end)))
+            if self._run(lambda inst: commit_group_offsets(inst, self.opts.group_id, offsets)) == len(offsets):
+                self._stored = offsets      # else the next call retries the lot
         except Exception as e:              # noqa: BLE001 - the checkpoint is the truth
             log.warning("pocketmq stream: storing offsets of group %s failed: %s", self.opts.group_id, e)
 
