@@ -179,13 +179,20 @@ class PocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._store_group_offsets(offsets_from_json(end))
 
     def _store_group_offsets(self, offsets: dict[QueueKey, int]) -> None:
-        if self.opts.group_id is None or not offsets or offsets == self._stored:
+        """Store the offsets that moved since the last store. A failed queue is not retried
+        until its offset moves again: the group's offsets only mirror the checkpoint, and a
+        queue whose topic was deleted would otherwise warn at every trigger."""
+        if self.opts.group_id is None:
+            return
+        stored = self._stored if self._stored is not None else {}
+        changed = {k: off for k, off in offsets.items() if stored.get(k) != off}
+        if not changed:
             return
         try:
-            if self._run(lambda inst: commit_group_offsets(inst, self.opts.group_id, offsets)) == len(offsets):
-                self._stored = offsets      # else the next call retries the lot
+            self._run(lambda inst: commit_group_offsets(inst, self.opts.group_id, changed))
         except Exception as e:              # noqa: BLE001 - the checkpoint is the truth
             log.warning("pocketmq stream: storing offsets of group %s failed: %s", self.opts.group_id, e)
+        self._stored = {**stored, **changed}
 
     def stop(self) -> None:
         inst, self._inst = self._inst, None

@@ -228,3 +228,40 @@ def test_stream_reader_partitions_and_pickling():
     real._latest, real._bounds, real._target = {a: 1}, {a: (0, 1)}, {a: 1}
     back = pickle.loads(pickle.dumps(real))
     assert back.opts == real.opts and back._inst is None and back._latest is None and back._bounds == {}
+
+
+def test_stream_reader_stores_group_offsets_that_moved():
+    import asyncio
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    a, b = ("T", "a", 0), ("T", "b", 0)
+
+    class FakeApi:
+        def __init__(self):
+            self.calls = []
+
+        async def update_consumer_offset(self, addr, group, mq, offset):
+            self.calls.append((addr, group, mq.topic, mq.broker_name, mq.queue_id, offset))
+            if mq.broker_name == "b":
+                raise ConnectionError("broker b is away")
+
+    class FakeInst:
+        api = FakeApi()
+
+        async def master_addr_refreshing(self, broker, topic):
+            return f"{broker}:10911"
+
+    inst = FakeInst()
+    r = _FakeStreamReader.make({a: (0, 10), b: (0, 10)}, groupId="G")
+    r._run = lambda fn: asyncio.run(fn(inst))
+    r.latestOffset(offsets_to_json({a: 3, b: 4}), ReadAllAvailable())     # start: a completed batch's end
+    assert sorted(inst.api.calls) == [("a:10911", "G", "T", "a", 0, 3), ("b:10911", "G", "T", "b", 0, 4)]
+    inst.api.calls.clear()
+    r.commit(offsets_to_json({a: 3, b: 4}))             # nothing moved: nothing sent, the failure not retried
+    assert inst.api.calls == []
+    r.commit(offsets_to_json({a: 9, b: 4}))
+    assert inst.api.calls == [("a:10911", "G", "T", "a", 0, 9)]
+    plain = _FakeStreamReader.make({a: (0, 10)})
+    plain._run = lambda fn: pytest.fail("no groupId: nothing is stored")
+    plain.commit(offsets_to_json({a: 1}))
