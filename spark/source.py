@@ -1,8 +1,11 @@
-"""The `pocketmq` data source for PySpark's Python Data Source API (batch read and write).
+"""The `pocketmq` data source for PySpark's Python Data Source API (batch and streaming,
+read and write).
 
     spark.read.format("pocketmq").option("namesrvAddr", "127.0.0.1:9876")
          .option("subscribe", "T1,T2").load()
     df.write.format("pocketmq").option("namesrvAddr", ...).option("topic", "T").mode("append").save()
+    spark.readStream.format("pocketmq")...load()     # stream.PocketMQStreamReader
+    df.writeStream.format("pocketmq")...start()      # stream.PocketMQStreamWriter
 
 Planning (queues, offset ranges) runs in the driver's Python process; each partition is a
 QueueRange (a small NamedTuple) and `read()` pulls it from the broker on the executor.
@@ -40,6 +43,25 @@ class PocketMQDataSource(DataSource):
 
     def writer(self, schema, overwrite: bool):
         return PocketMQWriter(self.options, overwrite)
+
+    def streamReader(self, schema):
+        return _stream_module().PocketMQStreamReader(self.options)
+
+    def streamWriter(self, schema, overwrite: bool):
+        return _stream_module().PocketMQStreamWriter(self.options)
+
+
+def _stream_module():
+    # loaded on use: batch reads and writes work with pyspark 4.0, streams need 4.2's
+    # admission control (pyspark.sql.streaming.datasource)
+    try:
+        from pocketmq.spark import stream
+    except ImportError as e:
+        import pyspark
+
+        raise RuntimeError(f"pocketmq streaming needs pyspark >= 4.2 (admission control, availableNow); "
+                           f"this is pyspark {pyspark.__version__}: {e}") from e
+    return stream
 
 
 class PocketMQReader(DataSourceReader):
