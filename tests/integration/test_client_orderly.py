@@ -193,7 +193,11 @@ async def test_a_poison_message_goes_to_the_dlq_after_max_reconsume_times_and_it
         dlq = await dead_letters(cluster, group)
     assert seen == [("a", 0), ("poison", 0), ("poison", 1), ("poison", 2), ("poison", 3), ("b", 0), ("c", 0)]
     assert [m.body for m in dlq] == [b"poison"]
-    assert dlq[0].properties.get("RETRY_TOPIC") == topic or dlq[0].topic == f"%DLQ%{group}"
+    assert dlq[0].topic == f"%DLQ%{group}" and dlq[0].properties["RETRY_TOPIC"] == topic
+    poison_id = dlq[0].properties["ORIGIN_MESSAGE_ID"]
+    assert poison_id and poison_id == dlq[0].msg_id     # the producer's id, kept
+    # the queue moved past it: everything is committed
+    assert sum(await committed_offsets(cluster, group, topic, 2)) == 4
 
 
 async def test_suspend_current_queue_a_moment_redelivers_the_same_messages_in_order(cluster):

@@ -131,3 +131,61 @@ def test_broker_lock_table_refuses_others_until_released_or_expired_and_unlock_c
     assert locks.unlock_client("G", "A") == [q0]
     assert locks.try_lock_batch("G", [q0], "B", 60_002) == {q0}
     assert locks.unlock_client("G", "A") == [] and locks.unlock_client("nope", "A") == []
+
+
+# -- the consume tasks (client/consume_orderly.py) with an integer clock, no broker -----------
+
+@dataclass(frozen=True)
+class QM:
+    queue_id: int
+    queue_offset: int
+    body: bytes = b"x"
+    reconsume_times: int = 0
+
+
+class FakeConsumer:
+    """What OrderlyService reads of its PushConsumer; each listener call takes 1 s."""
+    group = "G"
+    message_model = "BROADCASTING"       # no locks: only the consume tasks are exercised
+    max_reconsume_times = None
+    suspend_current_queue_time_ms = 0
+    consume_batch_size = 1
+    consume_concurrency = 1              # one slot: queues take turns
+    state = "RUNNING"
+
+    def __init__(self, clock, sink):
+        self.clock = clock
+        self.sink = sink
+        self.stats = {"consumed": 0, "failed": 0, "sent_back": 0}
+
+    async def call_orderly_listener(self, msgs):
+        self.clock[0] += 1_000
+        self.sink.append((msgs[0].queue_id, msgs[0].queue_offset))
+        return True
+
+
+async def test_a_queue_consumed_for_60s_yields_its_slot_to_the_others():
+    from pocketmq.client.consume_orderly import OrderlyService
+    from pocketmq.client.subscription_state import QueueState
+    from tests.support.events import Sink
+
+    clock = [0]
+    got = Sink()
+    svc = OrderlyService(FakeConsumer(clock, got))
+    svc.now_ms = lambda: clock[0]
+    qa = QueueState(MessageQueue("T", "b", 0), 0, ProcessQueue(0))
+    qb = QueueState(MessageQueue("T", "b", 1), 0, ProcessQueue(0))
+    qa.pq.put_messages([QM(0, i) for i in range(100)])
+    qb.pq.put_messages([QM(1, i) for i in range(5)])
+    svc.start()
+    try:
+        svc.wake(qa)
+        svc.wake(qb)
+        await got.until(lambda s: len(s) == 105)
+    finally:
+        await svc.stop()
+    # 61 messages of queue 0 (61 s > 60 s), then queue 1 gets the slot, then queue 0 again
+    assert got[:61] == [(0, i) for i in range(61)]
+    assert got[61:66] == [(1, i) for i in range(5)]
+    assert got[66:] == [(0, i) for i in range(61, 100)]
+    assert qa.pq.commit_offset() == 100 and qb.pq.commit_offset() == 5
