@@ -169,34 +169,42 @@ class OrderlyService:
         if ev is not None:
             ev.set()
 
+    def busy(self, mq: MessageQueue) -> bool:
+        """A consume task of `mq` still runs (a listener of a dropped queue not returned yet)."""
+        task = self.tasks.get(mq)
+        return task is not None and not task.done()
+
     async def stop_queue(self, qs: QueueState) -> None:
-        """End the consume task of a dropped queue once no listener of it runs."""
+        """End the consume task of a dropped queue; one whose listener still runs ends by
+        itself when the listener returns (and keeps `busy(mq)` true until then)."""
         task = self.tasks.get(qs.mq)
-        if task is None:
+        if task is None or qs.pq.in_flight:
             return
-        if qs.pq.in_flight == 0:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        if self.tasks.get(qs.mq) is task:
-            del self.tasks[qs.mq]
-            self.wakeups.pop(qs.mq, None)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
     async def _run(self, qs: QueueState, ev: asyncio.Event) -> None:
+        self.consumer.enter_worker_context()
         pq = qs.pq
-        while not pq.dropped:
-            if not pq.msgs:
-                ev.clear()
-                await ev.wait()
-                continue
-            async with self.slots:
-                delay_s = await self._consume(qs)
-            if delay_s is None:
-                continue
-            if delay_s < 0:           # no valid lock: relock (or wait) before going on
-                if not await self._relock(qs):
-                    await asyncio.sleep(RELOCK_DELAY_S)
-                continue
-            await asyncio.sleep(delay_s)
+        try:
+            while not pq.dropped:
+                if not pq.msgs:
+                    ev.clear()
+                    await ev.wait()
+                    continue
+                async with self.slots:
+                    delay_s = await self._consume(qs)
+                if delay_s is None:
+                    continue
+                if delay_s < 0:           # no valid lock: relock (or wait) before going on
+                    if not await self._relock(qs):
+                        await asyncio.sleep(RELOCK_DELAY_S)
+                    continue
+                await asyncio.sleep(delay_s)
+        finally:
+            if self.tasks.get(qs.mq) is asyncio.current_task():
+                del self.tasks[qs.mq]
+                self.wakeups.pop(qs.mq, None)
 
     async def _relock(self, qs: QueueState) -> bool:
         if qs.dropped or self.consumer.state not in ("RUNNING", "DRAINING"):
@@ -216,7 +224,8 @@ class OrderlyService:
         call = c.call_orderly_listener
         done_in_turn = 0
         while True:
-            step = orderly_step(pq, began, now(), needs_lock)
+            t = now()
+            step = orderly_step(pq, began, t, needs_lock)
             if step is not OrderlyStep.CONSUME:
                 if step is OrderlyStep.NEED_LOCK:
                     return -1.0
@@ -236,7 +245,7 @@ class OrderlyService:
                 pq.in_flight -= 1
             if ok:
                 stats["consumed"] += len(msgs)
-                pq.remove_messages(msgs, now())
+                pq.remove_head(msgs, t)
                 continue
             stats["failed"] += len(msgs)
             if await self._failed(qs, msgs):

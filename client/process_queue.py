@@ -208,6 +208,26 @@ class ProcessQueue:
             return [tree.peekitem(0)[1]] if tree else []
         return [tree[k] for k in tree.keys()[:n]]
 
+    def remove_head(self, msgs, now_ms: int = 0) -> None:
+        """Orderly: forget `msgs` taken by take_messages() after the listener succeeded.
+        They are normally the first cached messages, which popping removes faster than
+        remove_messages()'s search; a message found elsewhere is removed by offset."""
+        tree = self.msgs
+        self.last_consume_ms = now_ms
+        for m in msgs:
+            off = m.queue_offset
+            if not tree:
+                return
+            k, old = tree.popitem(0)
+            if k != off:                  # something was cached before it meanwhile: put it back
+                tree[k] = old
+                old = tree.pop(off, None)
+                if old is None:
+                    continue
+            self.msg_count -= 1
+            self.msg_size_bytes -= _body_len(old)
+            self.consumed_total += 1
+
     def replace_messages(self, msgs) -> None:
         """Put changed copies of cached messages back at their offsets (orderly retries
         count reconsume_times locally)."""

@@ -390,6 +390,12 @@ class PushConsumer:
                 log.info("%s: queues locked by another member, retrying soon: %s", self.group,
                          [f"{m.broker_name}:{m.queue_id}" for m in mqs if m not in locked])
             mqs = [mq for mq in mqs if mq in locked]
+        if osvc is not None:
+            # a listener of this queue's previous stint here has not returned yet
+            busy = [mq for mq in mqs if osvc.busy(mq)]
+            if busy:
+                refused = True
+                mqs = [mq for mq in mqs if mq not in busy]
         await asyncio.gather(*(self._add_queue(mq) for mq in mqs))
         return refused
 
@@ -591,6 +597,11 @@ class PushConsumer:
                 log.exception("%s: processing the consume result failed", self.group)
             finally:
                 pq.in_flight -= 1
+
+    def enter_worker_context(self) -> None:
+        """Called first in each orderly consume task: a listener closing its own consumer
+        is then seen as inside a worker (drain() does not wait for itself)."""
+        _IN_WORKER.set(self)
 
     async def call_orderly_listener(self, msgs) -> bool:
         """One orderly listener call: True on success (commit), False to consume the same

@@ -158,6 +158,9 @@ class FakeConsumer:
         self.sink = sink
         self.stats = {"consumed": 0, "failed": 0, "sent_back": 0}
 
+    def enter_worker_context(self):
+        pass
+
     async def call_orderly_listener(self, msgs):
         self.clock[0] += 1_000
         self.sink.append((msgs[0].queue_id, msgs[0].queue_offset))
@@ -189,3 +192,20 @@ async def test_a_queue_consumed_for_60s_yields_its_slot_to_the_others():
     assert got[61:66] == [(1, i) for i in range(5)]
     assert got[66:] == [(0, i) for i in range(61, 100)]
     assert qa.pq.commit_offset() == 100 and qb.pq.commit_offset() == 5
+
+
+def test_remove_head_forgets_the_taken_messages_even_if_an_earlier_one_was_cached_meanwhile():
+    pq = ProcessQueue(0)
+    pq.put_messages([M(3), M(4), M(5)])
+    pq.remove_head(pq.take_messages(2), 7)
+    assert list(pq.msgs) == [5] and pq.msg_count == 1 and pq.msg_size_bytes == 1
+    assert pq.last_consume_ms == 7 and pq.consumed_total == 2
+    taken = pq.take_messages(1)
+    pq.put_messages([M(1)])                      # the pull offset moved back meanwhile
+    pq.remove_head(taken)
+    assert list(pq.msgs) == [1] and pq.msg_count == 1
+    pq.remove_head([M(9)])                       # not cached: nothing happens
+    assert list(pq.msgs) == [1] and pq.msg_count == 1
+    pq.remove_head([M(1)])
+    pq.remove_head([M(1)])                       # empty
+    assert pq.msg_count == 0 and pq.commit_offset() == 6
