@@ -474,8 +474,9 @@ class PushConsumer:
             if self.state != "RUNNING":
                 return
             # _add_queue reads the start offset back from the offset store (the broker's
-            # table in clustering mode, the local file in broadcasting mode).
-            await asyncio.gather(*(self._add_queue(mq) for mq in owned))
+            # table in clustering mode, the local file in broadcasting mode); orderly
+            # queues are locked again first (a refused one comes back at a rebalance).
+            await self._add_queues(owned)
 
     # -- pulling (Fetcher hooks) ---------------------------------------------------------------
     def may_fetch(self, qs: QueueState) -> bool:

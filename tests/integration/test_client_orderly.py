@@ -14,6 +14,8 @@ import pytest
 
 from pocketmq.broker.app import Broker
 from pocketmq.broker.config import parse_args as broker_args
+from pocketmq.nameserver.app import NameServer
+from pocketmq.nameserver.config import parse_args as ns_args
 from pocketmq.client import (
     CONSUME_SUCCESS,
     RECONSUME_LATER,
@@ -23,7 +25,7 @@ from pocketmq.client import (
     PushConsumer,
 )
 from pocketmq.client.instance import ClientInstance
-from pocketmq.protocol.bodies import MessageQueue
+from pocketmq.protocol.bodies import MessageQueue, TopicConfig
 from pocketmq.protocol.codes import ResponseCode as C
 from pocketmq.protocol.message import decode_records
 from pocketmq.remoting.client import RemotingClient
@@ -81,6 +83,60 @@ async def test_lock_refused_to_others_until_released_expired_or_the_owner_discon
         for inst in clients.values():
             await inst.close()
         await broker.close()
+
+
+async def test_a_queue_whose_lock_another_client_took_is_given_up_at_renewal(tmp_path):
+    """The broker's lock of our consumer expires (its clock jumps 61 s) and another client
+    takes the queue: the next renewal gives the queue up (no commit, no unlock); once the
+    other client releases it, a rebalance takes it back."""
+    now = [1_000_000.0]
+    ns_cfg, _ = ns_args(["--listenPort=0", f"--kvConfigPath={tmp_path}/kv.json"])
+    ns = NameServer(ns_cfg)
+    await ns.start()
+    ns_addr = f"127.0.0.1:{ns.port}"
+    cfg, _ = broker_args(["--listenPort=0", "--brokerIP1=127.0.0.1", f"--storePathRootDir={tmp_path}/store",
+                          "--mappedFileSizeCommitLog=1048576", "--mappedFileSizeConsumeQueue=2000", "-n", ns_addr])
+    broker = Broker(cfg, clock=lambda: now[0])
+    await broker.start()
+    thief = ClientInstance("127.0.0.1@thief", ns_addr)
+    got = Sink()
+
+    async def listener(msg):
+        got.append(msg.body)
+
+    c = PushConsumer("StealG", ns_addr, listener=listener, orderly=True, instance_name="owner",
+                     consume_from_where="FIRST_OFFSET")
+    c.subscribe("StealT")
+    mq = MessageQueue("StealT", broker.config.brokerName, 0)
+    try:
+        async with asyncio.timeout(60):
+            await thief.api.create_topic(broker.addr, TopicConfig("StealT", 1, 1), "TBW102")
+            await wait_for(lambda: broker.topics.get("StealT") is not None, what="topic created")
+            async with Producer("StealPG", ns_addr, instance_name="stealp") as p:
+                await p.send(Message("StealT", b"one"))
+            await c.start()
+            await got.until(lambda s: s == [b"one"])
+            assert mq in c.pqs and c.pqs[mq].holds_lock(c.orderly_service.now_ms())
+            assert await thief.api.lock_batch(broker.addr, "StealG", thief.client_id, [mq]) == []
+            now[0] += 61
+            assert await thief.api.lock_batch(broker.addr, "StealG", thief.client_id, [mq]) == [mq]
+            await c.orderly_service.renew()
+            assert mq not in c.pqs
+            await c.rebalance()                        # still the thief's: not taken
+            assert mq not in c.pqs
+            await thief.api.unlock_batch(broker.addr, "StealG", thief.client_id, [mq])
+            await c.rebalance()
+            assert mq in c.pqs
+            async with Producer("StealPG", ns_addr, instance_name="stealp") as p:
+                await p.send(Message("StealT", b"two"))
+            await got.until(lambda s: b"two" in s)
+            # "one" again unless its offset was committed before the give-up (at least once)
+            assert got[-1] == b"two" and set(got[:-1]) == {b"one"}
+    finally:
+        await c.close()
+        await thief.close()
+        await broker.close()
+        await ns.close()
 
 
 # -- consumers ----------------------------------------------------------------------------------
