@@ -24,12 +24,9 @@ from pocketmq.client import (
     Producer,
     PushConsumer,
 )
+from pocketmq.client.api import PullRequest, PullResult, pull_sys_flag
 from pocketmq.client.instance import ClientInstance
 from pocketmq.protocol.bodies import MessageQueue, TopicConfig
-from pocketmq.protocol.codes import ResponseCode as C
-from pocketmq.protocol.message import decode_records
-from pocketmq.remoting.client import RemotingClient
-from tests.integration.test_broker import pull_cmd
 from tests.integration.test_client_cluster import create_topic, uniq, wait_for
 from tests.support.daemons import Cluster
 from tests.support.events import Sink
@@ -39,8 +36,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster(str(tmp_path_factory.mktemp("orderly")))
-    c.start()
+    c = Cluster(str(tmp_path_factory.mktemp("orderly"))).start()
     yield c
     c.stop()
 
@@ -217,12 +213,15 @@ async def test_every_key_in_send_order_across_a_join_and_a_leave(cluster):
 
 
 async def dead_letters(cluster, group: str) -> list:
-    c = RemotingClient()
+    """The records of %DLQ%<group> queue 0 (read through ClientAPI.pull_message)."""
+    inst = ClientInstance("127.0.0.1@orderly-dlq", cluster.namesrv_addr)
     try:
-        r = await c.invoke(cluster.broker_addr, pull_cmd(f"%DLQ%{group}", 0, 0, group="inspector"))
-        return decode_records(r.body) if r.code == C.SUCCESS else []
+        mq = MessageQueue(f"%DLQ%{group}", "broker-a", 0)
+        res = await inst.api.pull_message(PullRequest(cluster.broker_addr, "inspector", mq, 0, 32,
+                                                      pull_sys_flag(False, False, True), 0, 0, "*", 0, 5.0))
+        return list(res.records) if res.status == PullResult.FOUND else []
     finally:
-        await c.close()
+        await inst.close()
 
 
 async def test_a_poison_message_goes_to_the_dlq_after_max_reconsume_times_and_its_queue_moves_on(cluster):
