@@ -313,3 +313,46 @@ async def test_broadcasting_orderly_consumes_in_order_without_locks(cluster, tmp
                 await c.close()
     for s in sinks:
         assert all(v == list(range(10)) for v in per_key(s).values())
+
+
+async def test_a_queue_changes_hands_only_after_its_running_listener_returned(cluster):
+    """c1 consumes slowly; c2 joins. The queue c1 gives up is unlocked only after c1's running
+    listener returned and its offset was committed, so c2 (whose first lock is refused
+    meanwhile and retried) starts after c1's last message of that queue, at the next offset."""
+    topic, group = uniq("OrdHandT"), uniq("OrdHandG")
+    await create_topic(cluster, topic, 2)
+    loop = asyncio.get_running_loop()
+    spans = Sink()
+
+    def listener_of(name, pause_s):
+        async def listener(msg):
+            start = loop.time()
+            await asyncio.sleep(pause_s)
+            spans.append((name, msg.queue_id, msg.queue_offset, start, loop.time()))
+        return listener
+
+    async with Producer("OrderlyPG", cluster.namesrv_addr, instance_name="hand") as p:
+        for i in range(10):
+            for q in (0, 1):
+                await p.send(Message(topic, f"{q}:{i}".encode()), queue=MessageQueue(topic, "broker-a", q))
+    c1 = PushConsumer(group, cluster.namesrv_addr, listener=listener_of("c1", 0.2), orderly=True,
+                      instance_name="h1", consume_from_where="FIRST_OFFSET", handover_delay_ms=0)
+    c2 = PushConsumer(group, cluster.namesrv_addr, listener=listener_of("c2", 0), orderly=True,
+                      instance_name="h2", consume_from_where="FIRST_OFFSET", handover_delay_ms=0)
+    c1.subscribe(topic)
+    c2.subscribe(topic)
+    async with asyncio.timeout(60):
+        try:
+            await c1.start()
+            await spans.until(lambda s: len(s) >= 2)
+            await c2.start()
+            await spans.until(lambda s: len(s) == 20)
+        finally:
+            await c2.close()
+            await c1.close()
+    assert {name for name, *_ in spans} == {"c1", "c2"}
+    for q in (0, 1):
+        mine = sorted((s for s in spans if s[1] == q), key=lambda s: s[3])
+        assert [s[2] for s in mine] == list(range(10)), q        # in order, nothing twice
+        for a, b in zip(mine, mine[1:]):
+            assert b[3] >= a[4], (a, b)                             # never two listeners at once
