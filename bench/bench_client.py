@@ -10,6 +10,8 @@ Measures (defaults keep a run under ~2 minutes on 2 cores):
                   unless --no-coalesce: then one request per send)
   batch send      send_batch of 100 x 128 B: msgs/s, one at a time and 8 in flight
   push consume    messages/s delivered to a no-op listener (pre-produced backlog)
+  orderly consume the same on a topic of 8 queues, concurrent and orderly=True (the
+                  issue's target: orderly at least half of concurrent); --no-orderly skips it
   end-to-end      send -> listener latency p50/p99 at 1,000 and 10,000 msgs/s
 Every phase is bounded in count and time and talks to 127.0.0.1 only.
 """
@@ -89,8 +91,29 @@ async def bench_batch_send(addr, topic, n, st, batch=100, inflight=1):
     return {"msgs_per_s": sent / dt, "batch": batch, "in_flight": inflight}
 
 
-async def bench_push_consume(addr, topic, n, st):
+async def create_queues(addr, topic, queues):
+    """Create `topic` with `queues` queues on every master and wait for its route."""
+    from pocketmq.client.instance import ClientInstance
+    from pocketmq.protocol.bodies import TopicConfig
+    inst = ClientInstance("127.0.0.1@bench-admin", addr)
+    try:
+        brokers, _ = await inst.api.cluster_info()
+        for bd in brokers.values():
+            await inst.api.create_topic(bd.broker_addrs[0], TopicConfig(topic, queues, queues), "TBW102")
+        for _ in range(400):
+            route = await inst.api.get_route(topic)
+            if route is not None and sum(q.read_queue_nums for q in route.queue_datas) == queues * len(brokers):
+                return
+            await asyncio.sleep(0.05)
+        raise RuntimeError(f"route of {topic} never showed its {queues} queues")
+    finally:
+        await inst.close()
+
+
+async def bench_push_consume(addr, topic, n, st, *, orderly=False, queues=None):
     body = b"x" * 128
+    if queues:
+        await create_queues(addr, topic, queues)
     async with Producer("BenchFill", addr, instance_name="bench-fill", serialize_type=st) as p:
         msgs = [Message(topic, body) for _ in range(100)]
         for _ in range(n // 100):
@@ -98,16 +121,20 @@ async def bench_push_consume(addr, topic, n, st):
     done = asyncio.Event()
     count = 0
     first = None
+    cpu0 = cpu1 = 0.0
 
     async def listener(msg):
-        nonlocal count, first
+        nonlocal count, first, cpu0, cpu1
         if first is None:
             first = time.perf_counter()
+            cpu0 = time.process_time()
         count += 1
         if count >= n:
+            cpu1 = time.process_time()
             done.set()
-    c = PushConsumer("BenchConsume", addr, listener=listener, instance_name="bench-consume",
-                     consume_from_where="FIRST_OFFSET", serialize_type=st)
+    c = PushConsumer("BenchConsumeOrderly" if orderly else "BenchConsume", addr, listener=listener,
+                     instance_name="bench-consume", consume_from_where="FIRST_OFFSET", serialize_type=st,
+                     orderly=orderly)
     c.subscribe(topic)
     async with c:
         try:
@@ -115,7 +142,15 @@ async def bench_push_consume(addr, topic, n, st):
         except TimeoutError:
             pass
         dt = time.perf_counter() - (first or time.perf_counter())
-    return {"msgs_per_s": count / dt if dt > 0 else 0.0, "consumed": count}
+    out = {"msgs_per_s": count / dt if dt > 0 else 0.0, "consumed": count}
+    if cpu1 > cpu0:
+        # this process's CPU per message: steadier than msgs/s on a host whose speed drifts
+        out["client_cpu_us_per_msg"] = (cpu1 - cpu0) * 1e6 / count
+    if queues:
+        out["queues"] = queues
+    if orderly:
+        out["orderly"] = True
+    return out
 
 
 async def bench_e2e(addr, topic, rate, seconds, st):
@@ -175,6 +210,16 @@ async def run_all(addr, args):
     print("batch send, 8 in flight", out["batch_send_8"], flush=True)
     out["push_consume"] = await bench_push_consume(addr, f"BenchConsume{suffix}", args.n_consume, st)
     print("push consume", out["push_consume"], flush=True)
+    if not args.no_orderly:
+        out["push_consume_8q"] = await bench_push_consume(addr, f"BenchConsume8q{suffix}", args.n_consume, st,
+                                                          queues=8)
+        print("push consume, 8 queues", out["push_consume_8q"], flush=True)
+        out["orderly_consume_8q"] = await bench_push_consume(addr, f"BenchOrderly8q{suffix}", args.n_consume, st,
+                                                             orderly=True, queues=8)
+        out["orderly_vs_concurrent"] = (out["orderly_consume_8q"]["msgs_per_s"]
+                                        / max(out["push_consume_8q"]["msgs_per_s"], 1e-9))
+        print("orderly consume, 8 queues", out["orderly_consume_8q"],
+              f"ratio vs concurrent {out['orderly_vs_concurrent']:.2f}", flush=True)
     for rate in args.rates:
         key = f"e2e_{rate}"
         out[key] = await bench_e2e(addr, f"BenchE2E{rate}x{suffix}", rate, args.seconds, st)
@@ -196,9 +241,13 @@ def main(argv=None):
     ap.add_argument("--n-batch", type=int, default=200000)
     ap.add_argument("--n-consume", type=int, default=100000)
     ap.add_argument("--rates", type=int, nargs="*", default=[1000, 10000])
+    ap.add_argument("--no-orderly", action="store_true",
+                    help="skip the 8-queue concurrent vs orderly consumption phases")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args(argv)
+    if args.fake:
+        args.no_orderly = True     # the fake cluster has no admin topic creation nor queue locks
     try:
         import uvloop
         uvloop.install()

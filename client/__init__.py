@@ -20,6 +20,7 @@ from pocketmq.client.producer import Producer
 from pocketmq.client.push_consumer import (
     CONSUME_SUCCESS,
     RECONSUME_LATER,
+    SUSPEND_CURRENT_QUEUE_A_MOMENT,
     ConsumeStatus,
     PushConsumer,
 )
@@ -36,6 +37,7 @@ from pocketmq.protocol.bodies import MessageQueue
 __all__ = [
     "CONSUME_SUCCESS",
     "RECONSUME_LATER",
+    "SUSPEND_CURRENT_QUEUE_A_MOMENT",
     "AllocateAveragely",
     "AllocateAveragelyByCircle",
     "AllocateByConfig",

@@ -80,7 +80,12 @@ class PushConsumerConfig(ConsumerConfig):
     max_reconsume_times: redeliveries before a failing message goes to the DLQ; None (the
         default): the broker's subscription group decides (retryMaxTimes, 16 unless
         changed with `mqadmin updateSubGroup -r`); a number is sent with every send-back
-        and overrides the group's, as a Java client's does.
+        and overrides the group's, as a Java client's does. Orderly: local retries before
+        the message is sent to %DLQ%<group> and its queue moves on (None: 16).
+    orderly: consume each queue in queue order, one listener call at a time per queue,
+        under the broker's queue lock in CLUSTERING (see docs/client.md).
+    suspend_current_queue_time_ms: orderly: the pause before a failed (or
+        SUSPEND_CURRENT_QUEUE_A_MOMENT) message is consumed again.
     persist_interval_s: how often consumed offsets are committed.
     handover_delay_ms: wait before reading the offsets of queues taken over from another
         member, so its last commit lands first.
@@ -95,6 +100,8 @@ class PushConsumerConfig(ConsumerConfig):
     consume_batch_size: int = 1
     flow_limits: FlowLimits | None = None
     max_reconsume_times: int | None = None
+    orderly: bool = False
+    suspend_current_queue_time_ms: int = 1000
     persist_interval_s: float = 5.0
     handover_delay_ms: int = 1000
     sync_listener_in_thread: bool = True
@@ -111,6 +118,10 @@ class PushConsumerConfig(ConsumerConfig):
             raise InvalidArgumentError("pull_batch_size must be in [1, 1024]")
         if not 1 <= self.consume_batch_size <= 1024:
             raise InvalidArgumentError("consume_batch_size must be in [1, 1024]")
+        if not 0 <= self.suspend_current_queue_time_ms <= 3_600_000:
+            raise InvalidArgumentError("suspend_current_queue_time_ms must be in [0, 3600000]")
+        if self.max_reconsume_times is not None and not 0 <= self.max_reconsume_times <= 10_000:
+            raise InvalidArgumentError("max_reconsume_times must be in [0, 10000] (or None)")
         self._check_timeouts()
 
 

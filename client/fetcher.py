@@ -7,7 +7,7 @@ owns everything about pulling itself:
 * the start offset, when the queue was added without one (asked of the handler,
   retried after pull_error_delay_ms);
 * flow control: the handler's `may_fetch(qs)` is asked before every pull (push: the
-  ProcessQueue thresholds; lite: paused or buffer full; orderly, later: the queue
+  ProcessQueue thresholds; lite: paused or buffer full; orderly: also a valid queue
   lock); False waits FLOW_CONTROL_DELAY_MS;
 * route and broker errors: the master is looked up again on every pull, a failed
   pull is retried after pull_error_delay_ms (INFO, WARNING after 5 in a row), and a

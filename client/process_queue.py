@@ -16,6 +16,21 @@ than `pull_threshold_size_for_queue_bytes` cached body bytes, or (concurrent
 mode) a span between the smallest and largest cached offsets above
 `consume_concurrently_max_span` delays the next pull by 50 ms.
 
+Orderly consumption (Java's ProcessQueue lock fields and ConsumeMessageOrderlyService
+rules) keeps its pure parts here too:
+
+* the local lock: `set_locked(now_ms)` after LOCK_BATCH_MQ named the queue; it is
+  valid for REBALANCE_LOCK_MAX_LIVE_MS (30 s) after the last renewal, which the
+  consumer attempts every REBALANCE_LOCK_INTERVAL_MS (20 s) for every held queue, so
+  a client that cannot reach its broker stops consuming before the broker's own lock
+  (60 s) lets another client take the queue;
+* `take_messages(n)`: the first n cached messages in queue order (they stay cached, so
+  the commit point stays at the first of them until they are removed on success);
+* `orderly_step(...)`: what the queue's consume task does next (consume, wait for the
+  lock, yield after MAX_TIME_CONSUME_CONTINUOUSLY_MS (60 s) of continuous consumption,
+  idle, stop);
+* `split_exhausted(msgs, max)`: which failed messages go to the dead-letter queue.
+
 Times are integer milliseconds passed in by the caller (no clock reads here).
 """
 from __future__ import annotations
@@ -29,6 +44,15 @@ PULL_THRESHOLD_FOR_QUEUE = 1000
 PULL_THRESHOLD_SIZE_FOR_QUEUE_BYTES = 100 * 1024 * 1024
 CONSUME_CONCURRENTLY_MAX_SPAN = 2000
 FLOW_CONTROL_DELAY_MS = 50
+
+# Orderly consumption (Java 4.9: ProcessQueue.REBALANCE_LOCK_MAX_LIVE_TIME,
+# RebalanceImpl lockMQPeriodically, ConsumeMessageOrderlyService.MAX_TIME_CONSUME_CONTINUOUSLY).
+REBALANCE_LOCK_MAX_LIVE_MS = 30_000
+REBALANCE_LOCK_INTERVAL_MS = 20_000
+MAX_TIME_CONSUME_CONTINUOUSLY_MS = 60_000
+# A failing orderly message is retried locally this many times before the dead-letter queue
+# (Java's orderly default is endless; pocketmq stops a poison message from blocking a queue).
+ORDERLY_MAX_RECONSUME_TIMES = 16
 
 
 class FlowControl(Enum):
@@ -68,7 +92,9 @@ class ProcessQueue:
         "dropped",
         "in_flight",
         "last_consume_ms",
+        "last_lock_ms",
         "last_pull_ms",
+        "locked",
         "msg_count",
         "msg_size_bytes",
         "msgs",
@@ -87,6 +113,8 @@ class ProcessQueue:
         self.last_consume_ms = now_ms
         self.in_flight = 0               # listener calls running for this queue
         self.consumed_total = 0
+        self.locked = False              # orderly: the broker named this queue ours
+        self.last_lock_ms = 0            # orderly: when it last did
 
     # -- pull side ---------------------------------------------------------------------
     def put_messages(self, msgs, now_ms: int = 0) -> int:
@@ -156,6 +184,58 @@ class ProcessQueue:
             return FlowControl.SPAN
         return None
 
+    # -- orderly consumption ----------------------------------------------------------------
+    def set_locked(self, now_ms: int) -> None:
+        """LOCK_BATCH_MQ (first lock or renewal) answered with this queue."""
+        self.locked = True
+        self.last_lock_ms = now_ms
+
+    def lose_lock(self) -> None:
+        self.locked = False
+
+    def lock_expired(self, now_ms: int) -> bool:
+        return now_ms - self.last_lock_ms > REBALANCE_LOCK_MAX_LIVE_MS
+
+    def holds_lock(self, now_ms: int) -> bool:
+        """Locked and renewed within REBALANCE_LOCK_MAX_LIVE_MS: the queue may be pulled and consumed."""
+        return self.locked and now_ms - self.last_lock_ms <= REBALANCE_LOCK_MAX_LIVE_MS
+
+    def take_messages(self, n: int) -> list:
+        """The first `n` cached messages in queue order. They stay cached (and hold the
+        commit point) until remove_messages() after the listener succeeded."""
+        tree = self.msgs
+        if n == 1:
+            return [tree.peekitem(0)[1]] if tree else []
+        return [tree[k] for k in tree.keys()[:n]]
+
+    def remove_head(self, msgs, now_ms: int = 0) -> None:
+        """Orderly: forget `msgs` taken by take_messages() after the listener succeeded.
+        They are normally the first cached messages, which popping removes faster than
+        remove_messages()'s search; a message found elsewhere is removed by offset."""
+        tree = self.msgs
+        self.last_consume_ms = now_ms
+        for m in msgs:
+            off = m.queue_offset
+            if not tree:
+                return
+            k, old = tree.popitem(0)
+            if k != off:                  # something was cached before it meanwhile: put it back
+                tree[k] = old
+                old = tree.pop(off, None)
+                if old is None:
+                    continue
+            self.msg_count -= 1
+            self.msg_size_bytes -= _body_len(old)
+            self.consumed_total += 1
+
+    def replace_messages(self, msgs) -> None:
+        """Put changed copies of cached messages back at their offsets (orderly retries
+        count reconsume_times locally)."""
+        tree = self.msgs
+        for m in msgs:
+            if m.queue_offset in tree:
+                tree[m.queue_offset] = m
+
     @property
     def idle(self) -> bool:
         return self.in_flight == 0
@@ -163,3 +243,39 @@ class ProcessQueue:
     def __repr__(self) -> str:
         return (f"ProcessQueue(count={self.msg_count}, size={self.msg_size_bytes}B, "
                 f"span={self.max_span}, max={self.queue_offset_max}, dropped={self.dropped})")
+
+
+class OrderlyStep(Enum):
+    CONSUME = "consume the next messages"
+    NEED_LOCK = "the queue's lock is missing or expired: relock before consuming"
+    YIELD = "consumed continuously for MAX_TIME_CONSUME_CONTINUOUSLY_MS: let other queues run"
+    IDLE = "nothing cached"
+    STOP = "the queue was dropped"
+
+
+def orderly_step(pq: ProcessQueue, began_ms: int, now_ms: int, needs_lock: bool) -> OrderlyStep:
+    """What a queue's orderly consume task does next, in Java's order of checks (dropped,
+    lock held and fresh (clustering only), continuous-consumption limit, messages)."""
+    if pq.dropped:
+        return OrderlyStep.STOP
+    if needs_lock and not pq.holds_lock(now_ms):
+        return OrderlyStep.NEED_LOCK
+    if now_ms - began_ms > MAX_TIME_CONSUME_CONTINUOUSLY_MS:
+        return OrderlyStep.YIELD
+    if not pq.msgs:
+        return OrderlyStep.IDLE
+    return OrderlyStep.CONSUME
+
+
+def next_lock_renewal_ms(last_renewal_ms: int) -> int:
+    """When the periodic LOCK_BATCH_MQ of every held queue is due again."""
+    return last_renewal_ms + REBALANCE_LOCK_INTERVAL_MS
+
+
+def split_exhausted(msgs, max_reconsume_times: int) -> tuple[list, list]:
+    """(to the dead-letter queue, to retry): a message that already had
+    `max_reconsume_times` local retries goes to the DLQ (Java's checkReconsumeTimes)."""
+    dead, retry = [], []
+    for m in msgs:
+        (dead if m.reconsume_times >= max_reconsume_times else retry).append(m)
+    return dead, retry

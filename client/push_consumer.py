@@ -1,4 +1,4 @@
-"""PushConsumer (asyncio): clustering or broadcasting, concurrent consumption.
+"""PushConsumer (asyncio): clustering or broadcasting, concurrent or orderly consumption.
 
     async def on_message(msg):            # or a plain function
         ...                               # raise / return RECONSUME_LATER to retry later
@@ -23,6 +23,12 @@ The flow follows RocketMQ's push consumer (see docs/client.md):
   (CONSUMER_SEND_MSG_BACK) or, if that fails, are retried locally after 5 s;
 * offsets are pushed every 5 s, at queue removal and at shutdown.
 
+Orderly consumption (`orderly=True`, client/consume_orderly.py): one consume task
+per queue taking messages in queue order under the broker's queue lock (CLUSTERING);
+the listener returns CONSUME_SUCCESS (or None) to commit, or
+SUSPEND_CURRENT_QUEUE_A_MOMENT (raises, RECONSUME_LATER) to consume the same messages
+again after suspend_current_queue_time_ms.
+
 `close()` / `drain(timeout)`: stop pulling, let every cached message be
 consumed, commit, then unregister, so a restarted consumer of the group
 receives nothing twice.
@@ -40,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 
 from pocketmq.client.api import SendBackRequest
+from pocketmq.client.consume_orderly import OrderlyService
 from pocketmq.client.consumer_config import (
     CONSUME_FROM,
     PushConsumerConfig,
@@ -76,10 +83,13 @@ log = logging.getLogger("pocketmq.client.consumer")
 class ConsumeStatus(Enum):
     CONSUME_SUCCESS = "CONSUME_SUCCESS"
     RECONSUME_LATER = "RECONSUME_LATER"
+    # orderly: consume the same messages again after suspend_current_queue_time_ms
+    SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
 
 
 CONSUME_SUCCESS = ConsumeStatus.CONSUME_SUCCESS
 RECONSUME_LATER = ConsumeStatus.RECONSUME_LATER
+SUSPEND_CURRENT_QUEUE_A_MOMENT = ConsumeStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
 
 class WorkQueue:
     """FIFO of (mq, pq, msgs) items for the listener workers: a deque plus the futures
@@ -154,6 +164,8 @@ class PushConsumer:
                                      handover_delay_ms=self.handover_delay_ms,
                                      running=lambda: self.state == "RUNNING",
                                      add_queues=self._add_queues, remove_queues=self._remove_queues)
+        # orderly=True: per-queue consume tasks and queue locks instead of the worker pool
+        self.orderly_service = OrderlyService(self) if self.orderly else None
         self._work: WorkQueue | None = None
         self._workers: list[asyncio.Task] = []
         self._persist_task: asyncio.Task | None = None
@@ -199,7 +211,8 @@ class PushConsumer:
 
     def running_info(self) -> dict:
         return {"properties": {"consumerGroup": self.group, "messageModel": self.message_model,
-                               "consumeType": "CONSUME_PASSIVELY", "language": "PYTHON"},
+                               "consumeType": "CONSUME_PASSIVELY", "language": "PYTHON",
+                               "consumeOrderly": str(self.orderly).lower()},
                 "mqTable": {f"{mq.topic}@{mq.broker_name}@{mq.queue_id}": {
                     "cachedMsgCount": qs.pq.msg_count, "commitOffset": qs.pq.commit_offset()}
                     for mq, qs in self.subscription_state.assignment.items()},
@@ -238,8 +251,11 @@ class PushConsumer:
         if not self._listener_is_async and self.sync_listener_in_thread:
             self._executor = ThreadPoolExecutor(self.consume_concurrency,
                                                 thread_name_prefix=f"consume-{self.group}")
-        self._workers = [asyncio.create_task(self._worker(), name=f"{self.group}:worker{i}")
-                         for i in range(self.consume_concurrency)]
+        if self.orderly_service is not None:
+            self.orderly_service.start()
+        else:
+            self._workers = [asyncio.create_task(self._worker(), name=f"{self.group}:worker{i}")
+                             for i in range(self.consume_concurrency)]
         self._persist_task = asyncio.create_task(self._persist_loop(), name=f"{self.group}:persist")
         self.state = "RUNNING"
         await self._update_routes()
@@ -321,6 +337,11 @@ class PushConsumer:
             await self.offset_store.persist()
         except Exception as e:  # never leave the instance registered because of a commit error
             log.warning("%s: final commit failed: %s", self.group, e)
+        osvc = self.orderly_service
+        if osvc is not None and osvc.needs_lock:
+            # After the commit: the next owner starts where we stopped. A queue whose
+            # listener is still running keeps its lock until the broker expires it.
+            await osvc.unlock([mq for mq, qs in held.items() if not qs.pq.in_flight])
         held.clear()
         inst = self.instance
         inst.unregister_consumer(self.group)
@@ -343,6 +364,8 @@ class PushConsumer:
             w.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers = []
+        if self.orderly_service is not None:
+            await self.orderly_service.stop()
 
     async def _persist_loop(self) -> None:
         while True:
@@ -359,8 +382,29 @@ class PushConsumer:
     async def rebalance(self) -> None:
         await self.rebalancer.rebalance()
 
-    async def _add_queues(self, mqs) -> None:
+    async def _add_queues(self, mqs) -> bool:
+        """Start consuming `mqs`; True if some could not be taken yet (orderly: locked by
+        another member still), so the rebalancer tries again soon."""
+        osvc = self.orderly_service
+        refused = False
+        if osvc is not None and osvc.needs_lock:
+            # Java RebalanceImpl: an orderly queue is added only once the broker locked it
+            # for us; its start offset is read after that, so it includes the previous
+            # owner's last commit (made before it unlocked).
+            locked = await osvc.lock(mqs)
+            refused = len(locked) < len(mqs)
+            if refused:
+                log.info("%s: queues locked by another member, retrying soon: %s", self.group,
+                         [f"{m.broker_name}:{m.queue_id}" for m in mqs if m not in locked])
+            mqs = [mq for mq in mqs if mq in locked]
+        if osvc is not None:
+            # a listener of this queue's previous stint here has not returned yet
+            busy = [mq for mq in mqs if osvc.busy(mq)]
+            if busy:
+                refused = True
+                mqs = [mq for mq in mqs if mq not in busy]
         await asyncio.gather(*(self._add_queue(mq) for mq in mqs))
+        return refused
 
     async def _remove_queues(self, mqs) -> None:
         await asyncio.gather(*(self._remove_queue(mq) for mq in mqs))
@@ -375,10 +419,14 @@ class PushConsumer:
             return
         if self.state != "RUNNING" or mq in self.subscription_state.assignment:
             return
-        qs = self.subscription_state.add(mq, offset, ProcessQueue(mono_ms()))
+        pq = ProcessQueue(mono_ms())
+        if self.orderly_service is not None:
+            pq.set_locked(mono_ms())
+        qs = self.subscription_state.add(mq, offset, pq)
         self.fetcher.start(qs)
 
-    async def _remove_queue(self, mq: MessageQueue, wait_s: float = 10.0, commit: bool = True) -> None:
+    async def _remove_queue(self, mq: MessageQueue, wait_s: float = 10.0, commit: bool = True,
+                            unlock: bool = True) -> None:
         """Stop consuming `mq`: no more pulls, wait (up to wait_s) for its listeners, then
         commit what was consumed (unless `commit` is False: an offset reset replaces it)."""
         qs = self.subscription_state.get(mq)
@@ -390,6 +438,9 @@ class PushConsumer:
         deadline = mono_ms() + int(wait_s * 1000)
         while pq.in_flight and mono_ms() < deadline:
             await asyncio.sleep(0.005)
+        osvc = self.orderly_service
+        if osvc is not None:
+            await osvc.stop_queue(qs)
         if commit:
             off = pq.commit_offset()
             if off >= 0:
@@ -400,6 +451,17 @@ class PushConsumer:
                 log.warning("%s: commit of removed queue %s failed: %s", self.group, mq, e)
         self.subscription_state.remove(mq, qs)
         self.offset_store.remove(mq)
+        if osvc is not None and osvc.needs_lock and unlock and not pq.in_flight:
+            # After the commit, so the next owner reads it; never while our listener still
+            # runs (the broker's lock then expires by itself): one consumer per queue.
+            await osvc.unlock([mq])
+
+    async def give_up_queues(self, mqs) -> None:
+        """Orderly: queues whose lock another member holds now. Their cache is dropped
+        without a commit (the offset is the other member's) and without an unlock."""
+        async with self.rebalancer.lock:
+            await asyncio.gather(*(self._remove_queue(mq, commit=False, unlock=False) for mq in mqs
+                                   if mq in self.subscription_state.assignment))
 
     async def reset_offsets(self, table: dict[MessageQueue, int]) -> None:
         """A broker-initiated reset (mqadmin resetOffsetByTime): each queue of `table` this
@@ -419,12 +481,21 @@ class PushConsumer:
             if self.state != "RUNNING":
                 return
             # _add_queue reads the start offset back from the offset store (the broker's
-            # table in clustering mode, the local file in broadcasting mode).
-            await asyncio.gather(*(self._add_queue(mq) for mq in owned))
+            # table in clustering mode, the local file in broadcasting mode); orderly
+            # queues are locked again first (a refused one comes back at a rebalance).
+            await self._add_queues(owned)
 
     # -- pulling (Fetcher hooks) ---------------------------------------------------------------
     def may_fetch(self, qs: QueueState) -> bool:
-        return qs.pq.flow_control(self.flow_limits) is None
+        pq = qs.pq
+        osvc = self.orderly_service
+        if osvc is None:
+            return pq.flow_control(self.flow_limits) is None
+        # orderly: no span limit (one message at a time per queue); CLUSTERING pulls only
+        # under a valid lock (Java's pullMessage: "the message queue not be able to consume")
+        if osvc.needs_lock and not pq.holds_lock(mono_ms()):
+            return False
+        return pq.flow_control(self.flow_limits, orderly=True) is None
 
     def pull_commit_offset(self, qs: QueueState) -> int:
         return qs.pq.commit_offset() if self.message_model == "CLUSTERING" else -1
@@ -444,7 +515,10 @@ class PushConsumer:
                 msgs = [m for m in msgs if m.queue_offset not in known]
             if msgs:
                 pq.put_messages(msgs, mono_ms())
-                self._dispatch(qs.mq, pq, msgs)
+                if self.orderly_service is not None:
+                    self.orderly_service.wake(qs)
+                else:
+                    self._dispatch(qs.mq, pq, msgs)
 
     def on_no_new(self, qs: QueueState, next_begin_offset: int) -> None:
         qs.pq.pull_offset = next_begin_offset
@@ -531,6 +605,25 @@ class PushConsumer:
                 log.exception("%s: processing the consume result failed", self.group)
             finally:
                 pq.in_flight -= 1
+
+    def enter_worker_context(self) -> None:
+        """Called first in each orderly consume task: a listener closing its own consumer
+        is then seen as inside a worker (drain() does not wait for itself)."""
+        _IN_WORKER.set(self)
+
+    async def call_orderly_listener(self, msgs) -> bool:
+        """One orderly listener call: True on success (commit), False to consume the same
+        messages again (an exception, RECONSUME_LATER, SUSPEND_CURRENT_QUEUE_A_MOMENT)."""
+        if self._listener_is_async and self.batch_listener is None:
+            try:
+                r = await self.listener(msgs[0])
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s: orderly listener raised; the queue is suspended a moment", self.group)
+                return False
+            return r is None or r is True or r is ConsumeStatus.CONSUME_SUCCESS or r == "CONSUME_SUCCESS"
+        return await self._call_listener(msgs)
 
     async def _call_listener(self, msgs) -> bool:
         fn = self.batch_listener

@@ -6,7 +6,8 @@ group's client ids from a broker (clustering), the pure plan (client.rebalance.p
 then the consumer mode's hooks carry it out:
 
     async remove_queues(mqs)   # stop, commit, forget (push waits for its listeners)
-    async add_queues(mqs)      # start offset and a pull task
+    async add_queues(mqs)      # start offset and a pull task; a true result means some
+                               # could not be taken yet (orderly: locked by another member)
 
 A topic without a route yet, or a group list without us (the broker has not seen our
 heartbeat), keeps what is held and is retried after 1, 2, 4, 8, 16 s (RouteRetry)
@@ -14,8 +15,9 @@ instead of waiting for the timer. Queues taken over while other members exist ar
 added after `handover_delay_ms`, so the previous owner's commit lands first. Queues
 of topics no longer subscribed are removed at the end of the round.
 
-The assignment itself lives in SubscriptionState; a later lock-aware (orderly) mode
-plugs in through the same hooks.
+The assignment itself lives in SubscriptionState. The orderly push consumer locks
+queues in its add_queues hook and unlocks them in remove_queues; queues it could not
+lock yet (the previous owner has not released them) are retried like a missing route.
 """
 from __future__ import annotations
 
@@ -145,7 +147,7 @@ class Rebalancer:
             if not self.running():
                 return False
         if plan.to_add and self.running():
-            await self.add_queues(list(plan.to_add))
+            return bool(await self.add_queues(list(plan.to_add)))
         return False
 
     def cancel(self) -> None:

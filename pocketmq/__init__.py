@@ -30,6 +30,7 @@ _CLIENT_NAMES = frozenset({
     "LitePullConsumerConfig", "PushConsumerConfig",
     "MQClientError", "Message", "MessageExt", "MessageQueue", "MessageSelector", "MessageTooLargeError", "NoRouteError",
     "Producer", "PushConsumer", "RemotingFailure", "RequestTimeoutError", "SendResult", "SendStatus",
+    "SUSPEND_CURRENT_QUEUE_A_MOMENT",
 })
 
 __all__ = ["__version__", *sorted(_CLIENT_NAMES)]

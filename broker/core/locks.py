@@ -3,7 +3,9 @@
 A queue is locked by (group, clientId); a lock expires `lock_max_live_ms`
 (60 s) after its last refresh; the holder refreshes by locking again; an
 expired lock can be taken by another client; unlock releases only the
-caller's own locks (reference 4.5).
+caller's own locks (reference 4.5). When the connection a client locked over
+closes, its locks are released at once (`unlock_client`), so the group's next
+owner need not wait for the expiry.
 """
 from __future__ import annotations
 
@@ -39,6 +41,18 @@ class RebalanceLockManager:
             e = locks.get(mq)
             if e is not None and e[0] == client_id:
                 del locks[mq]
+
+    def unlock_client(self, group: str, client_id: str) -> list:
+        """Release every queue of `group` locked by `client_id` (its connection closed)."""
+        locks = self.table.get(group)
+        if not locks:
+            return []
+        mine = [mq for mq, e in locks.items() if e[0] == client_id]
+        for mq in mine:
+            del locks[mq]
+        if not locks:
+            del self.table[group]
+        return mine
 
     def is_locked(self, group: str, mq, client_id: str, now_ms: int) -> bool:
         e = self.table.get(group, {}).get(mq)

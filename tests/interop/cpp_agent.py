@@ -11,6 +11,8 @@ writes its logs under ~/logs).
         (the callback fails while reconsume_times < 2; --fail-until -1: always fails;
         every delivery is emitted with its msg id, reconsume_times and retry properties)
     python cpp_agent.py push ... --start-file PATH   (prints "ready", starts once PATH exists)
+    python cpp_agent.py push ... --orderly   (the C++ orderly push consumer: queue locks,
+        one queue at a time per thread; deliveries carry a wall-clock `t`)
 """
 from __future__ import annotations
 
@@ -104,7 +106,7 @@ def _recv(msg):
 
 def push_main(args):
     from rocketmq.client import PushConsumer
-    c = PushConsumer(args.group)
+    c = PushConsumer(args.group, orderly=args.orderly)
     c.set_namesrv_addr(args.ns)
     if args.instance:
         c.set_instance_name(args.instance)
@@ -116,6 +118,7 @@ def push_main(args):
         rec = _recv(msg)
         failing = args.fail_until < 0 or rec["reconsume_times"] < args.fail_until
         rec["failed"] = failing
+        rec["t"] = time.time()
         with lock:
             emit(**rec)
             state["n"] += 1
@@ -208,6 +211,7 @@ def main():
     p.add_argument("--fail-until", type=int, default=0,
                    help="push: fail while reconsume_times < N (-1: always fail)")
     p.add_argument("--fail-how", default="status", choices=["status", "raise"])
+    p.add_argument("--orderly", action="store_true", help="push: the orderly push consumer")
     args = p.parse_args()
     {"produce": produce, "push": push_main, "pull": pull_main}[args.cmd](args)
 
