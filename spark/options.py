@@ -14,6 +14,13 @@ Names and semantics follow Spark's Kafka source (anchors.md 4.1) where they exis
 | minPartitions     | none        | split queues into offset ranges until there are this many      |
 | subExpression     | `*`         | tag filter `TagA || TagB`                                      |
 | failOnDataLoss    | true        | fail when a wanted range starts below the queue's min offset   |
+| maxOffsetsPerTrigger | none     | stream: cap of offsets per micro-batch, split over the queues   |
+| groupId           | none        | stream: commit each micro-batch's end as this group's offsets   |
+
+A stream (`parse_reader_options(..., streaming=True)`) starts at `latest` by default, as
+Kafka's streams do, and refuses the batch-only end bounds. The offsets JSON
+`{"topic": {"brokerName:queueId": offset}}` is also the form of the stream's offsets in
+Spark's checkpoint: `parse_offsets_doc` / `offsets_to_json` are its one reader and writer.
 """
 from __future__ import annotations
 
@@ -69,6 +76,49 @@ def require_namesrv(options: dict) -> str:
     return str(addr).strip()
 
 
+def queue_key(broker_name: str, queue_id: int) -> str:
+    """The "brokerName:queueId" key of the offsets JSON."""
+    return f"{broker_name}:{queue_id}"
+
+
+def parse_offsets_doc(label: str, doc, min_offset: int = EARLIEST) -> dict[str, dict[tuple[str, int], int]]:
+    """A decoded offsets JSON object -> {topic: {(broker_name, queue_id): offset}}; every
+    offset must be an integer >= min_offset (EARLIEST lets -2 / -1 through). `label` starts
+    each error message ("option startingOffsets")."""
+    if not isinstance(doc, dict):
+        raise OptionError(f"{label}: JSON must be an object of topics, got {doc!r}")
+    out: dict[str, dict[tuple[str, int], int]] = {}
+    for topic, queues in doc.items():
+        if not isinstance(queues, dict):
+            raise OptionError(f"{label}: topic {topic!r} must map \"brokerName:queueId\" to offsets")
+        table = out[topic] = {}
+        for key, off in queues.items():
+            broker, sep, qid = str(key).rpartition(":")
+            if not sep or not broker or not qid.isdigit():
+                raise OptionError(f"{label}: queue key {key!r} of topic {topic!r} must be brokerName:queueId")
+            if type(off) is not int or off < min_offset:
+                raise OptionError(f"{label}: offset of {topic} {key} must be an integer >= {min_offset}, "
+                                  f"got {off!r}")
+            table[(broker, int(qid))] = off
+    return out
+
+
+def offsets_to_json(table: dict[tuple[str, str, int], int]) -> dict[str, dict[str, int]]:
+    """{(topic, broker_name, queue_id): offset} -> the offsets JSON object, in one canonical
+    order (topics by name, queues by broker name then queue id): Spark compares a stream's
+    offsets as JSON text, so equal tables must serialise to equal text."""
+    out: dict[str, dict[str, int]] = {}
+    for topic, broker, qid in sorted(table):
+        out.setdefault(topic, {})[queue_key(broker, qid)] = table[(topic, broker, qid)]
+    return out
+
+
+def offsets_from_json(doc, label: str = "stream offset") -> dict[tuple[str, str, int], int]:
+    """The inverse of offsets_to_json (offsets >= 0: a checkpointed position, no -2/-1)."""
+    return {(topic, b, q): off for topic, queues in parse_offsets_doc(label, doc, 0).items()
+            for (b, q), off in queues.items()}
+
+
 def parse_offsets_spec(name: str, value: str | None, default: int):
     """`earliest` / `latest` -> EARLIEST / LATEST (applies to every queue); JSON ->
     {topic: {(broker_name, queue_id): offset}} where offset may be EARLIEST / LATEST."""
@@ -84,21 +134,7 @@ def parse_offsets_spec(name: str, value: str | None, default: int):
     except ValueError:
         raise OptionError(f"option {name} must be earliest, latest or JSON "
                           f'{{"topic": {{"brokerName:queueId": offset}}}}, got {s!r}') from None
-    if not isinstance(doc, dict):
-        raise OptionError(f"option {name}: JSON must be an object of topics, got {s!r}")
-    out: dict[str, dict[tuple[str, int], int]] = {}
-    for topic, queues in doc.items():
-        if not isinstance(queues, dict):
-            raise OptionError(f"option {name}: topic {topic!r} must map \"brokerName:queueId\" to offsets")
-        table = out[topic] = {}
-        for key, off in queues.items():
-            broker, sep, qid = str(key).rpartition(":")
-            if not sep or not broker or not qid.isdigit():
-                raise OptionError(f"option {name}: queue key {key!r} of topic {topic!r} must be brokerName:queueId")
-            if type(off) is not int or off < EARLIEST:
-                raise OptionError(f"option {name}: offset of {topic} {key} must be an integer >= -2, got {off!r}")
-            table[(broker, int(qid))] = off
-    return out
+    return parse_offsets_doc(f"option {name}", doc)
 
 
 @dataclass(frozen=True)
@@ -113,9 +149,19 @@ class ReaderOptions:
     min_partitions: int | None
     sub_expression: str
     fail_on_data_loss: bool
+    max_offsets_per_trigger: int | None = None   # stream only
+    group_id: str | None = None                  # stream only
 
 
-def parse_reader_options(options) -> ReaderOptions:
+STREAM_ONLY = ("maxOffsetsPerTrigger", "groupId")
+BATCH_ONLY = ("endingOffsets", "endingTimestamp")
+
+
+def parse_reader_options(options, streaming: bool = False) -> ReaderOptions:
+    """Batch (streaming=False) or stream reader options. The two differ like Kafka's: a
+    stream starts at `latest` by default and has no end bound (endingOffsets and
+    endingTimestamp are an OptionError); maxOffsetsPerTrigger and groupId only act on
+    streams (a batch read ignores them, as Kafka's batch read ignores its stream options)."""
     options = _Options(options)
     namesrv = require_namesrv(options)
     subscribe = options.get("subscribe")
@@ -140,14 +186,34 @@ def parse_reader_options(options) -> ReaderOptions:
     if min_parts is not None and min_parts < 1:
         raise OptionError(f"option minPartitions must be >= 1, got {min_parts}")
     sub_expr = str(options.get("subExpression") or "*").strip() or "*"
+    if streaming:
+        given = [n for n in BATCH_ONLY if options.get(n) is not None and str(options.get(n)).strip()]
+        if given:
+            raise OptionError(f"option {given[0]} is for batch reads only: a stream has no end "
+                              "(use trigger(availableNow=True) to stop at what exists)")
+    max_per_trigger = _int(options, "maxOffsetsPerTrigger")
+    if max_per_trigger is not None and max_per_trigger < 1:
+        raise OptionError(f"option maxOffsetsPerTrigger must be >= 1, got {max_per_trigger}")
+    group_id = options.get("groupId")
+    group_id = str(group_id).strip() if group_id is not None and str(group_id).strip() else None
+    if group_id is not None:
+        from pocketmq.client.errors import InvalidArgumentError
+        from pocketmq.client.producer import check_group   # the client's group-name rule
+
+        try:
+            check_group(group_id)
+        except InvalidArgumentError as e:
+            raise OptionError(f"option groupId: {e}") from None
     return ReaderOptions(
         namesrv_addr=namesrv, topics=topics, pattern=str(pattern) if has_pat else None,
-        starting=parse_offsets_spec("startingOffsets", options.get("startingOffsets"), EARLIEST),
-        ending=parse_offsets_spec("endingOffsets", options.get("endingOffsets"), LATEST),
+        starting=parse_offsets_spec("startingOffsets", options.get("startingOffsets"),
+                                    LATEST if streaming else EARLIEST),
+        ending=LATEST if streaming else parse_offsets_spec("endingOffsets", options.get("endingOffsets"), LATEST),
         starting_timestamp=_int(options, "startingTimestamp"),
-        ending_timestamp=_int(options, "endingTimestamp"),
+        ending_timestamp=None if streaming else _int(options, "endingTimestamp"),
         min_partitions=min_parts, sub_expression=sub_expr,
-        fail_on_data_loss=_bool(options, "failOnDataLoss", True))
+        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        max_offsets_per_trigger=max_per_trigger, group_id=group_id)
 
 
 def tag_set(sub_expression: str) -> frozenset[str] | None:

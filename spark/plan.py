@@ -1,10 +1,12 @@
-"""Driver-side planning of a batch read: which queues, which offset range of each, split
-into Spark partitions. Runs over the client's public request API (pocketmq.client's
-ClientInstance.api: routes, GET_MIN/MAX_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP), on the
-blocking facade's private loop (pocketmq.client.sync.run).
+"""Driver-side planning of batch reads and stream micro-batches: which queues, which offset
+range of each, split into Spark partitions. Runs over the client's public request API
+(pocketmq.client's ClientInstance.api: routes, GET_MIN/MAX_OFFSET,
+SEARCH_OFFSET_BY_TIMESTAMP), on the blocking facade's private loop
+(pocketmq.client.sync.run).
 
-`split_ranges` and `resolve_range` are plain functions of their inputs (tested without a
-broker); `plan_read` is the shell that asks the cluster.
+`split_ranges`, `resolve_range` and `admit` (a stream's admission control) are plain
+functions of their inputs (tested without a broker); `plan_read`, `queue_bounds` and
+`starting_offsets` are the shells that ask the cluster.
 """
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ class QueueRange(NamedTuple):
     queue_id: int
     start: int
     end: int
+
+
+QueueKey = tuple[str, str, int]     # (topic, broker_name, queue_id)
 
 
 class DataLossError(RuntimeError):
@@ -83,6 +88,32 @@ def split_ranges(ranges: list[QueueRange], min_partitions: int | None) -> list[Q
     return sorted(out, key=lambda r: (r.topic, r.broker_name, r.queue_id, r.start))
 
 
+def admit(starts: dict[QueueKey, int], targets: dict[QueueKey, int], max_offsets: int | None) -> dict[QueueKey, int]:
+    """A stream's admission control: the end offset of each queue of `targets` for the next
+    micro-batch, reading from `starts` (a queue missing there starts at 0) towards
+    `targets`, at most `max_offsets` offsets in all (None: everything).
+
+    The cap is split in proportion to each queue's backlog (Kafka's rule, so lagging queues
+    catch up together), rounded down, and the few offsets the rounding leaves are handed
+    one each, first to queues the rounding left at zero (no queue with a backlog starves
+    while the cap allows one offset per queue), then to the largest remainders. Unlike
+    Kafka's ceiling the total never exceeds the cap, and it always equals it when the
+    backlog is larger: every batch makes progress. An end never goes below its start."""
+    begin = {k: starts.get(k, 0) for k in targets}
+    backlog = {k: max(0, targets[k] - begin[k]) for k in targets}
+    total = sum(backlog.values())
+    if max_offsets is None or total <= max_offsets:
+        return {k: begin[k] + backlog[k] for k in targets}
+    share = {k: max_offsets * b // total for k, b in backlog.items()}
+    spare = max_offsets - sum(share.values())
+    # spare < the number of queues with a backlog (each lost less than one to rounding)
+    order = sorted((k for k, b in backlog.items() if b > share[k]),
+                   key=lambda k: (share[k] > 0, -(max_offsets * backlog[k] % total), k))
+    for k in order[:spare]:
+        share[k] += 1
+    return {k: begin[k] + share[k] for k in targets}
+
+
 async def _topics(api, opts: ReaderOptions) -> list[str]:
     if opts.pattern is None:
         return list(opts.topics)
@@ -129,30 +160,67 @@ async def first_offset_at_or_after(api, addr: str, mq, timestamp_ms: int, min_of
     return o
 
 
-async def plan_read_async(inst, opts: ReaderOptions) -> list[QueueRange]:
+async def _each_queue(inst, opts: ReaderOptions, strict: bool):
+    """(topic, MessageQueue, master address) of every queue the options subscribe to, the
+    routes refreshed. strict: a subscribed topic without a route is a NoRouteError (a
+    batch read, a stream's start); otherwise it has no queues (a running stream keeps its
+    offsets)."""
     from pocketmq.client.errors import NoRouteError
 
-    api = inst.api
-    ranges: list[QueueRange] = []
-    for topic in await _topics(api, opts):
+    for topic in await _topics(inst.api, opts):
         queues = await inst.subscribe_queues(topic, refresh=True)
-        if not queues and opts.pattern is None:
+        if not queues and strict and opts.pattern is None:
             raise NoRouteError(f"pocketmq: topic {topic} has no route on the nameserver {opts.namesrv_addr}")
         for mq in sorted(queues, key=lambda q: (q.broker_name, q.queue_id)):
-            addr = await inst.master_addr_refreshing(mq.broker_name, topic)
-            min_off = await api.min_offset(addr, mq)
-            max_off = await api.max_offset(addr, mq)
-            start = _spec_offset(opts.starting, topic, mq.broker_name, mq.queue_id, EARLIEST)
-            end = _spec_offset(opts.ending, topic, mq.broker_name, mq.queue_id, LATEST)
-            if opts.starting_timestamp is not None:
-                start = await first_offset_at_or_after(api, addr, mq, opts.starting_timestamp, min_off, max_off)
-            if opts.ending_timestamp is not None:
-                end = await first_offset_at_or_after(api, addr, mq, opts.ending_timestamp, min_off, max_off)
-            r = resolve_range(topic, mq.broker_name, mq.queue_id, min_off, max_off, start, end,
-                              opts.fail_on_data_loss)
-            if r is not None:
-                ranges.append(QueueRange(topic, mq.broker_name, mq.queue_id, r[0], r[1]))
+            yield topic, mq, await inst.master_addr_refreshing(mq.broker_name, topic)
+
+
+async def plan_read_async(inst, opts: ReaderOptions) -> list[QueueRange]:
+    api = inst.api
+    ranges: list[QueueRange] = []
+    async for topic, mq, addr in _each_queue(inst, opts, strict=True):
+        min_off = await api.min_offset(addr, mq)
+        max_off = await api.max_offset(addr, mq)
+        start = _spec_offset(opts.starting, topic, mq.broker_name, mq.queue_id, EARLIEST)
+        end = _spec_offset(opts.ending, topic, mq.broker_name, mq.queue_id, LATEST)
+        if opts.starting_timestamp is not None:
+            start = await first_offset_at_or_after(api, addr, mq, opts.starting_timestamp, min_off, max_off)
+        if opts.ending_timestamp is not None:
+            end = await first_offset_at_or_after(api, addr, mq, opts.ending_timestamp, min_off, max_off)
+        r = resolve_range(topic, mq.broker_name, mq.queue_id, min_off, max_off, start, end,
+                          opts.fail_on_data_loss)
+        if r is not None:
+            ranges.append(QueueRange(topic, mq.broker_name, mq.queue_id, r[0], r[1]))
     return split_ranges(ranges, opts.min_partitions)
+
+
+async def queue_bounds(inst, opts: ReaderOptions, strict: bool = False) -> dict[QueueKey, tuple[int, int]]:
+    """(min offset, max offset) of every queue the options subscribe to now: a stream's
+    view of the cluster at each trigger (new topics and queues appear here)."""
+    api = inst.api
+    out: dict[QueueKey, tuple[int, int]] = {}
+    async for topic, mq, addr in _each_queue(inst, opts, strict):
+        out[(topic, mq.broker_name, mq.queue_id)] = (await api.min_offset(addr, mq), await api.max_offset(addr, mq))
+    return out
+
+
+async def starting_offsets(inst, opts: ReaderOptions) -> dict[QueueKey, int]:
+    """A new stream's first offsets: startingTimestamp (Kafka's rule) or startingOffsets
+    (earliest -> the queue's min, latest -> its max, JSON -> as given, queues it does not
+    name at earliest as in a batch read) for every queue subscribed to now. An offset below the min is left as
+    given: the first micro-batch reports the loss (failOnDataLoss)."""
+    api = inst.api
+    out: dict[QueueKey, int] = {}
+    async for topic, mq, addr in _each_queue(inst, opts, strict=True):
+        min_off = await api.min_offset(addr, mq)
+        max_off = await api.max_offset(addr, mq)
+        if opts.starting_timestamp is not None:
+            start = await first_offset_at_or_after(api, addr, mq, opts.starting_timestamp, min_off, max_off)
+        else:
+            start = _spec_offset(opts.starting, topic, mq.broker_name, mq.queue_id, EARLIEST)
+            start = min_off if start == EARLIEST else max_off if start == LATEST else start
+        out[(topic, mq.broker_name, mq.queue_id)] = start
+    return out
 
 
 def plan_read(opts: ReaderOptions) -> list[QueueRange]:

@@ -1,8 +1,11 @@
-"""The `pocketmq` data source for PySpark's Python Data Source API (batch read and write).
+"""The `pocketmq` data source for PySpark's Python Data Source API (batch and streaming,
+read and write).
 
     spark.read.format("pocketmq").option("namesrvAddr", "127.0.0.1:9876")
          .option("subscribe", "T1,T2").load()
     df.write.format("pocketmq").option("namesrvAddr", ...).option("topic", "T").mode("append").save()
+    spark.readStream.format("pocketmq")...load()     # stream.PocketMQStreamReader
+    df.writeStream.format("pocketmq")...start()      # stream.PocketMQStreamWriter
 
 Planning (queues, offset ranges) runs in the driver's Python process; each partition is a
 QueueRange (a small NamedTuple) and `read()` pulls it from the broker on the executor.
@@ -40,6 +43,16 @@ class PocketMQDataSource(DataSource):
 
     def writer(self, schema, overwrite: bool):
         return PocketMQWriter(self.options, overwrite)
+
+    def streamReader(self, schema):
+        from pocketmq.spark.stream import PocketMQStreamReader
+
+        return PocketMQStreamReader(self.options)
+
+    def streamWriter(self, schema, overwrite: bool):
+        from pocketmq.spark.stream import PocketMQStreamWriter
+
+        return PocketMQStreamWriter(self.options)
 
 
 class PocketMQReader(DataSourceReader):

@@ -2,6 +2,8 @@
 No sockets, no Spark session (pyarrow only)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from pocketmq.protocol import message as msgcodec
@@ -9,12 +11,15 @@ from pocketmq.spark.options import (
     EARLIEST,
     LATEST,
     OptionError,
+    offsets_from_json,
+    offsets_to_json,
     parse_offsets_spec,
     parse_reader_options,
     parse_writer_options,
+    queue_key,
     tag_set,
 )
-from pocketmq.spark.plan import DataLossError, QueueRange, resolve_range, split_ranges
+from pocketmq.spark.plan import DataLossError, QueueRange, admit, resolve_range, split_ranges
 
 pytestmark = pytest.mark.spark
 pa = pytest.importorskip("pyarrow")
@@ -89,3 +94,174 @@ def test_records_to_batch_columns():
     assert d["broker_name"] == ["broker-a"] * 2 and d["queue_offset"] == [7, 8]
     assert [t.timestamp() for t in d["store_timestamp"]] == [2.0, 2.001]
     assert d["born_host"] == ["127.0.0.1:1234"] * 2 and d["reconsume_times"] == [1, 0]
+
+
+def test_stream_options():
+    o = parse_reader_options({"namesrvAddr": "h:1", "subscribe": "A", "maxOffsetsPerTrigger": "100",
+                              "groupId": "g1"}, streaming=True)
+    assert (o.starting, o.ending, o.max_offsets_per_trigger, o.group_id) == (LATEST, LATEST, 100, "g1")
+    assert parse_reader_options({"namesrvAddr": "h:1", "subscribe": "A"}).starting == EARLIEST   # batch
+    for name in ("endingOffsets", "endingTimestamp"):
+        with pytest.raises(OptionError, match=f"option {name} is for batch reads only"):
+            parse_reader_options({"namesrvAddr": "h:1", "subscribe": "A", name: "5"}, streaming=True)
+    with pytest.raises(OptionError, match="maxOffsetsPerTrigger must be >= 1"):
+        parse_reader_options({"namesrvAddr": "h:1", "subscribe": "A", "maxOffsetsPerTrigger": "0"}, streaming=True)
+    with pytest.raises(OptionError, match="option groupId: .*illegal characters"):
+        parse_reader_options({"namesrvAddr": "h:1", "subscribe": "A", "groupId": "bad group"}, streaming=True)
+
+
+def test_offsets_json_round_trip_in_canonical_order():
+    table = {("T2", "b", 10): 7, ("T1", "broker-b", 0): 0, ("T2", "b", 2): 3, ("T1", "a:x", 1): 12}
+    doc = offsets_to_json(table)
+    assert json.dumps(doc) == json.dumps(
+        {"T1": {"a:x:1": 12, "broker-b:0": 0}, "T2": {"b:2": 3, "b:10": 7}})   # queue ids numerically
+    assert offsets_from_json(json.loads(json.dumps(doc))) == table
+    assert offsets_to_json(dict(reversed(list(table.items())))) == doc
+    # the checkpoint holds positions: no -2 / -1 there
+    with pytest.raises(OptionError, match="stream offset: offset of T b:0 must be an integer >= 0"):
+        offsets_from_json({"T": {"b:0": -1}})
+    with pytest.raises(OptionError, match="must be brokerName:queueId"):
+        offsets_from_json({"T": {"b": 1}})
+    assert queue_key("broker-a", 3) == "broker-a:3"
+
+
+def test_admit_splits_the_cap_by_backlog():
+    a, b, c = ("T", "a", 0), ("T", "a", 1), ("T", "b", 0)
+    # everything fits: the targets
+    assert admit({a: 5, b: 0}, {a: 10, b: 3}, 100) == {a: 10, b: 3}
+    assert admit({a: 5}, {a: 10, c: 4}, None) == {a: 10, c: 4}          # a queue missing from starts starts at 0
+    # proportional to the backlog, summing exactly to the cap
+    got = admit({a: 0, b: 0, c: 0}, {a: 600, b: 300, c: 100}, 100)
+    assert got == {a: 60, b: 30, c: 10}
+    got = admit({a: 0, b: 0, c: 0}, {a: 10, b: 10, c: 10}, 10)
+    assert sum(got.values()) == 10 and max(got.values()) - min(got.values()) <= 1
+    # a small queue next to a huge one still moves while the cap allows one offset per queue
+    got = admit({a: 0, b: 0}, {a: 1_000_000, b: 1}, 10)
+    assert got == {a: 9, b: 1}
+    # never past a target, never below a start (a queue whose max fell behind its offset)
+    got = admit({a: 50, b: 0}, {a: 20, b: 1000}, 10)
+    assert got == {a: 50, b: 10}
+    for cap in range(1, 40):
+        starts = {a: 3, b: 0, c: 7}
+        targets = {a: 20, b: 5, c: 9}
+        got = admit(starts, targets, cap)
+        assert sum(got[k] - starts[k] for k in got) == min(cap, 24)
+        assert all(starts[k] <= got[k] <= targets[k] for k in got)
+
+
+class _FakeStreamReader:
+    """PocketMQStreamReader with the cluster replaced by a table of (min, max) offsets."""
+
+    @staticmethod
+    def make(bounds, **options):
+        pytest.importorskip("pyspark")
+        from pocketmq.spark.stream import PocketMQStreamReader
+
+        class Reader(PocketMQStreamReader):
+            def _refresh_bounds(self):
+                self._bounds = dict(self.fake_bounds)
+                return self._bounds
+
+        r = Reader({"namesrvAddr": "h:1", "subscribe": "T", **options})
+        r.fake_bounds = bounds
+        return r
+
+
+def test_stream_reader_latest_offset_queues_come_and_go():
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    a, b, c = ("T", "a", 0), ("T", "a", 1), ("T", "b", 0)
+    r = _FakeStreamReader.make({a: (0, 10), b: (0, 4)}, maxOffsetsPerTrigger="7")
+    assert r.getDefaultReadLimit() == ReadMaxRows(7)
+    start = offsets_to_json({a: 2, b: 4})
+    assert r.latestOffset(start, ReadAllAvailable()) == offsets_to_json({a: 10, b: 4})
+    assert r.latestOffset(start, ReadMaxRows(3)) == offsets_to_json({a: 5, b: 4})
+    assert r.reportLatestOffset() == offsets_to_json({a: 10, b: 4})
+    # b vanished from the routes (kept at its offset); c is new: it starts at 0
+    r.fake_bounds = {a: (0, 10), c: (0, 6)}
+    assert r.latestOffset(start, ReadAllAvailable()) == offsets_to_json({a: 10, b: 4, c: 6})
+    # a new queue whose head is gone: the cap is not spent on the lost offsets
+    r.fake_bounds = {a: (0, 2), c: (5, 9)}
+    assert r.latestOffset(offsets_to_json({a: 2}), ReadMaxRows(2)) == offsets_to_json({a: 2, c: 7})
+    # nothing new: the start itself, in the same text, so Spark sees no new data
+    r.fake_bounds = {a: (0, 2)}
+    assert json.dumps(r.latestOffset(json.loads(json.dumps(offsets_to_json({a: 2}))), ReadAllAvailable())) == \
+        json.dumps(offsets_to_json({a: 2}))
+
+
+def test_stream_reader_available_now_stops_at_its_target():
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    a, c = ("T", "a", 0), ("T", "b", 0)
+    r = _FakeStreamReader.make({a: (0, 10)})
+    r.prepareForTriggerAvailableNow()
+    r.fake_bounds = {a: (0, 50), c: (0, 5)}           # more messages and a queue arrive afterwards
+    start = offsets_to_json({a: 0})
+    end = r.latestOffset(start, ReadMaxRows(6))
+    assert end == offsets_to_json({a: 6})
+    end = r.latestOffset(end, ReadMaxRows(6))
+    assert end == offsets_to_json({a: 10})
+    assert r.latestOffset(end, ReadMaxRows(6)) == end  # done: Spark stops the run
+    assert r.reportLatestOffset() == offsets_to_json({a: 50, c: 5})
+
+
+def test_stream_reader_partitions_and_pickling():
+    import pickle
+
+    a, b, c = ("T", "a", 0), ("T", "a", 1), ("T", "b", 0)
+    r = _FakeStreamReader.make({a: (0, 100), b: (3, 8), c: (0, 1)}, minPartitions="4", failOnDataLoss="false")
+    r._refresh_bounds()
+    parts = r.partitions(offsets_to_json({a: 0, b: 1, c: 1}), offsets_to_json({a: 40, b: 8, c: 1}))
+    ranges = [p.value for p in parts]
+    assert len(ranges) == 4 and {(x.topic, x.broker_name, x.queue_id) for x in ranges} == {a, b}
+    assert sorted(o for x in ranges if x.queue_id == 0 for o in range(x.start, x.end)) == list(range(40))
+    assert [(x.start, x.end) for x in ranges if x.queue_id == 1] == [(3, 8)]      # lost 1..2 skipped
+    assert r.partitions(offsets_to_json({a: 5}), offsets_to_json({a: 5})) == []
+    strict = _FakeStreamReader.make({b: (3, 8)})
+    strict._refresh_bounds()
+    with pytest.raises(DataLossError, match="offsets 1..2 of topic T broker a queue 1"):
+        strict.partitions(offsets_to_json({b: 1}), offsets_to_json({b: 8}))
+    # the executors get the options only, never the driver's connection or its state
+    from pocketmq.spark.stream import PocketMQStreamReader
+
+    real = PocketMQStreamReader({"namesrvAddr": "h:1", "subscribe": "T"})
+    real._latest, real._bounds, real._target = {a: 1}, {a: (0, 1)}, {a: 1}
+    back = pickle.loads(pickle.dumps(real))
+    assert back.opts == real.opts and back._inst is None and back._latest is None and back._bounds == {}
+
+
+def test_stream_reader_stores_group_offsets_that_moved():
+    import asyncio
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    a, b = ("T", "a", 0), ("T", "b", 0)
+
+    class FakeApi:
+        def __init__(self):
+            self.calls = []
+
+        async def update_consumer_offset(self, addr, group, mq, offset):
+            self.calls.append((addr, group, mq.topic, mq.broker_name, mq.queue_id, offset))
+            if mq.broker_name == "b":
+                raise ConnectionError("broker b is away")
+
+    class FakeInst:
+        api = FakeApi()
+
+        async def master_addr_refreshing(self, broker, topic):
+            return f"{broker}:10911"
+
+    inst = FakeInst()
+    r = _FakeStreamReader.make({a: (0, 10), b: (0, 10)}, groupId="G")
+    r._run = lambda fn: asyncio.run(fn(inst))
+    r.latestOffset(offsets_to_json({a: 3, b: 4}), ReadAllAvailable())     # start: a completed batch's end
+    assert sorted(inst.api.calls) == [("a:10911", "G", "T", "a", 0, 3), ("b:10911", "G", "T", "b", 0, 4)]
+    inst.api.calls.clear()
+    r.commit(offsets_to_json({a: 3, b: 4}))             # nothing moved: nothing sent, the failure not retried
+    assert inst.api.calls == []
+    r.commit(offsets_to_json({a: 9, b: 4}))
+    assert inst.api.calls == [("a:10911", "G", "T", "a", 0, 9)]
+    plain = _FakeStreamReader.make({a: (0, 10)})
+    plain._run = lambda fn: pytest.fail("no groupId: nothing is stored")
+    plain.commit(offsets_to_json({a: 1}))
