@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 
-# a Python traceback's last line ("pkg.mod.SomeError: message") inside a Spark error text
-_PY_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
+TRACEBACK_HEAD = "Traceback (most recent call last):"
 MAX_REASON_LINES = 12
 
 
@@ -46,22 +44,56 @@ def spark_session(app_name: str, master: str | None):
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.pyspark.jvmStacktrace.enabled", "false")
              .getOrCreate())
-    spark.dataSource.register(PocketMQDataSource)
+    if not _source_known(spark):
+        spark.dataSource.register(PocketMQDataSource)
+    _quiet_query_termination(spark)
     return spark
+
+
+# logs a failed query's error with its whole JVM stack; the jobs print its reason instead
+QUERY_TERMINATION_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
+
+
+def _quiet_query_termination(spark) -> None:
+    try:
+        jvm = spark.sparkContext._jvm
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            QUERY_TERMINATION_LOGGER, jvm.org.apache.logging.log4j.Level.FATAL)
+    except Exception:       # another logging backend: the stack stays in the log, nothing else changes
+        pass
+
+
+def _source_known(spark) -> bool:
+    """Whether Spark already found `pocketmq` through the shim (registering over a found
+    source works but logs a warning per session). Asks the JVM's data source manager; any
+    failure (another Spark version) means register."""
+    try:
+        return bool(spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists("pocketmq"))
+    except Exception:
+        return False
 
 
 def describe_failure(exc: BaseException) -> str:
     """A failed query or action as a short reason: the first line of Spark's message, and
-    when the failure came from Python code on an executor (the pocketmq reader or writer),
-    the exception that Python raised there, not the worker's whole traceback."""
+    when the failure came from Python code (the pocketmq reader or writer, on an executor or
+    in the driver's data source worker), the exception Python raised there: the last line
+    of its traceback, not the traceback."""
     text = str(exc).strip() or type(exc).__name__
     text = text.split("\n\nJVM stacktrace:", 1)[0]
     lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
-    py_errors = [m.group(0) for ln in lines if (m := _PY_ERROR_LINE.match(ln.strip()))]
+    py_errors = []
+    in_traceback = False
+    for ln in lines:
+        if ln.endswith(TRACEBACK_HEAD):
+            in_traceback = True
+        elif in_traceback and not ln[:1].isspace():
+            # the first unindented line after the frames: "pkg.SomeError: message"
+            py_errors.append(ln)
+            in_traceback = False
     head = lines[0]
     if py_errors:
         reason = py_errors[-1]
-        return head if reason in head else f"{head}\n  caused by {reason}"
+        return head if reason in head else f"{head.removesuffix(TRACEBACK_HEAD).rstrip()}\n  caused by {reason}"
     kept = lines[:MAX_REASON_LINES]
     if len(lines) > len(kept):
         kept.append(f"  ... ({len(lines) - len(kept)} more lines)")

@@ -35,6 +35,7 @@ import signal
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from pocketmq.jobs._common import (
     describe_failure,
@@ -45,6 +46,10 @@ from pocketmq.jobs._common import (
     positive_seconds,
     spark_session,
 )
+from pocketmq.spark.options import offsets_from_json, queue_key
+
+if TYPE_CHECKING:
+    from pocketmq.spark.plan import QueueKey
 
 QUERY_NAME = "pocketmq_ingest"
 # queues listed one by one in a progress line up to this many; beyond it, a count
@@ -109,30 +114,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 # --------------------------------------------------------------------------- progress (pure)
 
-def flatten_offsets(text: str | None) -> dict[str, int] | None:
-    """A source offset (Spark hands it over as JSON text) as {queue: offset}: the nested
-    objects' keys joined by spaces (`{"T": {"broker-a:0": 5}}` -> {"T broker-a:0": 5}).
-    None when there is no offset or it is not JSON of numbers."""
+def queue_offsets(text: str | None) -> dict[QueueKey, int] | None:
+    """A source offset as Spark hands it over (the offsets JSON text, whose owner is
+    pocketmq.spark.options) as {(topic, broker_name, queue_id): offset}; None when absent or
+    not that JSON."""
     if not text:
         return None
     try:
-        doc = json.loads(text)
-    except ValueError:
+        return offsets_from_json(json.loads(text), "progress offset")
+    except ValueError:          # not JSON, or OptionError (a ValueError): not our offsets
         return None
-    out: dict[str, int] = {}
-
-    def walk(prefix: str, v) -> bool:
-        if isinstance(v, dict):
-            return all(walk(f"{prefix} {k}" if prefix else str(k), x) for k, x in v.items())
-        if isinstance(v, int) and not isinstance(v, bool):
-            out[prefix] = v
-            return True
-        return False
-
-    return out if walk("", doc) else None
 
 
-def backlog(end: dict[str, int] | None, latest: dict[str, int] | None) -> int | None:
+def backlog(end: dict[QueueKey, int] | None, latest: dict[QueueKey, int] | None) -> int | None:
     """Messages the source reported as available past the batch's end offsets: the sum over
     queues of latest - end (a queue absent from the end offsets has all of its latest)."""
     if latest is None or end is None:
@@ -140,18 +134,23 @@ def backlog(end: dict[str, int] | None, latest: dict[str, int] | None) -> int | 
     return sum(max(0, off - end.get(q, 0)) for q, off in latest.items())
 
 
-def offsets_summary(end: dict[str, int] | None) -> str:
+def offsets_summary(end: dict[QueueKey, int] | None) -> str:
+    """`end T[broker-a:0=5 broker-b:1=7]` (queues grouped by topic) up to LIST_QUEUES_UP_TO
+    queues, else a count and the sum."""
     if end is None:
         return "end offsets n/a"
-    if len(end) <= LIST_QUEUES_UP_TO:
-        return "end " + " ".join(f"{q}={off}" for q, off in sorted(end.items()))
-    return f"end offsets of {len(end)} queues (sum {sum(end.values())})"
+    if len(end) > LIST_QUEUES_UP_TO:
+        return f"end offsets of {len(end)} queues (sum {sum(end.values())})"
+    by_topic: dict[str, list[str]] = {}
+    for (topic, broker, qid), off in sorted(end.items()):
+        by_topic.setdefault(topic, []).append(f"{queue_key(broker, qid)}={off}")
+    return "end " + " ".join(f"{t}[{' '.join(qs)}]" for t, qs in by_topic.items())
 
 
 def progress_line(batch_id: int, rows: int, rows_per_s: float, end_text: str | None,
                   latest_text: str | None) -> str:
-    end = flatten_offsets(end_text)
-    lag = backlog(end, flatten_offsets(latest_text))
+    end = queue_offsets(end_text)
+    lag = backlog(end, queue_offsets(latest_text))
     return (f"batch {batch_id}: {rows} rows, {rows_per_s:.0f} rows/s, {offsets_summary(end)}, "
             f"backlog {'n/a' if lag is None else lag}")
 
@@ -244,6 +243,7 @@ def run(args: argparse.Namespace, out=sys.stdout) -> int:
     try:
         spark.streams.addListener(printer)
         query = start_query(spark, args)
+        started = time.monotonic()
         source = args.subscribe if args.subscribe is not None else f"pattern {args.subscribe_pattern}"
         print(f"ingest: query {query.id} reading {source} from {args.namesrv} into {args.output} "
               f"(checkpoint {args.checkpoint})", file=out, flush=True)
@@ -267,7 +267,7 @@ def run(args: argparse.Namespace, out=sys.stdout) -> int:
     took = time.monotonic() - started
     if printer.batches:
         rate = printer.rows / took if took > 0 else 0.0
-        lag = backlog(flatten_offsets(printer.last_end), flatten_offsets(printer.last_latest))
+        lag = backlog(queue_offsets(printer.last_end), queue_offsets(printer.last_latest))
         print(f"ingest: {printer.batches} batches ({printer.first_batch}..{printer.last_batch}), "
               f"{printer.rows} rows in {took:.1f} s ({rate:.0f} rows/s), backlog "
               f"{'n/a' if lag is None else lag}; output {args.output}", file=out, flush=True)
