@@ -46,8 +46,9 @@ from pocketmq.jobs._common import (
     positive_seconds,
     spark_session,
 )
-from pocketmq.spark.options import offsets_from_json, queue_key
 
+# pocketmq.spark (which imports pyspark) is imported inside the functions that use it: the
+# job modules import without the `spark` extra (argument errors, the wheel's import check)
 if TYPE_CHECKING:
     from pocketmq.spark.plan import QueueKey
 
@@ -55,7 +56,7 @@ QUERY_NAME = "pocketmq_ingest"
 # queues listed one by one in a progress line up to this many; beyond it, a count
 LIST_QUEUES_UP_TO = 6
 # the listener bus delivers events asynchronously: how long the summary waits for the last ones
-LAST_EVENTS_WAIT_S = 15.0
+LAST_EVENTS_WAIT_S = 30.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,6 +119,8 @@ def queue_offsets(text: str | None) -> dict[QueueKey, int] | None:
     """A source offset as Spark hands it over (the offsets JSON text, whose owner is
     pocketmq.spark.options) as {(topic, broker_name, queue_id): offset}; None when absent or
     not that JSON."""
+    from pocketmq.spark.options import offsets_from_json
+
     if not text:
         return None
     try:
@@ -141,6 +144,8 @@ def offsets_summary(end: dict[QueueKey, int] | None) -> str:
         return "end offsets n/a"
     if len(end) > LIST_QUEUES_UP_TO:
         return f"end offsets of {len(end)} queues (sum {sum(end.values())})"
+    from pocketmq.spark.options import queue_key
+
     by_topic: dict[str, list[str]] = {}
     for (topic, broker, qid), off in sorted(end.items()):
         by_topic.setdefault(topic, []).append(f"{queue_key(broker, qid)}={off}")

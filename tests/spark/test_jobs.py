@@ -292,7 +292,7 @@ def test_sigkill_in_a_micro_batch_then_restart_is_exactly_once(spark, cluster, t
                 in_flight = max(running)
                 os.killpg(proc.pid, signal.SIGKILL)
                 break
-            time.sleep(0.005)     # the poll's interval; the condition above is the synchronisation
+            time.sleep(0.02)      # the poll's interval; the condition above is the synchronisation
     finally:
         if proc.poll() is None and in_flight is None:
             os.killpg(proc.pid, signal.SIGKILL)
