@@ -10,6 +10,7 @@ functions of their inputs (tested without a broker); `plan_read`, `queue_bounds`
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from typing import NamedTuple
@@ -198,10 +199,13 @@ async def queue_bounds(inst, opts: ReaderOptions, strict: bool = False) -> dict[
     """(min offset, max offset) of every queue the options subscribe to now: a stream's
     view of the cluster at each trigger (new topics and queues appear here)."""
     api = inst.api
-    out: dict[QueueKey, tuple[int, int]] = {}
-    async for topic, mq, addr in _each_queue(inst, opts, strict):
-        out[(topic, mq.broker_name, mq.queue_id)] = (await api.min_offset(addr, mq), await api.max_offset(addr, mq))
-    return out
+    queues = [(topic, mq, addr) async for topic, mq, addr in _each_queue(inst, opts, strict)]
+
+    async def bounds(mq, addr):
+        return await api.min_offset(addr, mq), await api.max_offset(addr, mq)
+    # every queue at once: this runs at each trigger, and brokers may be a network hop away
+    got = await asyncio.gather(*(bounds(mq, addr) for _, mq, addr in queues))
+    return {(topic, mq.broker_name, mq.queue_id): b for (topic, mq, _), b in zip(queues, got)}
 
 
 async def starting_offsets(inst, opts: ReaderOptions) -> dict[QueueKey, int]:

@@ -45,14 +45,23 @@ class PocketMQDataSource(DataSource):
         return PocketMQWriter(self.options, overwrite)
 
     def streamReader(self, schema):
-        from pocketmq.spark.stream import PocketMQStreamReader
-
-        return PocketMQStreamReader(self.options)
+        return _stream_module().PocketMQStreamReader(self.options)
 
     def streamWriter(self, schema, overwrite: bool):
-        from pocketmq.spark.stream import PocketMQStreamWriter
+        return _stream_module().PocketMQStreamWriter(self.options)
 
-        return PocketMQStreamWriter(self.options)
+
+def _stream_module():
+    # loaded on use: batch reads and writes work with pyspark 4.0, streams need 4.2's
+    # admission control (pyspark.sql.streaming.datasource)
+    try:
+        from pocketmq.spark import stream
+    except ImportError as e:
+        import pyspark
+
+        raise RuntimeError(f"pocketmq streaming needs pyspark >= 4.2 (admission control, availableNow); "
+                           f"this is pyspark {pyspark.__version__}: {e}") from e
+    return stream
 
 
 class PocketMQReader(DataSourceReader):

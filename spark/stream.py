@@ -13,7 +13,8 @@ Driver side (one Python process per query, which keeps this reader between calls
 - latestOffset(start, limit): the queues subscribed to now (subscribePattern re-matched,
   routes refreshed), so new topics and queues join; a new queue starts at offset 0, like
   Kafka's new partitions (a min offset above 0 is reported as data loss); a queue gone
-  from the routes keeps its last offset. ReadMaxRows (maxOffsetsPerTrigger) is split over
+  from the routes keeps its last offset; a queue whose max fell below the stream's offset
+  (deleted and created again) is data loss, like Kafka's offsets going back. ReadMaxRows (maxOffsetsPerTrigger) is split over
   the queues by plan.admit; ReadAllAvailable reads up to the max offsets.
 - prepareForTriggerAvailableNow: the max offsets at that moment are the query's target;
   later messages and queues wait for the next run.
@@ -40,6 +41,7 @@ from pocketmq.spark.options import (
     parse_writer_options,
 )
 from pocketmq.spark.plan import (
+    DataLossError,
     QueueKey,
     QueueRange,
     admit,
@@ -108,7 +110,11 @@ class PocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                              "(maxOffsetsPerTrigger gives ReadMaxRows)")
         targets: dict[QueueKey, int] = {}
         begin: dict[QueueKey, int] = {}
+        ends = dict(starts)                 # queues gone from the routes keep their offsets
         for k, (mn, mx) in bounds.items():
+            if k in starts and mx < starts[k]:
+                ends[k] = self._went_back(k, starts[k], mn, mx)
+                continue
             if self._target is not None:
                 if k not in self._target:
                     continue                # appeared after availableNow's start: the next run's
@@ -116,11 +122,23 @@ class PocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # offsets retention deleted cost nothing from the cap (they are skipped or fail)
             begin[k] = max(starts.get(k, 0), mn)
             targets[k] = mx
-        ends = dict(starts)                 # queues gone from the routes keep their offsets
         for k, e in admit(begin, targets, cap).items():
             if e > starts.get(k, 0):
                 ends[k] = e
         return offsets_to_json(ends)
+
+    def _went_back(self, k: QueueKey, offset: int, mn: int, mx: int) -> int:
+        """A queue whose max offset fell below the stream's offset (its topic was deleted and
+        created again): Kafka's rule, data loss. The stream moves back to the queue's min
+        offset, and the next micro-batch reads from there."""
+        msg = (f"pocketmq: topic {k[0]} broker {k[1]} queue {k[2]} now ends at offset {mx}, before the "
+               f"stream's offset {offset} (was the topic deleted and created again?); messages may have "
+               "been missed")
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(f"{msg}. Set failOnDataLoss=false to read the queue again from its min "
+                                "offset with a warning.")
+        log.warning("%s; reading it again from its min offset %d (failOnDataLoss=false)", msg, mn)
+        return mn
 
     def reportLatestOffset(self):
         return None if self._latest is None else offsets_to_json(self._latest)

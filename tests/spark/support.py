@@ -45,3 +45,14 @@ def queue_min_offset(cluster, topic: str, broker: str, queue_id: int) -> int:
 def send_to(producer: sync.Producer, msgs: list[tuple[MessageQueue, Message]]):
     """Send each message to its queue; the SendResults in order."""
     return [producer.send(m, queue=q) for q, m in msgs]
+
+
+def wait_head_deleted(cluster, topic: str, broker: str, queue_id: int, timeout_s: float = 40) -> int:
+    """Poll until retention has deleted the head of the queue (min offset > 0; broker-lossy
+    cleans every housekeeping period, there is no event to await); the new min offset."""
+    deadline = time.monotonic() + timeout_s
+    while (mn := queue_min_offset(cluster, topic, broker, queue_id)) == 0:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{broker} never cleaned the expired segments of {topic} queue {queue_id}")
+        time.sleep(0.5)
+    return mn

@@ -265,3 +265,20 @@ def test_stream_reader_stores_group_offsets_that_moved():
     plain = _FakeStreamReader.make({a: (0, 10)})
     plain._run = lambda fn: pytest.fail("no groupId: nothing is stored")
     plain.commit(offsets_to_json({a: 1}))
+
+
+def test_stream_reader_queue_that_went_back():
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    a, b = ("T", "a", 0), ("T", "b", 0)
+    start = offsets_to_json({a: 50, b: 7})
+    strict = _FakeStreamReader.make({a: (0, 3), b: (0, 9)})
+    with pytest.raises(DataLossError, match="topic T broker a queue 0 now ends at offset 3, before the stream's "
+                                            "offset 50.*failOnDataLoss=false"):
+        strict.latestOffset(start, ReadAllAvailable())
+    lax = _FakeStreamReader.make({a: (0, 3), b: (0, 9)}, failOnDataLoss="false")
+    end = lax.latestOffset(start, ReadAllAvailable())
+    assert end == offsets_to_json({a: 0, b: 9})          # back to the min; read from there next
+    assert [(p.value.queue_id, p.value.broker_name, p.value.start, p.value.end)
+            for p in lax.partitions(start, end)] == [(0, "b", 7, 9)]
+    assert lax.latestOffset(end, ReadAllAvailable()) == offsets_to_json({a: 3, b: 9})

@@ -5,7 +5,6 @@ stops by itself once it has read what existed when it started."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from pyspark.errors import StreamingQueryException
@@ -14,7 +13,7 @@ from pocketmq.client import Message, sync
 from pocketmq.client.instance import ClientInstance
 from pocketmq.protocol.bodies import MessageQueue
 from tests.spark.conftest import uniq
-from tests.spark.support import create_topic, queue_min_offset, send_to
+from tests.spark.support import create_topic, queue_min_offset, send_to, wait_head_deleted
 from tests.support.workloads import run_mqadmin
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -137,11 +136,7 @@ def lossy_stream_topic(cluster):
     topic = uniq("SparkStreamLoss")
     create_topic(cluster, topic, ["broker-lossy"], 1)
     sent = _send_big(cluster, topic, 60)
-    deadline = time.monotonic() + 40
-    while queue_min_offset(cluster, topic, "broker-lossy", 0) == 0:
-        if time.monotonic() > deadline:
-            pytest.fail("broker-lossy never cleaned its expired segments")
-        time.sleep(0.5)
+    wait_head_deleted(cluster, topic, "broker-lossy", 0)
     return topic, sent
 
 
