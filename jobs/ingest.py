@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import signal
@@ -191,8 +192,8 @@ def _progress_printer(out):
                 self.first_batch = p.batchId
             self.last_batch = p.batchId
             self.last_end, self.last_latest = end, latest
-            rate = p.processedRowsPerSecond
-            print(progress_line(p.batchId, p.numInputRows, rate if rate == rate else 0.0, end, latest),
+            rate = p.processedRowsPerSecond      # NaN for a batch that took no measurable time
+            print(progress_line(p.batchId, p.numInputRows, 0.0 if math.isnan(rate) else rate, end, latest),
                   file=out, flush=True)
 
         def onQueryIdle(self, event):
@@ -240,7 +241,11 @@ def _on_sigterm(signum, frame):
 
 
 def run(args: argparse.Namespace, out=sys.stdout) -> int:
-    spark = spark_session("pocketmq-ingest", args.master)
+    try:
+        spark = spark_session("pocketmq-ingest", args.master)
+    except Exception as e:      # a bad --master, no Java: Spark never started
+        print(f"ingest failed: cannot start Spark: {describe_failure(e)}", file=sys.stderr, flush=True)
+        return 1
     printer = _progress_printer(out)
     query = None
     started = time.monotonic()

@@ -87,7 +87,11 @@ class TaskProgress:
 
 
 def run(args: argparse.Namespace, out=sys.stdout) -> int:
-    spark = spark_session("pocketmq-replay", args.master)
+    try:
+        spark = spark_session("pocketmq-replay", args.master)
+    except Exception as e:      # a bad --master, no Java: Spark never started
+        print(f"replay failed: cannot start Spark: {describe_failure(e)}", file=sys.stderr, flush=True)
+        return 1
     try:
         df = spark.read.parquet(args.input)
         missing = [c for c in REPLAYED_COLUMNS if c not in df.columns]
