@@ -21,6 +21,16 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+def start_spark(job: str, master: str | None):
+    """The job's session, or None after printing why Spark could not start (a bad --master,
+    no Java)."""
+    try:
+        return spark_session(f"pocketmq-{job}", master)
+    except Exception as e:
+        print(f"{job} failed: cannot start Spark: {describe_failure(e)}", file=sys.stderr, flush=True)
+        return None
+
+
 def spark_session(app_name: str, master: str | None):
     """The job's session: `master` (default local[*], or spark-submit's), UTC session time
     zone (the dt partition is a UTC date), no console progress bar (the jobs print their own

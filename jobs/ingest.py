@@ -45,7 +45,7 @@ from pocketmq.jobs._common import (
     positive_int,
     prog_name,
     positive_seconds,
-    spark_session,
+    start_spark,
 )
 
 # pocketmq.spark (which imports pyspark) is imported inside the functions that use it: the
@@ -241,10 +241,8 @@ def _on_sigterm(signum, frame):
 
 
 def run(args: argparse.Namespace, out=sys.stdout) -> int:
-    try:
-        spark = spark_session("pocketmq-ingest", args.master)
-    except Exception as e:      # a bad --master, no Java: Spark never started
-        print(f"ingest failed: cannot start Spark: {describe_failure(e)}", file=sys.stderr, flush=True)
+    spark = start_spark("ingest", args.master)
+    if spark is None:
         return 1
     printer = _progress_printer(out)
     query = None

@@ -24,7 +24,7 @@ from pocketmq.jobs._common import (
     namesrv_addr,
     positive_int,
     prog_name,
-    spark_session,
+    start_spark,
 )
 
 REPLAYED_COLUMNS = ("body", "tags", "keys", "properties")
@@ -87,10 +87,8 @@ class TaskProgress:
 
 
 def run(args: argparse.Namespace, out=sys.stdout) -> int:
-    try:
-        spark = spark_session("pocketmq-replay", args.master)
-    except Exception as e:      # a bad --master, no Java: Spark never started
-        print(f"replay failed: cannot start Spark: {describe_failure(e)}", file=sys.stderr, flush=True)
+    spark = start_spark("replay", args.master)
+    if spark is None:
         return 1
     try:
         df = spark.read.parquet(args.input)
