@@ -20,13 +20,17 @@ that owns it:
     spark         client, protocol, common, remoting (the PySpark connector; nothing imports it
                   but the root and the discovery shim)
     pyspark_pocketmq  spark only (the top-level shim Spark discovers)
+    jobs          spark, client, protocol, common, remoting (the Spark jobs; nothing imports them,
+                  not even the root)
     pocketmq      anything (the import root: cli, lazy re-exports)
 
 Siblings (broker, nameserver, client, tools) never import each other except tools ->
 client. Separately, no file of the product, tests or bench may import one of the old
 top-level names (`import client`, `from protocol.x import y`) or run one as a module
 (`[sys.executable, "-m", "nameserver"]`): those resolve only from a checkout's cwd and
-would load a second copy of a module next to `pocketmq.<pkg>`.
+would load a second copy of a module next to `pocketmq.<pkg>`. `jobs` is the one folder run
+by its bare name (`python -m jobs.ingest` from the checkout is its documented use; the job
+modules import `pocketmq.*` only), so only importing it bare is refused.
 """
 from __future__ import annotations
 
@@ -48,6 +52,7 @@ FOLDERS = {
     "tools": "pocketmq.tools",
     "spark": "pocketmq.spark",
     "pyspark_pocketmq": "pyspark_pocketmq",
+    "jobs": "pocketmq.jobs",
 }
 SHIM = "pyspark_pocketmq"   # the one top-level name besides pocketmq; a layer of its own
 # sub-layers: an installed package prefix that is a layer of its own
@@ -68,7 +73,9 @@ ALLOWED: dict[str, set[str]] = {
     "tools": {"client", "protocol", "common", "remoting"},
     "spark": {"client", "protocol", "common", "remoting"},
     SHIM: {"spark"},
+    "jobs": {"spark", "client", "protocol", "common", "remoting"},
 }
+LEAVES = {"jobs"}          # layers nothing else may import (the root included)
 TOP = "pocketmq"           # the import root's own modules may import every layer
 
 _NET = {"asyncio", "socket", "uvloop", "selectors"}
@@ -82,6 +89,8 @@ FORBIDDEN_STDLIB: dict[str, set[str]] = {
 
 # The names the source folders had before they were installed under `pocketmq.`.
 OLD_TOP_LEVEL = {"protocol", "common", "remoting", "broker", "nameserver", "client", "tools", "pocketmq_cli"}
+# Names that may not be imported bare (but `jobs` may be run with -m: see the docstring).
+BARE_IMPORTS = OLD_TOP_LEVEL | {"jobs"}
 # Where the bare-name rule applies besides the product folders.
 EXTRA_TREES = ("tests", "bench")
 
@@ -183,13 +192,16 @@ def check(root: pathlib.Path, folders: dict[str, str] = FOLDERS,
                 problems.append(f"{where} imports {name}")
                 continue
             first = name.split(".")[0]
-            if not relative and first in OLD_TOP_LEVEL:
+            if not relative and first in BARE_IMPORTS:
                 problems.append(f"{where} imports {name}: bare old top-level name, use pocketmq.{name}")
                 continue
             if first in FORBIDDEN_STDLIB.get(own, ()):
                 problems.append(f"{where} imports {name}: {own} must not use {first}")
                 continue
             target = layer_of(name)
+            if target in LEAVES and target != own:
+                problems.append(f"{where} {how}imports {name}: nothing may import {target}")
+                continue
             if target is None or target == own or own == TOP:
                 continue
             if target not in ALLOWED[own]:
@@ -200,7 +212,7 @@ def check(root: pathlib.Path, folders: dict[str, str] = FOLDERS,
             continue
         for path in sorted(base.rglob("*.py")):
             for name, line, relative in imports(path, None):
-                if not relative and name.split(".")[0] in OLD_TOP_LEVEL:
+                if not relative and name.split(".")[0] in BARE_IMPORTS:
                     problems.append(f"{path.relative_to(root)}:{line} imports {name}: bare old top-level name, "
                                     f"use pocketmq.{name}")
     return problems
@@ -291,12 +303,23 @@ FAKE_TREE = {
                            "tools/spark_job.py:1 (tools) imports pocketmq.spark.source: tools may not depend on spark"),
     "pyspark_pocketmq/__init__.py": ("from pocketmq.spark import source\nfrom pocketmq.client import x\n",
                                      "pyspark_pocketmq/__init__.py:2 (pyspark_pocketmq) imports pocketmq.client.x"),
+    "jobs/__init__.py": ("", None),
+    "jobs/ingest.py": ("from pocketmq.spark import source\nfrom pocketmq.client import Message\n"
+                       "from pocketmq.broker import app\n",
+                       "jobs/ingest.py:3 (jobs) imports pocketmq.broker.app: jobs may not depend on broker"),
+    "jobs/replay.py": ("from . import ingest\nfrom pocketmq.jobs import ingest as i\n", None),
+    "spark/plan.py": ("from pocketmq.jobs import ingest\n",
+                      "spark/plan.py:1 (spark) imports pocketmq.jobs.ingest: nothing may import jobs"),
+    "pocketmq/jobs_cli.py": ("def f():\n    from pocketmq.jobs import replay\n",
+                             "pocketmq/jobs_cli.py:2 (pocketmq) imports pocketmq.jobs.replay: nothing may import jobs"),
     "pocketmq/__init__.py": ("from pocketmq import client\n", None),
     "pocketmq/cli.py": ("from pocketmq.broker import app\nfrom pocketmq.nameserver import route\n"
                         "from .tools import admin\n", None),
     "tests/test_x.py": ("import pytest\nfrom tests.support import y\nfrom protocol.codec import f\n",
                         "tests/test_x.py:3 imports protocol.codec.f: bare old"),
     "bench/b.py": ("def f():\n    import broker.store\n", "bench/b.py:2 imports broker.store: bare old"),
+    "tests/test_j.py": ("import subprocess\nsubprocess.run(['python', '-m', 'jobs.ingest'])\nimport jobs.ingest\n",
+                        "tests/test_j.py:3 imports jobs.ingest: bare old"),
 }
 
 
@@ -321,7 +344,8 @@ def test_checker_catches_module_runs_of_old_names(tmp_path):
         "subprocess.run([sys.executable, '-m', 'pocketmq.broker'])\n"
         "subprocess.run([sys.executable, '-m', 'client.admin_cli', 'help'])\n"
         "create_subprocess_exec(sys.executable, '-m',\n    'nameserver', '--listenPort=0')\n"
-        "parse_args(['-m', '--brokerName=b1'])\n")
+        "parse_args(['-m', '--brokerName=b1'])\n"
+        "subprocess.run([sys.executable, '-m', 'jobs.ingest'])\n")   # jobs' documented run, allowed
     assert check_module_runs(tmp_path) == [
         "tests/test_cli.py:3 runs -m client.admin_cli: bare old top-level name, use -m pocketmq.client.admin_cli",
         "tests/test_cli.py:5 runs -m nameserver: bare old top-level name, use -m pocketmq.nameserver"]

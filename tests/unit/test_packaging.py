@@ -120,3 +120,21 @@ def test_root_package_reexports_every_client_name():
     assert set(client.__all__) == set(pocketmq._CLIENT_NAMES)
     for name in client.__all__:
         assert getattr(pocketmq, name) is getattr(client, name)
+
+
+def test_jobs_are_shipped_and_run_as_scripts():
+    """pocketmq.jobs ships as `jobs/`, and each job also runs as a plain script
+    (`spark-submit jobs/ingest.py`): no relative imports (a script has no package), siblings
+    imported as pocketmq.jobs.*, and a __main__ guard calling main()."""
+    st = _setuptools()
+    assert st["package-dir"].get("pocketmq.jobs") == "jobs" and "pocketmq.jobs" in st["packages"]
+    for job in ("ingest", "replay"):
+        path = ROOT / "jobs" / f"{job}.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                assert node.level == 0, f"jobs/{job}.py:{node.lineno} relative import breaks spark-submit"
+                assert not (node.module or "").startswith("jobs"), f"jobs/{job}.py:{node.lineno}: use pocketmq.jobs"
+        assert any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), job
+        guards = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
+        assert guards and "main(" in ast.unparse(guards[0]), f"jobs/{job}.py has no __main__ guard calling main()"
