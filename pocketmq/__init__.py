@@ -27,7 +27,8 @@ _CLIENT_NAMES = frozenset({
     "CONSUME_SUCCESS", "RECONSUME_LATER", "AllocateAveragely", "AllocateAveragelyByCircle",
     "AllocateByConfig", "AllocateByMachineRoom", "AllocateConsistentHash", "BrokerError",
     "ClientStateError", "ConsumeStatus", "FlowLimits", "InvalidArgumentError", "LitePullConsumer",
-    "LitePullConsumerConfig", "PushConsumerConfig",
+    "LitePullConsumerConfig", "PushConsumerConfig", "LocalTransactionState", "TransactionProducer",
+    "TransactionSendResult",
     "MQClientError", "Message", "MessageExt", "MessageQueue", "MessageSelector", "MessageTooLargeError", "NoRouteError",
     "Producer", "PushConsumer", "RemotingFailure", "RequestTimeoutError", "SendResult", "SendStatus",
 })
