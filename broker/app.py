@@ -34,6 +34,7 @@ from pocketmq.broker.processors.client_manage import (
     connection_closed,
     notify_consumer_ids_changed,
 )
+from pocketmq.broker.processors import end_transaction
 from pocketmq.broker.processors.context import BrokerContext, BrokerStats
 from pocketmq.broker.processors.pull import replay
 from pocketmq.broker.services.flush import FlushService
@@ -163,7 +164,7 @@ class Broker:
         # Decisions are rebuilt from the op queue before END_TRANSACTION can be served.
         self.transaction_service = TransactionCheckService(
             ctx, interval_ms=cfg.transactionCheckInterval, timeout_ms=cfg.transactionTimeOut,
-            check_max=cfg.transactionCheckMax)
+            check_max=cfg.transactionCheckMax, discard=partial(end_transaction.discard, ctx))
         self.transaction_service.recover()
         self.transaction_service.start()
         self.stats.boot_timestamp = self.now_ms()

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 
 from pocketmq.broker.core import transaction as tx
-from pocketmq.broker.processors.end_transaction import discard
 from pocketmq.broker.store.api import PutMessageStatus
 from pocketmq.common.constants import TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from pocketmq.protocol import message as msgcodec
@@ -41,8 +41,12 @@ STEP_RECORDS_MAX = 256   # records decided before letting requests through
 
 
 class TransactionCheckService:
-    def __init__(self, ctx, *, interval_ms: int, timeout_ms: int, check_max: int):
+    def __init__(self, ctx, *, interval_ms: int, timeout_ms: int, check_max: int,
+                 discard: Callable[[msgcodec.MessageExt, int], None]):
         self.ctx = ctx
+        # discard(record, origin): keeps the record aside and decides it (the composition root
+        # injects processors/end_transaction.discard, which owns the op-record writes)
+        self.discard = discard
         self.interval_ms = max(1, interval_ms)
         self.timeout_ms = max(0, timeout_ms)
         self.check_max = max(0, check_max)
@@ -126,7 +130,7 @@ class TransactionCheckService:
             for action, h in plan.actions:
                 rec = by_offset[h.queue_offset]
                 if action is tx.CheckAction.DISCARD:
-                    discard(ctx, rec, h.origin)
+                    self.discard(rec, h.origin)
                 elif action is tx.CheckAction.CHECK:
                     if not self._check(rec, h):
                         next_offset = h.queue_offset      # the store refuses writes: next pass

@@ -2,11 +2,13 @@
 then the send / END_TRANSACTION processors and the check service over an in-memory
 store with an integer clock (tests/unit/test_broker_processors.py's Env)."""
 import asyncio
+import functools
 
 import pytest
 
 from pocketmq.broker.core import transaction as tx
-from pocketmq.broker.core.transaction import CheckAction, DecidedTransactions, HalfView, plan_checks
+from pocketmq.broker.core.transaction import DecidedTransactions, HalfView, plan_checks
+from pocketmq.broker.processors import end_transaction
 from pocketmq.broker.services.transaction_check import TransactionCheckService
 from pocketmq.common.constants import (
     TRANS_CHECK_GROUP,
@@ -237,7 +239,8 @@ class Producers:
 
 
 def service(env, interval=1000, timeout=6000, check_max=3):
-    return TransactionCheckService(env.ctx, interval_ms=interval, timeout_ms=timeout, check_max=check_max)
+    return TransactionCheckService(env.ctx, interval_ms=interval, timeout_ms=timeout, check_max=check_max,
+                                   discard=functools.partial(end_transaction.discard, env.ctx))
 
 
 def run_pass(env, svc):
