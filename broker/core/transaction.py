@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 from typing import Iterable, NamedTuple
 
+from pocketmq.broker.core.delay import real_place
 from pocketmq.common.constants import TRANS_HALF_TOPIC
 from pocketmq.protocol.codes import ResponseCode
 from pocketmq.protocol.message import (
@@ -103,13 +104,10 @@ class RealMessage(NamedTuple):
 def real_message(props: dict) -> RealMessage | None:
     """Where a committed half message goes and the properties it is stored with (the
     half-message bookkeeping removed), or None when it does not say."""
-    topic = props.get(REAL_TOPIC)
-    try:
-        qid = int(props.get(REAL_QID, ""))
-    except ValueError:
+    place = real_place(props)
+    if place is None:
         return None
-    if not topic or qid < 0:
-        return None
+    topic, qid = place
     d = dict(props)
     for k in (REAL_TOPIC, REAL_QID, TRAN_MSG, TRAN_PREPARED_QUEUE_OFFSET):
         d.pop(k, None)

@@ -104,7 +104,12 @@ def process_end_transaction(ctx, conn, cmd):
         return cmd.response(ResponseCode.SYSTEM_ERROR,
                             f"Find prepared transaction message failed: no message at commitLogOffset "
                             f"{h.commit_log_offset}")
-    rec = msgcodec.decode_record(bytes(raw), decompress=False)
+    try:
+        rec = msgcodec.decode_record(bytes(raw), decompress=False)
+    except ValueError as e:     # an offset inside a record, not at its start
+        return cmd.response(ResponseCode.SYSTEM_ERROR,
+                            f"Find prepared transaction message failed: no message starts at commitLogOffset "
+                            f"{h.commit_log_offset} ({e})")
     props = rec.properties
     bad = tx.check_end_transaction(rec.topic, props, rec.queue_offset, h.producer_group,
                                    h.tran_state_table_offset, h.commit_or_rollback)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 
 import pytest
 
@@ -78,6 +79,7 @@ class Setup:
 
     async def start(self):
         await create_topic(self.cluster, self.topic, 1)
+        self.base_ops = await self.max_offset(TRANS_OP_HALF_TOPIC)   # decisions of earlier tests
         return self
 
     def consumer(self):
@@ -94,10 +96,10 @@ class Setup:
                                                                                       "broker-a", 0))
 
     async def wait_ops(self, n, timeout_s=20):
-        """The broker applied n decisions (op records), whatever their order."""
+        """The broker applied n decisions (op records) since start(), whatever their order."""
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout_s
-        while await self.max_offset(TRANS_OP_HALF_TOPIC) < n:
+        while await self.max_offset(TRANS_OP_HALF_TOPIC) < self.n:
             assert loop.time() < end, f"fewer than {n} transaction decisions applied"
             await asyncio.sleep(0.05)
 
@@ -111,14 +113,22 @@ class Setup:
         await self.admin.close()
 
 
+@contextlib.asynccontextmanager
+async def scenario(cluster, name, timeout_s=60):
+    async with asyncio.timeout(timeout_s):
+        s = await Setup(cluster, name).start()
+        try:
+            yield s
+        finally:
+            await s.close()
+
+
 def producer(cluster, group, checker):
     return TransactionProducer(group, cluster.namesrv_addr, checker=checker, instance_name=uniq("tx-producer"))
 
 
 async def test_commit_rollback_and_failing_executor(cluster):
-    async with asyncio.timeout(60):
-        s = await Setup(cluster, "crf").start()
-        base_ops = await s.max_offset(TRANS_OP_HALF_TOPIC)
+    async with scenario(cluster, "crf", 60) as s:
         checker = Checker({"boom0": ROLLBACK, "boom1": COMMIT})
         invisible = []
 
@@ -128,91 +138,73 @@ async def test_commit_rollback_and_failing_executor(cluster):
             if plan == "raise":
                 raise RuntimeError("local transaction failed")
             return plan
-        try:
-            async with s.consumer(), producer(cluster, s.group, checker) as p:
-                results = []
-                for i, (key, plan) in enumerate([("c0", COMMIT), ("r0", ROLLBACK), ("boom0", "raise"),
-                                                 ("c1", COMMIT), ("r1", ROLLBACK), ("boom1", "raise")]):
-                    r = await p.send_in_transaction(Message(s.topic, key.encode(), keys=key), executor, plan)
-                    results.append(r.local_state)
-                    assert r.ok and r.transaction_id == r.msg_id
-                assert results == [COMMIT, ROLLBACK, UNKNOWN, COMMIT, ROLLBACK, UNKNOWN]
-                # committed messages precede each later half message: the offset grows by commits only
-                assert invisible == [0, 1, 1, 1, 2, 2]
-                await s.wait_ops(base_ops + 6)      # 4 explicit decisions + 2 answered checks
-                await s.marker_then_exact(p, ["c0", "c1", "boom1"])
-                assert set(checker.calls) == {"boom0", "boom1"} and checker.topics == {s.topic}
-        finally:
-            await s.close()
+        async with s.consumer(), producer(cluster, s.group, checker) as p:
+            results = []
+            for i, (key, plan) in enumerate([("c0", COMMIT), ("r0", ROLLBACK), ("boom0", "raise"),
+                                             ("c1", COMMIT), ("r1", ROLLBACK), ("boom1", "raise")]):
+                r = await p.send_in_transaction(Message(s.topic, key.encode(), keys=key), executor, plan)
+                results.append(r.local_state)
+                assert r.ok and r.transaction_id == r.msg_id
+            assert results == [COMMIT, ROLLBACK, UNKNOWN, COMMIT, ROLLBACK, UNKNOWN]
+            # committed messages precede each later half message: the offset grows by commits only
+            assert invisible == [0, 1, 1, 1, 2, 2]
+            await s.wait_ops(6)      # 4 explicit decisions + 2 answered checks
+            await s.marker_then_exact(p, ["c0", "c1", "boom1"])
+            assert set(checker.calls) == {"boom0", "boom1"} and checker.topics == {s.topic}
 
 
 async def test_unknown_then_checked_commit_and_rollback(cluster):
-    async with asyncio.timeout(60):
-        s = await Setup(cluster, "chk").start()
-        base_ops = await s.max_offset(TRANS_OP_HALF_TOPIC)
+    async with scenario(cluster, "chk", 60) as s:
         checker = Checker()
-        try:
-            async with s.consumer(), producer(cluster, s.group, checker) as p:
-                for key in ("yes", "no"):
-                    r = await p.send_in_transaction(Message(s.topic, key.encode(), keys=key), lambda m, a: UNKNOWN)
-                    assert r.local_state is UNKNOWN
-                # asked while undecided: the broker asks again every interval
-                loop = asyncio.get_running_loop()
-                end = loop.time() + 20
-                while min(checker.calls["yes"], checker.calls["no"]) < 2:
-                    assert loop.time() < end, checker.calls
-                    await asyncio.sleep(0.05)
-                assert await s.max_offset() == 0
-                checker.answers.update({"yes": COMMIT, "no": ROLLBACK})
-                await s.seen.until(lambda seen: "yes" in seen)
-                await s.wait_ops(base_ops + 2)
-                await s.marker_then_exact(p, ["yes"])
-        finally:
-            await s.close()
+        async with s.consumer(), producer(cluster, s.group, checker) as p:
+            for key in ("yes", "no"):
+                r = await p.send_in_transaction(Message(s.topic, key.encode(), keys=key), lambda m, a: UNKNOWN)
+                assert r.local_state is UNKNOWN
+            # asked while undecided: the broker asks again every interval
+            loop = asyncio.get_running_loop()
+            end = loop.time() + 20
+            while min(checker.calls["yes"], checker.calls["no"]) < 2:
+                assert loop.time() < end, checker.calls
+                await asyncio.sleep(0.05)
+            assert await s.max_offset() == 0
+            checker.answers.update({"yes": COMMIT, "no": ROLLBACK})
+            await s.seen.until(lambda seen: "yes" in seen)
+            await s.wait_ops(2)
+            await s.marker_then_exact(p, ["yes"])
 
 
 async def test_restart_between_half_message_and_explicit_decision(cluster):
-    async with asyncio.timeout(90):
-        s = await Setup(cluster, "rse").start()
-        base_ops = await s.max_offset(TRANS_OP_HALF_TOPIC)
+    async with scenario(cluster, "rse", 90) as s:
         checker = Checker()          # answers UNKNOWN: only the producer's own decision counts
 
         async def restart_then(msg, state):
             await asyncio.to_thread(cluster.restart_broker, True)    # SIGKILL: no clean shutdown
             return state
-        try:
-            async with producer(cluster, s.group, checker) as p:
-                for key, state in (("kept", COMMIT), ("dropped", ROLLBACK)):
-                    r = await p.send_in_transaction(Message(s.topic, key.encode(), keys=key), restart_then, state)
-                    assert r.local_state is state
-                await s.wait_ops(base_ops + 2)
-                async with s.consumer():
-                    await s.marker_then_exact(p, ["kept"])
-        finally:
-            await s.close()
+        async with producer(cluster, s.group, checker) as p:
+            for key, state in (("kept", COMMIT), ("dropped", ROLLBACK)):
+                r = await p.send_in_transaction(Message(s.topic, key.encode(), keys=key), restart_then, state)
+                assert r.local_state is state
+            await s.wait_ops(2)
+            async with s.consumer():
+                await s.marker_then_exact(p, ["kept"])
 
 
 async def test_restart_then_check_back_decides(cluster):
-    async with asyncio.timeout(90):
-        s = await Setup(cluster, "rsc").start()
-        base_ops = await s.max_offset(TRANS_OP_HALF_TOPIC)
+    async with scenario(cluster, "rsc", 90) as s:
         checker = Checker()
-        try:
-            async with producer(cluster, s.group, checker) as p:
-                for key in ("later-yes", "later-no"):
-                    await p.send_in_transaction(Message(s.topic, key.encode(), keys=key), lambda m, a: UNKNOWN)
-                await asyncio.to_thread(cluster.restart_broker, True)
-                # decided from now on; only a broker that recovered its half messages can ask
-                checker.answers.update({"later-yes": COMMIT, "later-no": ROLLBACK})
-                asked_before = dict(checker.calls)
-                # the producer's next request reconnects and heartbeats (as the 30 s heartbeat would)
-                await p.send(Message(uniq("TXother"), b"hello"))
-                await s.wait_ops(base_ops + 2, timeout_s=30)
-                assert checker.calls["later-yes"] > asked_before.get("later-yes", 0)
-                async with s.consumer():
-                    await s.marker_then_exact(p, ["later-yes"])
-        finally:
-            await s.close()
+        async with producer(cluster, s.group, checker) as p:
+            for key in ("later-yes", "later-no"):
+                await p.send_in_transaction(Message(s.topic, key.encode(), keys=key), lambda m, a: UNKNOWN)
+            await asyncio.to_thread(cluster.restart_broker, True)
+            # decided from now on; only a broker that recovered its half messages can ask
+            checker.answers.update({"later-yes": COMMIT, "later-no": ROLLBACK})
+            asked_before = dict(checker.calls)
+            # the producer's next request reconnects and heartbeats (as the 30 s heartbeat would)
+            await p.send(Message(uniq("TXother"), b"hello"))
+            await s.wait_ops(2, timeout_s=30)
+            assert checker.calls["later-yes"] > asked_before.get("later-yes", 0)
+            async with s.consumer():
+                await s.marker_then_exact(p, ["later-yes"])
 
 
 async def test_checks_stop_after_transaction_check_max(tmp_path):
@@ -220,34 +212,29 @@ async def test_checks_stop_after_transaction_check_max(tmp_path):
                                 "--transactionCheckMax=2"])
     await asyncio.to_thread(c.start)
     try:
-        async with asyncio.timeout(60):
-            s = await Setup(c, "max").start()
+        async with scenario(c, "max") as s:
             checker = Checker()
-            try:
-                async with producer(c, s.group, checker) as p:
-                    r = await p.send_in_transaction(Message(s.topic, b"never", keys="never"), lambda m, a: UNKNOWN)
-                    loop = asyncio.get_running_loop()
-                    end = loop.time() + 20
-                    while await s.max_offset(TRANS_CHECK_MAX_TIME_TOPIC) < 1:     # discarded
-                        assert loop.time() < end, checker.calls
-                        await asyncio.sleep(0.05)
-                    assert checker.calls["never"] == 2
-                    await asyncio.sleep(1.5)         # five more intervals: no check comes any more
-                    assert checker.calls["never"] == 2
-                    # a decision after the discard applies nothing
-                    _, _, clo = decode_offset_msg_id(r.offset_msg_id)
-                    await p.instance.api.end_transaction(c.broker_addr, EndTransactionRequestHeader(
-                        s.group, r.queue_offset, clo, COMMIT.value, False, r.msg_id, r.msg_id), oneway=False)
-                    assert await s.max_offset() == 0
-            finally:
-                await s.close()
+            async with producer(c, s.group, checker) as p:
+                r = await p.send_in_transaction(Message(s.topic, b"never", keys="never"), lambda m, a: UNKNOWN)
+                loop = asyncio.get_running_loop()
+                end = loop.time() + 20
+                while await s.max_offset(TRANS_CHECK_MAX_TIME_TOPIC) < 1:     # discarded
+                    assert loop.time() < end, checker.calls
+                    await asyncio.sleep(0.05)
+                assert checker.calls["never"] == 2
+                await asyncio.sleep(1.5)         # five more intervals: no check comes any more
+                assert checker.calls["never"] == 2
+                # a decision after the discard applies nothing
+                _, _, clo = decode_offset_msg_id(r.offset_msg_id)
+                await p.instance.api.end_transaction(c.broker_addr, EndTransactionRequestHeader(
+                    s.group, r.queue_offset, clo, COMMIT.value, False, r.msg_id, r.msg_id), oneway=False)
+                assert await s.max_offset() == 0
     finally:
         await asyncio.to_thread(c.stop)
 
 
 async def test_sync_transaction_producer(cluster):
-    async with asyncio.timeout(60):
-        s = await Setup(cluster, "sync").start()
+    async with scenario(cluster, "sync", 60) as s:
         ran_in = []
 
         def executor(msg, arg):
@@ -260,13 +247,10 @@ async def test_sync_transaction_producer(cluster):
                                           instance_name=uniq("tx-sync")) as p:
                 return [p.send_in_transaction(Message(s.topic, k.encode(), keys=k), executor, state).local_state
                         for k, state in (("s-yes", COMMIT), ("s-no", ROLLBACK))]
-        try:
-            assert await asyncio.to_thread(send_both) == [COMMIT, ROLLBACK]
-            assert all(name != "pocketmq-client-loop" for name in ran_in)   # not on the private loop
-            async with s.consumer(), producer(cluster, uniq("PGm"), Checker()) as p:
-                await s.marker_then_exact(p, ["s-yes"])
-        finally:
-            await s.close()
+        assert await asyncio.to_thread(send_both) == [COMMIT, ROLLBACK]
+        assert all(name != "pocketmq-client-loop" for name in ran_in)   # not on the private loop
+        async with s.consumer(), producer(cluster, uniq("PGm"), Checker()) as p:
+            await s.marker_then_exact(p, ["s-yes"])
 
 
 # -- END_TRANSACTION on the wire ----------------------------------------------------------------
@@ -293,6 +277,7 @@ async def test_end_transaction_bad_input_on_the_wire(tmp_path):
             plain_clo = decode_offset_msg_id(plain.ext_fields["msgId"])[2]
             for cmd, remark in [
                 (end_cmd("pg", 0, 987654321, 8), "Find prepared transaction message failed"),
+                (end_cmd("pg", 0, half_clo + 7, 8), "Find prepared transaction message failed"),
                 (end_cmd("pg", 0, plain_clo, 8), "not a half message"),
                 (end_cmd("other", 0, half_clo, 8), "The producer group wrong"),
                 (end_cmd("pg", 3, half_clo, 12), "The transaction state table offset wrong"),

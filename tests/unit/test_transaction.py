@@ -196,6 +196,7 @@ def test_end_transaction_bad_input(env):
     _, _, plain_clo = decode_offset_msg_id(plain.ext_fields["msgId"])
     cases = [
         (end_cmd_at(10 ** 9, 0, tx.COMMIT), "Find prepared transaction message failed"),
+        (end_cmd_at(clo + 1, 0, tx.COMMIT), "Find prepared transaction message failed"),
         (end_cmd_at(plain_clo, int(plain.ext_fields["queueOffset"]), tx.COMMIT), "not a half message"),
         (end_cmd_at(clo, 0, tx.COMMIT, group="other"), "The producer group wrong"),
         (end_cmd_at(clo, 5, tx.COMMIT), "The transaction state table offset wrong"),
