@@ -99,7 +99,7 @@ class Setup:
         """The broker applied n decisions (op records) since start(), whatever their order."""
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout_s
-        while await self.max_offset(TRANS_OP_HALF_TOPIC) < self.n:
+        while await self.max_offset(TRANS_OP_HALF_TOPIC) < self.base_ops + n:
             assert loop.time() < end, f"fewer than {n} transaction decisions applied"
             await asyncio.sleep(0.05)
 
