@@ -8,8 +8,8 @@ housekeeping). Request logic lives in broker/processors, rules in broker/core.
 Start order: bind the listening socket (its port is the store host written
 into every record), open the store (recovery), load metadata, then serve,
 register with every nameserver, and log one readiness line. Close order:
-stop accepting (and stop parking pulls), stop the schedule service, answer
-held pulls, stop the timers, unregister from the nameservers, close the
+stop accepting (and stop parking pulls), stop the schedule and transaction
+check services, answer held pulls, stop the timers, unregister from the nameservers, close the
 connections, stop the flush thread, close the store (final flush,
 checkpoint), persist metadata (unless the start failed before loading it).
 """
@@ -28,16 +28,19 @@ from pocketmq.broker.core.locks import RebalanceLockManager
 from pocketmq.broker.core.offsets import ConsumerOffsetManager
 from pocketmq.broker.core.subscription_groups import SubscriptionGroupManager
 from pocketmq.broker.core.topics import TopicConfigManager
+from pocketmq.broker.core.transaction import DecidedTransactions
 from pocketmq.broker.processors import build_processor_table
 from pocketmq.broker.processors.client_manage import (
     connection_closed,
     notify_consumer_ids_changed,
 )
+from pocketmq.broker.processors import end_transaction
 from pocketmq.broker.processors.context import BrokerContext, BrokerStats
 from pocketmq.broker.processors.pull import replay
 from pocketmq.broker.services.flush import FlushService
 from pocketmq.broker.services.hold import HoldService
 from pocketmq.broker.services.schedule import ScheduleService
+from pocketmq.broker.services.transaction_check import TransactionCheckService
 from pocketmq.common.constants import SCHEDULE_TOPIC
 from pocketmq.common.files import write_file_atomic
 from pocketmq.protocol import bodies
@@ -78,6 +81,8 @@ class Broker:
         self.delay_levels = config.delay_levels_ms()
         self.schedule_cursors = ScheduleCursors()
         self.schedule_service: ScheduleService | None = None
+        self.transactions = DecidedTransactions()
+        self.transaction_service: TransactionCheckService | None = None
         self.sync_flush = config.flushDiskType == "SYNC_FLUSH"
         self.server: RemotingServer | None = None
         self.store = None
@@ -156,6 +161,12 @@ class Broker:
             hold_dispatch(topic, queue_id, max_offset, tags_code, store_ts)
         self.store.on_dispatch = on_dispatch
         self.schedule_service.start()
+        # Decisions are rebuilt from the op queue before END_TRANSACTION can be served.
+        self.transaction_service = TransactionCheckService(
+            ctx, interval_ms=cfg.transactionCheckInterval, timeout_ms=cfg.transactionTimeOut,
+            check_max=cfg.transactionCheckMax, discard=partial(end_transaction.discard, ctx))
+        self.transaction_service.recover()
+        self.transaction_service.start()
         self.stats.boot_timestamp = self.now_ms()
         await self.server.start_serving()
         if cfg.namesrvAddr:
@@ -182,7 +193,8 @@ class Broker:
             pull_max_msg_nums=4096,
             now_ms=self.now_ms, mono_ms=self.mono_ms, is_closing=self.is_closing, wake_hold=self._wake_hold,
             on_topics_changed=self.on_topics_changed, publish_topics=self.publish_topics,
-            unpublished_topics=self.unpublished_topics, persist_groups=self.persist_groups)
+            unpublished_topics=self.unpublished_topics, persist_groups=self.persist_groups,
+            transactions=self.transactions, store_host=self.store_host)
 
     def is_closing(self) -> bool:
         return self.closing
@@ -256,6 +268,8 @@ class Broker:
             await self.server.stop_accepting()
         if self.schedule_service is not None:
             await self.schedule_service.close()
+        if self.transaction_service is not None:
+            await self.transaction_service.close()
         if self.hold_service is not None:
             await self.hold_service.close()
         for t in self._tasks:

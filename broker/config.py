@@ -501,7 +501,7 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "accessMessageInMemoryMaxRatio", "clusterTopicEnable", "brokerTopicEnable", "traceTopicEnable", "msgTraceTopicName",
     "regionId", "traceOn", "notifyConsumerIdsChangedEnable", "aclEnable",
     "rejectTransactionMessage", "serverChannelMaxIdleTimeSeconds", "maxHeldPulls", "maxFrameSize", "busyPollMicros",
-    "enablePropertyFilter",
+    "enablePropertyFilter", "transactionTimeOut", "transactionCheckMax", "transactionCheckInterval",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""
 

@@ -1,6 +1,7 @@
 """pocketmq's Python client for RocketMQ 4.x brokers: asyncio first, blocking facade in pocketmq.client.sync.
 
     from pocketmq.client import Producer, PushConsumer, LitePullConsumer, Message, MessageSelector
+    from pocketmq.client import TransactionProducer, LocalTransactionState
 """
 from pocketmq.client.consumer_config import LitePullConsumerConfig, PushConsumerConfig
 from pocketmq.client.errors import (
@@ -32,6 +33,11 @@ from pocketmq.client.rebalance import (
     AllocateConsistentHash,
 )
 from pocketmq.client.selector import MessageSelector
+from pocketmq.client.transaction_producer import (
+    LocalTransactionState,
+    TransactionProducer,
+    TransactionSendResult,
+)
 from pocketmq.protocol.bodies import MessageQueue
 
 __all__ = [
@@ -50,6 +56,7 @@ __all__ = [
     "InvalidArgumentError",
     "LitePullConsumer",
     "LitePullConsumerConfig",
+    "LocalTransactionState",
     "MQClientError",
     "Message",
     "MessageExt",
@@ -64,4 +71,6 @@ __all__ = [
     "RequestTimeoutError",
     "SendResult",
     "SendStatus",
+    "TransactionProducer",
+    "TransactionSendResult",
 ]

@@ -44,6 +44,7 @@ registered).
 | delete_subscription_group   | DELETE_SUBSCRIPTIONGROUP              |
 | all_subscription_groups     | GET_ALL_SUBSCRIPTIONGROUP_CONFIG      |
 | check_client_config         | CHECK_CLIENT_CONFIG                   |
+| end_transaction             | END_TRANSACTION                       |
 """
 from __future__ import annotations
 
@@ -80,8 +81,10 @@ from pocketmq.protocol.codes import (
 from pocketmq.protocol.command import RemotingCommand
 from pocketmq.protocol.errors import BodyError
 from pocketmq.protocol.headers.typed import (
+    EndTransactionRequestHeader,
     PullMessageRequestHeader,
     SendMessageRequestHeader,
+    encode_end_transaction_header,
     encode_pull_header,
     encode_send_header,
 )
@@ -380,6 +383,13 @@ class ClientAPI:
     async def unlock_batch(self, addr: str, group: str, client_id: str, mqs, *, oneway: bool = False) -> None:
         await self._maybe_oneway(addr, RemotingCommand(RequestCode.UNLOCK_BATCH_MQ,
                                                        body=encode_lock_body(group, client_id, mqs)), oneway)
+
+    async def end_transaction(self, addr: str, header: EndTransactionRequestHeader, *,
+                              oneway: bool = True) -> None:
+        """END_TRANSACTION: oneway, as Java sends it (a lost one is settled by the broker's
+        check-back); oneway=False waits for the answer and raises on an error code."""
+        await self._maybe_oneway(addr, RemotingCommand(RequestCode.END_TRANSACTION,
+                                                       ext_fields=encode_end_transaction_header(header)), oneway)
 
     # -- client registration ---------------------------------------------------------------
     async def heartbeat(self, addr: str, body: bytes, timeout_s: float | None = None) -> None:

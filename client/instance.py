@@ -40,6 +40,7 @@ from pocketmq.common.constants import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     DEFAULT_TOPIC_QUEUE_NUMS,
 )
+from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.bodies import (
     ConsumerData,
     HeartbeatData,
@@ -55,7 +56,8 @@ from pocketmq.protocol.codes import (
     SerializeType,
 )
 from pocketmq.protocol.command import RemotingCommand
-from pocketmq.protocol.errors import BodyError
+from pocketmq.protocol.errors import BodyError, HeaderError
+from pocketmq.protocol.headers.typed import decode_check_transaction_state_header
 from pocketmq.remoting.client import split_addr_list
 from pocketmq.remoting.clock import monotonic_ms as mono_ms
 from pocketmq.remoting.clock import wall_ms as now_ms
@@ -268,8 +270,29 @@ class ClientInstance:
                                     f"The Consumer Group <{group}> not exist in this consumer")
             info = consumer.running_info() if hasattr(consumer, "running_info") else {}
             return cmd.response(ResponseCode.SUCCESS, body=dumps(info))
+        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
+            return self._on_check_transaction_state(conn, cmd)
         return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                             f" request type {cmd.code} not supported")
+
+    def _on_check_transaction_state(self, conn, cmd: RemotingCommand):
+        """CHECK_TRANSACTION_STATE (oneway from the broker): handed to the transaction
+        producer of the message's PGROUP, which answers with END_TRANSACTION."""
+        try:
+            header = decode_check_transaction_state_header(cmd.ext_fields)
+            msg = msgcodec.decode_record(cmd.body or b"")
+        except (HeaderError, ValueError) as e:
+            log.warning("%s: unreadable CHECK_TRANSACTION_STATE from %s: %s", self.client_id, conn.remote_addr, e)
+            return None if cmd.is_oneway else cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        group = msg.properties.get(msgcodec.PGROUP, "")
+        producer = self.producers.get(group)
+        if producer is None or not hasattr(producer, "on_check_transaction_state"):
+            log.warning("%s: CHECK_TRANSACTION_STATE for group %s, which has no transaction producer here",
+                        self.client_id, group)
+            return None if cmd.is_oneway else cmd.response(
+                ResponseCode.SYSTEM_ERROR, f"no transaction producer of group {group} in this client")
+        producer.on_check_transaction_state(conn.remote_addr, header, msg)
+        return None if cmd.is_oneway else cmd.response(ResponseCode.SUCCESS)
 
     def _on_reset_offset(self, cmd: RemotingCommand):
         """RESET_CONSUMER_CLIENT_OFFSET (mqadmin resetOffsetByTime through the broker): the

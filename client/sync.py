@@ -1,6 +1,6 @@
 """Blocking facade: the same clients for code without asyncio.
 
-    from pocketmq.client.sync import Producer, PushConsumer, LitePullConsumer
+    from pocketmq.client.sync import Producer, PushConsumer, LitePullConsumer, TransactionProducer
 
     with Producer("PG", "127.0.0.1:9876") as p:
         p.send(Message("T", b"hello"))
@@ -20,16 +20,18 @@ plain listener's thread carries its consumer's worker context.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import threading
 
-from pocketmq.client.errors import ClientStateError
+from pocketmq.client.errors import ClientStateError, InvalidArgumentError
 from pocketmq.client.lite_pull_consumer import LitePullConsumer as _AsyncLite
 from pocketmq.client.producer import Producer as _AsyncProducer
 from pocketmq.client.push_consumer import PushConsumer as _AsyncPush
 from pocketmq.client.selector import MessageSelector
+from pocketmq.client.transaction_producer import TransactionProducer as _AsyncTransactionProducer
 
-__all__ = ["LitePullConsumer", "Producer", "PushConsumer", "run"]
+__all__ = ["LitePullConsumer", "Producer", "PushConsumer", "TransactionProducer", "run"]
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -112,6 +114,34 @@ class Producer(_Facade):
 
     def send_batch(self, msgs, **kwargs):
         return run(self._impl.send_batch(list(msgs), **kwargs))
+
+
+def _in_thread(fn):
+    """A plain function given to the facade, run in a worker thread so a blocking local
+    transaction or check never stalls the private loop; async functions run on the loop."""
+    if inspect.iscoroutinefunction(fn):
+        return fn
+
+    async def call(*args):
+        return await asyncio.to_thread(fn, *args)
+    call.__name__ = getattr(fn, "__name__", "call")
+    return call
+
+
+class TransactionProducer(Producer):
+    """The blocking TransactionProducer: `local_executor` and `checker` run in worker
+    threads (plain functions) or on the private loop (async functions)."""
+    _async_cls = _AsyncTransactionProducer
+
+    def __init__(self, group: str, namesrv_addr: str, *, checker, **kwargs):
+        if not callable(checker):
+            raise InvalidArgumentError("checker must be a function of the message returning a LocalTransactionState")
+        super().__init__(group, namesrv_addr, checker=_in_thread(checker), **kwargs)
+
+    def send_in_transaction(self, msg, local_executor, arg=None, **kwargs):
+        if not callable(local_executor):
+            raise InvalidArgumentError("local_executor must be a function (msg, arg) -> LocalTransactionState")
+        return run(self._impl.send_in_transaction(msg, _in_thread(local_executor), arg, **kwargs))
 
 
 class PushConsumer(_Facade):

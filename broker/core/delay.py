@@ -51,9 +51,9 @@ def is_due(deliver_ms: int, now_ms: int, delay_ms: int) -> bool:
     return deliver_ms <= now_ms or deliver_ms > now_ms + delay_ms
 
 
-def from_schedule(props: dict) -> tuple[str, int, str] | None:
-    """(real topic, real queue id, properties to store) for a due message; None when the
-    parked message does not say where it belongs."""
+def real_place(props: dict) -> tuple[str, int] | None:
+    """(REAL_TOPIC, REAL_QID) of a parked message (delayed here, or a transaction's half
+    message); None when it does not say where it belongs."""
     topic = props.get(REAL_TOPIC)
     try:
         qid = int(props.get(REAL_QID, ""))
@@ -61,6 +61,16 @@ def from_schedule(props: dict) -> tuple[str, int, str] | None:
         return None
     if not topic or qid < 0:
         return None
+    return topic, qid
+
+
+def from_schedule(props: dict) -> tuple[str, int, str] | None:
+    """(real topic, real queue id, properties to store) for a due message; None when the
+    parked message does not say where it belongs."""
+    place = real_place(props)
+    if place is None:
+        return None
+    topic, qid = place
     d = dict(props)
     d.pop(DELAY, None)
     d[WAIT] = "false"

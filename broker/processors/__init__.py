@@ -12,13 +12,14 @@ from pocketmq.protocol.codes import RequestCode as R
 
 
 def build_processor_table(ctx: BrokerContext) -> dict:
-    from pocketmq.broker.processors import admin, client_manage as cm, pull, send, send_back
+    from pocketmq.broker.processors import admin, client_manage as cm, end_transaction, pull, send, send_back
     table = {
         R.SEND_MESSAGE: send.process_send,
         R.SEND_MESSAGE_V2: send.process_send,
         R.SEND_BATCH_MESSAGE: send.process_send,
         R.PULL_MESSAGE: pull.process_pull,
         R.CONSUMER_SEND_MSG_BACK: send_back.process_send_back,
+        R.END_TRANSACTION: end_transaction.process_end_transaction,
         R.HEART_BEAT: cm.process_heartbeat,
         R.UNREGISTER_CLIENT: cm.process_unregister_client,
         R.GET_CONSUMER_LIST_BY_GROUP: cm.process_get_consumer_list,

@@ -8,7 +8,7 @@ state that changes (closing) and clocks are callables, read at each call.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 from pocketmq.broker.core.clients import ConsumerManager, ProducerManager
@@ -17,6 +17,7 @@ from pocketmq.broker.core.locks import RebalanceLockManager
 from pocketmq.broker.core.offsets import ConsumerOffsetManager
 from pocketmq.broker.core.subscription_groups import SubscriptionGroupManager
 from pocketmq.broker.core.topics import TopicConfigManager
+from pocketmq.broker.core.transaction import DecidedTransactions
 from pocketmq.broker.store.api import PutMessageResult, Store
 
 if TYPE_CHECKING:
@@ -78,3 +79,6 @@ class BrokerContext:
     unpublished_topics: set[str]
     # subscriptionGroup.json written now (admin changes are acknowledged once durable)
     persist_groups: Callable[[], Awaitable[None]]
+    # transactions decided so far (END_TRANSACTION, discards): rebuilt from the op queue at start
+    transactions: DecidedTransactions = field(default_factory=DecidedTransactions)
+    store_host: tuple[bytes, int] = (b"\x7f\x00\x00\x01", 0)   # born host of the broker's own records

@@ -6,8 +6,10 @@ defaultTopic, queueId legal, sizes; then the append. A send that auto-creates it
 topic is answered only once the topic is in topics.json and registered with every
 nameserver (bounded by registerBrokerTimeoutMills; `_publish_then_send`). Under SYNC_FLUSH the
 reply waits for the group commit covering the record (FLUSH_DISK_TIMEOUT
-after syncFlushTimeout). Responses always carry MSG_REGION and TRACE_ON,
-which Java clients read unconditionally.
+after syncFlushTimeout). A prepared transactional message (sysFlag
+TRANSACTION_PREPARED, TRAN_MSG=true) is stored as a half message (`_send_half`).
+Responses always carry MSG_REGION and TRACE_ON, which Java clients read
+unconditionally.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import zlib
 
 from pocketmq.broker.core.delay import delay_level, to_schedule
 from pocketmq.broker.core.status import put_status_response
+from pocketmq.broker.processors.end_transaction import store_half
 from pocketmq.broker.core.topics import validate_topic
 from pocketmq.broker.store.api import PutMessageStatus
 from pocketmq.common.constants import DLQ_GROUP_TOPIC_PREFIX as DLQ_PREFIX
@@ -31,6 +34,8 @@ from pocketmq.protocol.headers.typed import decode_send_fields
 from pocketmq.protocol.message import PROPERTIES_LENGTH_BYTES_MAX
 
 _PUT_OK = PutMessageStatus.PUT_OK
+_TRANSACTION_MASK = msgcodec.MessageSysFlag.TRANSACTION_MASK
+_PREPARED = msgcodec.MessageSysFlag.TRANSACTION_PREPARED_TYPE
 
 
 def _host_of(conn) -> tuple[bytes, int]:
@@ -129,6 +134,9 @@ def process_send(ctx, conn, cmd):
         wait = "WAIT\x01false" not in props
     else:
         p = props + "\x02" + batch_props if props and not props.endswith("\x02") else props + batch_props
+        if sys_flag & _TRANSACTION_MASK == _PREPARED:
+            return _send_half(ctx, cmd, conn, _group, topic, queue_id, flag, body, p, sys_flag, born_timestamp,
+                              now, reconsume_times)
         store_topic, store_qid = topic, queue_id
         if "DELAY\x01" in p and not topic.startswith(DLQ_PREFIX):
             level = delay_level(p)
@@ -152,6 +160,31 @@ def process_send(ctx, conn, cmd):
            "queueOffset": str(result.queue_offset)}
     ctx.stats.count_put(result)
     if wait and ctx.sync_flush:
+        return _await_flush(ctx, cmd, ext, result.wrote_offset + result.wrote_bytes)
+    return cmd.response(_SUCCESS, None, ext)
+
+
+def _send_half(ctx, cmd, conn, group, topic, queue_id, flag, body, p, sys_flag, born_timestamp, now,
+               reconsume_times):
+    """A prepared transactional message: stored as a half message (end_transaction.py), so
+    no consumer sees it before END_TRANSACTION commits it. The answer names the half
+    message (its queue offset and offsetMsgId are what END_TRANSACTION quotes)."""
+    if ctx.config.rejectTransactionMessage:
+        return _error(ctx, cmd, ResponseCode.NO_PERMISSION,
+                      f"the broker[{ctx.config.brokerIP1}] sending transaction message is forbidden")
+    if f"{msgcodec.TRAN_MSG}\x01true" not in p:
+        return _error(ctx, cmd, ResponseCode.MESSAGE_ILLEGAL,
+                      "sysFlag says TRANSACTION_PREPARED but the property TRAN_MSG is not true")
+    result = store_half(ctx, topic, queue_id, flag, body, p, sys_flag, born_timestamp, _host_of(conn), now,
+                        reconsume_times, group)
+    if result.status is not _PUT_OK:
+        code, remark = put_status_response(result.status, ctx.config.maxMessageSize)
+        return _error(ctx, cmd, code, remark)
+    region, trace_on = ctx.send_ext_region_trace
+    ext = {"MSG_REGION": region, "TRACE_ON": trace_on, "msgId": result.msg_id, "queueId": str(queue_id),
+           "queueOffset": str(result.queue_offset)}
+    ctx.stats.count_put(result)
+    if "WAIT\x01false" not in p and ctx.sync_flush:
         return _await_flush(ctx, cmd, ext, result.wrote_offset + result.wrote_bytes)
     return cmd.response(_SUCCESS, None, ext)
 

@@ -165,3 +165,68 @@ def encode_pull_header(h: PullMessageRequestHeader) -> dict:
     if h.expression_type is not None:
         d["expressionType"] = h.expression_type
     return d
+
+
+# -- transactions (reference 3.6) ------------------------------------------------------------
+
+@dataclass(slots=True)
+class EndTransactionRequestHeader:
+    """END_TRANSACTION (37), producer -> broker. commit_or_rollback takes MessageSysFlag's
+    transaction values: 0 NOT_TYPE (unknown: nothing to do), 8 COMMIT, 12 ROLLBACK."""
+    producer_group: str
+    tran_state_table_offset: int     # the half message's queue offset
+    commit_log_offset: int           # the half message's commit-log offset
+    commit_or_rollback: int
+    from_transaction_check: bool
+    msg_id: str                      # UNIQ_KEY
+    transaction_id: str | None
+
+
+def decode_end_transaction_header(ext: dict) -> EndTransactionRequestHeader:
+    return EndTransactionRequestHeader(
+        producer_group=req_str(ext, "producerGroup"),
+        tran_state_table_offset=req_int(ext, "tranStateTableOffset"),
+        commit_log_offset=req_int(ext, "commitLogOffset"),
+        commit_or_rollback=req_int(ext, "commitOrRollback"),
+        from_transaction_check=parse_bool(ext.get("fromTransactionCheck")),
+        msg_id=req_str(ext, "msgId"),
+        transaction_id=opt_str(ext, "transactionId"),
+    )
+
+
+def encode_end_transaction_header(h: EndTransactionRequestHeader) -> dict:
+    d = {"producerGroup": h.producer_group, "tranStateTableOffset": str(h.tran_state_table_offset),
+         "commitLogOffset": str(h.commit_log_offset), "commitOrRollback": str(h.commit_or_rollback),
+         "fromTransactionCheck": "true" if h.from_transaction_check else "false", "msgId": h.msg_id}
+    if h.transaction_id is not None:
+        d["transactionId"] = h.transaction_id
+    return d
+
+
+@dataclass(slots=True)
+class CheckTransactionStateRequestHeader:
+    """CHECK_TRANSACTION_STATE (39), broker -> producer (oneway); the body is the half
+    message in stored format, with its real topic and queue."""
+    tran_state_table_offset: int
+    commit_log_offset: int
+    msg_id: str | None
+    transaction_id: str | None
+    offset_msg_id: str | None
+
+
+def decode_check_transaction_state_header(ext: dict) -> CheckTransactionStateRequestHeader:
+    return CheckTransactionStateRequestHeader(
+        tran_state_table_offset=req_int(ext, "tranStateTableOffset"),
+        commit_log_offset=req_int(ext, "commitLogOffset"),
+        msg_id=opt_str(ext, "msgId"),
+        transaction_id=opt_str(ext, "transactionId"),
+        offset_msg_id=opt_str(ext, "offsetMsgId"),
+    )
+
+
+def encode_check_transaction_state_header(h: CheckTransactionStateRequestHeader) -> dict:
+    d = {"tranStateTableOffset": str(h.tran_state_table_offset), "commitLogOffset": str(h.commit_log_offset)}
+    for key, v in (("msgId", h.msg_id), ("transactionId", h.transaction_id), ("offsetMsgId", h.offset_msg_id)):
+        if v is not None:
+            d[key] = v
+    return d
