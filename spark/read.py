@@ -99,6 +99,13 @@ async def _pull(inst, r: QueueRange, offset: int, sub_expression: str) -> PullRe
 
 def read_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_data_loss: bool):
     """Yield RecordBatches of the messages of `r` (exactly [start, end), tag-filtered)."""
+    for records in pull_range(namesrv_addr, r, sub_expression, fail_on_data_loss):
+        yield records_to_batch(records, r.broker_name)
+
+
+def pull_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_data_loss: bool):
+    """Yield the decode_records_raw tuples of `r`, one non-empty list per pull (exactly
+    [start, end), tag-filtered): read_range without the Arrow step (bench_spark times it)."""
     from pocketmq.spark.session import run_with_instance
 
     wanted = tag_set(sub_expression)
@@ -132,7 +139,7 @@ def read_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_da
             if wanted is not None:
                 keep = [t for t in keep if _tags_of(t[4]) in wanted]
             if keep:
-                yield records_to_batch(keep, r.broker_name)
+                yield keep
         if res.next_begin_offset <= offset:
             raise RuntimeError(f"pocketmq: pull of {r.topic} {r.broker_name} queue {r.queue_id} at {offset} "
                                f"made no progress ({res})")
