@@ -141,7 +141,7 @@ def plan(namesrv: str, topic: str):
 def phase_pull(namesrv, ranges) -> int:
     from pocketmq.spark.read import pull_range
 
-    return sum(len(recs) for r in ranges for recs in pull_range(namesrv, r, "*", True))
+    return sum(len(part) for r in ranges for parts in pull_range(namesrv, r, "*", True) for part in parts)
 
 
 def phase_arrow(namesrv, ranges) -> int:
@@ -157,8 +157,8 @@ def decode_cost_us(namesrv, ranges, rounds: int = 3) -> float:
     from pocketmq.spark.read import PULL_BATCH, pull_range
 
     bodies = []
-    for recs in pull_range(namesrv, ranges[0]._replace(end=min(ranges[0].end, ranges[0].start + 4 * PULL_BATCH)),
-                           "*", True):
+    first = ranges[0]._replace(end=min(ranges[0].end, ranges[0].start + 4 * PULL_BATCH))
+    for recs in (part for parts in pull_range(namesrv, first, "*", True) for part in parts):
         bodies.append(b"".join(msgcodec.encode_record(
             t[0], t[2], t[5], t[1], t[4], t[6], t[8], t[9], t[11], t[12], t[13], t[3], t[7], t[10]) for t in recs))
     rows = sum(len(msgcodec.decode_records_raw(b)) for b in bodies)
