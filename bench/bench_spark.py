@@ -12,6 +12,8 @@ send_batch) into a fresh topic, then times four phases over all of it:
   +arrow    the same plus records_to_batch (spark.read.read_range: decode + Arrow batches)
   count     spark.read.format("pocketmq")...load().count() on local[2]
   parquet   the same DataFrame written to Parquet
+  stream    (--stream-cap N) readStream, trigger(availableNow=True), maxOffsetsPerTrigger=N,
+            noop sink: the overhead per micro-batch against the batch count()
 
 For each: rows/s (wall) and CPU µs per row: this process (all threads; getrusage) for
 the in-process phases, the Spark JVM and its Python workers (/proc) for the Spark phases,
@@ -28,6 +30,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -193,6 +196,25 @@ def reader(spark, namesrv, topic, ending: dict | None = None):
     return r.load()
 
 
+def phase_stream(spark, namesrv, topic, cap: int, out_dir: str, meters):
+    """readStream with trigger(availableNow=True) and maxOffsetsPerTrigger=cap into the
+    noop sink: (rows, micro-batches, Meter), or None when this tree has no streaming reader."""
+    try:
+        df = (spark.readStream.format("pocketmq").option("namesrvAddr", namesrv).option("subscribe", topic)
+              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(cap)).load())
+    except Exception as e:      # the batch-only source: pyspark says the source cannot stream
+        print(f"stream: not measured ({type(e).__name__}: {str(e).splitlines()[0][:160]})", flush=True)
+        return None
+    with Meter(meters) as m:
+        q = (df.writeStream.format("noop").trigger(availableNow=True)
+             .option("checkpointLocation", os.path.join(out_dir, "checkpoint")).start())
+        q.awaitTermination()
+    if q.exception() is not None:
+        raise RuntimeError(f"stream failed: {q.exception()}")
+    progress = [p for p in q.recentProgress if p["numInputRows"]]
+    return sum(p["numInputRows"] for p in progress), len(progress), m
+
+
 def row(name, n, m: Meter, cpu_us: float) -> dict:
     out = {"phase": name, "rows": n, "wall_s": round(m.wall, 3), "rows_per_s": round(n / m.wall),
            "cpu_us_per_row": round(cpu_us, 2)}
@@ -242,6 +264,20 @@ def run(namesrv: str, broker_pids: list[int], args) -> dict:
             n = spark.read.parquet(os.path.join(out_dir, "out")).count()
             assert n == args.messages, f"parquet holds {n} rows"
             phases.append(row("spark parquet", n, m, m.other["spark"] / n * 1e6))
+            if args.stream_cap:
+                got = phase_stream(spark, namesrv, topic, args.stream_cap, out_dir, meters)
+                if got is not None:
+                    n, batches, m = got
+                    p = row("spark stream availableNow", n, m, m.other["spark"] / n * 1e6)
+                    count = next(x for x in phases if x["phase"] == "spark count()")
+                    p["micro_batches"] = batches
+                    p["overhead_ms_per_micro_batch"] = round((m.wall - count["wall_s"]) / batches * 1000, 1)
+                    p["overhead_cpu_ms_per_micro_batch"] = round(
+                        (m.other["spark"] - count["cpu_us_per_row"] * n / 1e6) / batches * 1000, 1)
+                    print(f"stream: {batches} micro-batches of <= {args.stream_cap}: "
+                          f"{p['overhead_ms_per_micro_batch']} ms wall and {p['overhead_cpu_ms_per_micro_batch']} "
+                          "ms Spark CPU per micro-batch beyond the batch count()", flush=True)
+                    phases.append(p)
         finally:
             spark.stop()
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -267,8 +303,12 @@ def main(argv=None):
     ap.add_argument("--namesrv", help="use a running cluster (broker CPU is then not measured)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--no-spark", action="store_true", help="only the in-process phases")
+    ap.add_argument("--stream-cap", type=int, default=0,
+                    help="also time a readStream availableNow run with maxOffsetsPerTrigger=N (noop sink)")
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args(argv)
+    # a kill (timeout, ^C from a wrapper) still stops the daemons and removes the temp dirs
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     before = loopback_echo_rtt_us()
     print(f"calibration before: loopback_echo_rtt_us={before:.1f}", flush=True)
