@@ -292,7 +292,7 @@ def run(namesrv: str, broker_pids: list[int], args) -> dict:
             split[f"spark, {name[6:]} (JVM + workers beyond our read)"] = \
                 by[name]["cpu_us_per_row"] - by["pull+arrow"]["cpu_us_per_row"]
     print("CPU µs per row: " + ", ".join(f"{k} {v:.2f}" for k, v in split.items() if v is not None), flush=True)
-    out.update(phases=phases, split_cpu_us_per_row=split)
+    out.update(phases=phases, split_cpu_us_per_row={k: None if v is None else round(v, 2) for k, v in split.items()})
     return out
 
 
