@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -174,17 +175,19 @@ def decode_cost_us(namesrv, ranges, rounds: int = 3) -> float:
     return best / rows * 1e6
 
 
+SPARK_CONF = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+              "spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"}
+
+
 def spark_session(master: str):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    s = (SparkSession.builder.master(master).appName("pocketmq-bench")
-         .config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "false")
-         .config("spark.sql.shuffle.partitions", "2")
-         .config("spark.sql.session.timeZone", "UTC")
-         .getOrCreate())
+    builder = SparkSession.builder.master(master).appName("pocketmq-bench")
+    for key, value in SPARK_CONF.items():
+        builder = builder.config(key, value)
+    s = builder.getOrCreate()
     s.sparkContext.setLogLevel("ERROR")
     return s
 
@@ -239,7 +242,7 @@ def run(namesrv: str, broker_pids: list[int], args) -> dict:
 
     decode_us = decode_cost_us(namesrv, ranges)
     for name, fn in (("pull", phase_pull), ("pull+arrow", phase_arrow)):
-        phase_pull(namesrv, ranges[:1])                 # warm connections and page cache
+        fn(namesrv, [ranges[0]._replace(end=min(ranges[0].end, ranges[0].start + 100))])   # warm-up
         with Meter(broker_cpu) as m:
             n = fn(namesrv, ranges)
         assert n == args.messages, f"{name}: {n} rows"
@@ -296,6 +299,24 @@ def run(namesrv: str, broker_pids: list[int], args) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def cluster_or(namesrv: str | None):
+    """(nameserver address, broker pids): the given cluster (its broker's CPU unknown), or
+    a fresh mqnamesrv + mqbroker in a temp dir, stopped and removed afterwards."""
+    if namesrv:
+        yield namesrv, []
+        return
+    from tests.support.daemons import Cluster
+
+    root = tempfile.mkdtemp(prefix="bench-spark-")
+    cluster = Cluster(root).start()
+    try:
+        yield cluster.namesrv_addr, [cluster.broker.proc.pid]
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=200_000)
@@ -310,26 +331,16 @@ def main(argv=None):
     # a kill (timeout, ^C from a wrapper) still stops the daemons and removes the temp dirs
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
-    before = loopback_echo_rtt_us()
-    print(f"calibration before: loopback_echo_rtt_us={before:.1f}", flush=True)
-    if args.namesrv:
-        result = run(args.namesrv, [], args)
-    else:
-        from tests.support.daemons import Cluster
-        root = tempfile.mkdtemp(prefix="bench-spark-")
-        cluster = Cluster(root).start()
-        try:
-            result = run(cluster.namesrv_addr, [cluster.broker.proc.pid], args)
-        finally:
-            cluster.stop()
-            shutil.rmtree(root, ignore_errors=True)
-    after = loopback_echo_rtt_us()
-    print(f"calibration after: loopback_echo_rtt_us={after:.1f}", flush=True)
-    result["calibration_rtt_us"] = {"before": before, "after": after}
+    calibration = {"before": loopback_echo_rtt_us()}
+    print(f"calibration before: loopback_echo_rtt_us={calibration['before']:.1f}", flush=True)
+    with cluster_or(args.namesrv) as (namesrv, broker_pids):
+        result = run(namesrv, broker_pids, args)
+    calibration["after"] = loopback_echo_rtt_us()
+    print(f"calibration after: loopback_echo_rtt_us={calibration['after']:.1f}", flush=True)
+    result["calibration_rtt_us"] = calibration
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
-
 
 if __name__ == "__main__":
     main()
