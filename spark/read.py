@@ -14,6 +14,8 @@ decode_properties path by tests/spark/test_pure.py.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -198,9 +200,54 @@ _GO_ON = (PullResult.FOUND, PullResult.NO_MATCHED_MSG)
 
 def read_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_data_loss: bool):
     """Yield RecordBatches of the messages of `r` (exactly [start, end), tag-filtered), about
-    BATCH_ROWS rows each (Arrow's and Spark's costs per batch are fixed: few large batches)."""
-    for records in pull_range(namesrv_addr, r, sub_expression, fail_on_data_loss):
-        yield records_to_batch(records, r.broker_name)
+    BATCH_ROWS rows each (Arrow's and Spark's costs per batch are fixed: few large batches),
+    made READ_AHEAD batches ahead by a thread while Spark consumes the previous ones."""
+    batches = (records_to_batch(parts, r.broker_name)
+               for parts in pull_range(namesrv_addr, r, sub_expression, fail_on_data_loss))
+    return read_ahead(batches, READ_AHEAD)
+
+
+READ_AHEAD = 2
+_END = object()
+
+
+def read_ahead(items, depth: int):
+    """Yield what the iterator `items` yields, computed by a thread up to `depth` items
+    ahead: the Spark worker's main thread spends its time writing batches to the JVM (the
+    GIL released), which the next pull and conversion can use. An exception of `items` is
+    raised here, in order; closing this generator stops the thread after its current item."""
+    q: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for item in items:
+                q.put((item, None))
+                if stop.is_set():
+                    return
+            q.put((_END, None))
+        except BaseException as e:      # handed to the consumer, which raises it
+            if not stop.is_set():
+                q.put((_END, e))
+
+    threading.Thread(target=produce, name="pocketmq-read-ahead", daemon=True).start()
+    try:
+        while True:
+            item, error = q.get()
+            if item is _END:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        # a consumer that stops early: free a slot so a blocked put returns, and the
+        # producer sees `stop` after it (it puts at most one more item)
+        stop.set()
+        while True:
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                break
 
 
 def pull_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_data_loss: bool,

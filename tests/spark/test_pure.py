@@ -187,3 +187,41 @@ def _user_names(text: str) -> list[str]:
         if 0 < i < len(chunk) - 1 and chunk[:i] not in msgcodec.SYSTEM_PROPERTY_KEYS:
             out.append(chunk[:i])
     return out
+
+
+def test_read_ahead_keeps_order_raises_in_order_and_stops_when_closed():
+    import threading
+
+    from pocketmq.spark.read import read_ahead
+
+    assert list(read_ahead(iter(range(50)), 2)) == list(range(50))
+    assert list(read_ahead(iter(()), 2)) == []
+
+    def failing():
+        yield 1
+        yield 2
+        raise ValueError("offsets 5..9 are gone")
+    got = []
+    with pytest.raises(ValueError, match="offsets 5..9 are gone"):
+        for x in read_ahead(failing(), 3):
+            got.append(x)
+    assert got == [1, 2]
+
+    produced = []
+    finished = threading.Event()
+
+    def endless():
+        try:
+            i = 0
+            while True:
+                produced.append(i)
+                yield i
+                i += 1
+        finally:
+            finished.set()
+    gen = read_ahead(endless(), 2)
+    assert [next(gen), next(gen), next(gen)] == [0, 1, 2]
+    gen.close()
+    # the producer stops after at most the items the queue held plus the one it was making
+    assert finished.wait(10)
+    assert len(produced) <= 3 + 2 + 2
