@@ -9,7 +9,8 @@ Speed (bench/bench_spark.py, docs/benchmarks.md "Spark source"): the records of 
 pulls (one coroutine on the client's loop) make one batch of about BATCH_ROWS rows; the
 fields are transposed in C and handed to pyarrow as columns; the properties texts of the
 whole batch are parsed by pyarrow.compute (properties_columns), pinned to the per-row
-decode_properties path by tests/spark/test_pure.py.
+decode_properties path by tests/spark/test_pure.py. read_range makes the batches two ahead
+in a thread (read_ahead) while the Spark worker writes the previous ones to the JVM.
 """
 from __future__ import annotations
 
