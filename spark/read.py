@@ -5,15 +5,21 @@ LitePullConsumer: a range read must stop exactly at its end offset, and the cons
 fetcher prefetches past it and rebalances; a pull request asks for at most `end - offset`
 messages and every record at or past `end` is dropped.
 
-Columns are built as Python lists per column (one pass over the raw tuples) and handed to
-pyarrow once per pull; properties are decoded once per record (tags, keys, UNIQ_KEY and the
-user properties all come from that text).
+Speed (bench/bench_spark.py, docs/benchmarks.md "Spark source"): the records of several
+pulls (one coroutine on the client's loop) make one batch of about BATCH_ROWS rows; the
+fields are transposed in C and handed to pyarrow as columns; the properties texts of the
+whole batch are parsed by pyarrow.compute (properties_columns), pinned to the per-row
+decode_properties path by tests/spark/test_pure.py. read_range makes the batches two ahead
+in a thread (read_ahead) while the Spark worker writes the previous ones to the JVM.
 """
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pocketmq.client.api import PullResult
 from pocketmq.protocol.bodies import MessageQueue
@@ -33,110 +39,275 @@ from pocketmq.spark.schema import ARROW_SCHEMA
 
 log = logging.getLogger("pocketmq.spark")
 
-PULL_BATCH = 512
+# Messages asked per pull: the broker caps a pull at maxTransferCountOnMessageInMemory
+# (1024) and maxTransferBytesOnMessageInMemory (256 KiB: ~800 records of 128 B bodies).
+PULL_BATCH = 1024
+# Rows per Arrow batch: several pulls go into one (pyarrow.compute's and Spark's costs are
+# per batch, and so is the hop to the client's loop: _pulls does a batch's pulls at once).
+BATCH_ROWS = 8192
 
 
-def records_to_batch(records: list[tuple], broker_name: str) -> pa.RecordBatch:
-    """decode_records_raw tuples -> one RecordBatch of ARROW_SCHEMA. The fixed fields are
-    transposed in C (zip(*records)) and handed to pyarrow as columns; only the properties
-    text (tags, keys, UNIQ_KEY, user properties) and the hosts need a Python step per row."""
-    n = len(records)
-    cols = list(zip(*records)) if n else [()] * 16
-    props_texts = cols[4]
-    msg_ids, tags, keys, born_hosts = [], [], [], []
-    map_offsets = [0]
-    map_keys: list[str] = []
-    map_vals: list[str] = []
-    hosts: dict[tuple, str] = {}
+_SYSTEM_KEYS = None      # pa.array of SYSTEM_PROPERTY_KEYS, made on first use (pyarrow loads lazily in workers)
+
+
+def _system_keys() -> pa.Array:
+    global _SYSTEM_KEYS
+    if _SYSTEM_KEYS is None:
+        _SYSTEM_KEYS = pa.array(sorted(SYSTEM_PROPERTY_KEYS), pa.string())
+    return _SYSTEM_KEYS
+
+
+def _entry_offsets(row_offsets: pa.Array, keep: pa.Array) -> pa.Array:
+    """Offsets of a list array after filtering its entries by `keep` (boolean, one per
+    entry): the number of kept entries before each row boundary."""
+    kept = pc.cumulative_sum(keep.cast(pa.int32()))
+    return pc.take(pa.concat_arrays([pa.array([0], pa.int32()), kept]), row_offsets)
+
+
+def properties_columns(texts: pa.Array) -> tuple[pa.MapArray, pa.MapArray]:
+    """Properties texts (one per row) -> (every property, user properties only) as map
+    arrays, with decode_properties' rules applied by pyarrow.compute over all rows at once:
+    chunks split on \x02, a chunk kept only when its first \x01 is neither its first nor
+    its last char (name before it, value after it). The first map may hold a name twice
+    (look it up with occurrence "last": later duplicates win); the user map is exactly
+    decode_properties' dict minus SYSTEM_PROPERTY_KEYS, in its order (rows whose user
+    properties repeat a name are rebuilt from decode_properties)."""
+    chunk_lists = pc.split_pattern(texts, "\x02")
+    chunks = chunk_lists.flatten()
+    pairs = pc.split_pattern(chunks, "\x01", max_splits=1)     # [name, value] or [chunk]
+    pair_offsets = pairs.offsets
+    flat = pairs.flatten()
+    first = pair_offsets.slice(0, len(pairs))
+    two = pc.equal(pc.list_value_length(pairs), 2)
+    names = pc.take(flat, first)
+    values = pc.take(flat, pc.if_else(two, pc.add(first, 1), first))
+    valid = pc.and_(pc.and_(two, pc.greater(pc.binary_length(names), 0)),
+                    pc.greater(pc.binary_length(values), 0))
+    row_offsets = chunk_lists.offsets
+    names = pc.filter(names, valid)
+    values = pc.filter(values, valid)
+    all_offsets = _entry_offsets(row_offsets, valid)
+    everything = pa.MapArray.from_arrays(all_offsets, names, values)
+    user = pc.invert(pc.is_in(names, value_set=_system_keys()))
+    user_offsets = _entry_offsets(all_offsets, user)
+    user_names = pc.filter(names, user)
+    user_values = pc.filter(values, user)
+    user_map = pa.MapArray.from_arrays(user_offsets, user_names, user_values)
+    if len(user_names) > 1 and _has_duplicate_names(user_offsets, user_names):
+        user_map = _user_map_plain(texts.to_pylist())
+    return everything, user_map
+
+
+def _has_duplicate_names(offsets: pa.Array, names: pa.Array) -> bool:
+    """Whether some row's entries repeat a name (rows of one entry cannot)."""
+    lists = pa.ListArray.from_arrays(offsets, names)
+    if pc.max(pc.list_value_length(lists)).as_py() <= 1:
+        return False
+    pairs = pa.table({"row": pc.list_parent_indices(lists), "name": names})
+    return pairs.group_by(["row", "name"]).aggregate([]).num_rows < len(names)
+
+
+def _user_map_plain(texts: list[str]) -> pa.MapArray:
+    """The user-properties map column row by row (decode_properties' dict order): the
+    reference properties_columns is pinned to, and its path for rows repeating a name."""
     system = SYSTEM_PROPERTY_KEYS
-    for i in range(n):
-        text = props_texts[i]
-        props = decode_properties(text) if text else {}
-        uniq = props.get(UNIQ_KEY)
-        if uniq:
-            msg_ids.append(uniq)
-        else:
-            r = records[i]
-            msg_ids.append(offset_msg_id(r[11][0], r[11][1], r[7]))
-        tags.append(props.get(TAGS))
-        keys.append(props.get(KEYS))
-        h = cols[9][i]
-        host = hosts.get(h)
-        if host is None:
-            host = hosts[h] = format_host(h[0], h[1])
-        born_hosts.append(host)
-        for k, v in props.items():
+    offsets = [0]
+    keys: list[str] = []
+    vals: list[str] = []
+    for text in texts:
+        for k, v in decode_properties(text).items():
             if k not in system:
-                map_keys.append(k)
-                map_vals.append(v)
-        map_offsets.append(len(map_keys))
+                keys.append(k)
+                vals.append(v)
+        offsets.append(len(keys))
+    return pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(keys, pa.string()),
+                                   pa.array(vals, pa.string()))
+
+
+def records_to_batch(records, broker_name: str) -> pa.RecordBatch:
+    """decode_records_raw tuples -> one RecordBatch of ARROW_SCHEMA. `records` is a list of
+    tuples or a list of such lists (the pulls of one batch: each is transposed on its own,
+    which keeps the C-level zip(*records) in the CPU cache). The fields are handed to
+    pyarrow as columns; the properties texts of all rows are parsed at once by
+    pyarrow.compute (properties_columns: tags, keys, UNIQ_KEY and the user map from it).
+    Python steps per row remain only for the hosts (one dict lookup each) and for the
+    offset msg id of rows without a UNIQ_KEY."""
+    cols = _columns(records)
+    n = len(cols[0])
+    if not n:
+        return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)
+    everything, user_map = properties_columns(pa.array(cols[4], pa.string()))
+    msg_ids = pc.map_lookup(everything, UNIQ_KEY, "last")
+    if msg_ids.null_count:
+        missing = pc.is_null(msg_ids)
+        store_hosts, clo = cols[11], cols[7]
+        fallback = [offset_msg_id(store_hosts[i][0], store_hosts[i][1], clo[i])
+                    for i in pc.indices_nonzero(missing).to_pylist()]
+        msg_ids = pc.replace_with_mask(msg_ids, missing, pa.array(fallback, pa.string()))
+    hosts = {h: format_host(h[0], h[1]) for h in set(cols[9])}
     ts = pa.timestamp("us", tz="UTC")
     ms = pa.timestamp("ms", tz="UTC")
     arrays = [
         pa.array(cols[0], pa.string()),
-        pa.array([broker_name] * n, pa.string()),
+        pa.repeat(pa.scalar(broker_name, pa.string()), n),
         pa.array(cols[2], pa.int32()),
         pa.array(cols[3], pa.int64()),
-        pa.array(msg_ids, pa.string()),
-        pa.array(tags, pa.string()),
-        pa.array(keys, pa.string()),
+        msg_ids,
+        pc.map_lookup(everything, TAGS, "last"),
+        pc.map_lookup(everything, KEYS, "last"),
         pa.array(cols[1], pa.binary()),
-        pa.MapArray.from_arrays(pa.array(map_offsets, pa.int32()), pa.array(map_keys, pa.string()),
-                                pa.array(map_vals, pa.string())),
+        user_map,
         pa.array(cols[8], pa.int64()).cast(ms).cast(ts),
         pa.array(cols[10], pa.int64()).cast(ms).cast(ts),
-        pa.array(born_hosts, pa.string()),
+        pa.array(list(map(hosts.__getitem__, cols[9])), pa.string()),
         pa.array(cols[12], pa.int32()),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
-async def _pull(inst, r: QueueRange, offset: int, sub_expression: str) -> PullResult:
+def _columns(records) -> list:
+    """Records (or lists of records) -> 16 column lists."""
+    if not records or type(records[0]) is tuple:
+        records = [records]
+    cols: list = [[] for _ in range(16)]
+    for part in records:
+        if part:
+            for col, values in zip(cols, zip(*part)):
+                col.extend(values)
+    return cols
+
+
+async def _pulls(inst, r: QueueRange, offset: int, sub_expression: str, rows: int) -> list[PullResult]:
+    """Pulls of `r` from `offset` on, in one coroutine (one hop to the client's loop for
+    several pulls): until `rows` records came, the range's end, or a result the caller must
+    judge (not FOUND / NO_MATCHED_MSG, no progress, the queue's min past the offset)."""
     mq = MessageQueue(r.topic, r.broker_name, r.queue_id)
     addr = await inst.master_addr_refreshing(r.broker_name, r.topic)
-    return await pull_raw(inst.api, addr, mq, offset, min(PULL_BATCH, r.end - offset), sub_expression)
+    out = []
+    got = 0
+    while True:
+        res = await pull_raw(inst.api, addr, mq, offset, min(PULL_BATCH, r.end - offset), sub_expression)
+        out.append(res)
+        got += len(res.records)
+        nxt = res.next_begin_offset
+        if (res.status not in _GO_ON or nxt <= offset or nxt >= r.end or got >= rows
+                or res.min_offset > offset):
+            return out
+        offset = nxt
+
+
+_GO_ON = (PullResult.FOUND, PullResult.NO_MATCHED_MSG)
 
 
 def read_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_data_loss: bool):
-    """Yield RecordBatches of the messages of `r` (exactly [start, end), tag-filtered)."""
+    """Yield RecordBatches of the messages of `r` (exactly [start, end), tag-filtered), about
+    BATCH_ROWS rows each (Arrow's and Spark's costs per batch are fixed: few large batches),
+    made READ_AHEAD batches ahead by a thread while Spark consumes the previous ones."""
+    batches = (records_to_batch(parts, r.broker_name)
+               for parts in pull_range(namesrv_addr, r, sub_expression, fail_on_data_loss))
+    return read_ahead(batches, READ_AHEAD)
+
+
+READ_AHEAD = 2
+_END = object()
+
+
+def read_ahead(items, depth: int):
+    """Yield what the iterator `items` yields, computed by a thread up to `depth` items
+    ahead: the Spark worker's main thread spends its time writing batches to the JVM (the
+    GIL released), which the next pull and conversion can use. An exception of `items` is
+    raised here, in order; closing this generator stops the thread after its current item."""
+    q: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for item in items:
+                q.put((item, None))
+                if stop.is_set():
+                    return
+            q.put((_END, None))
+        except BaseException as e:      # handed to the consumer, which raises it
+            if not stop.is_set():
+                q.put((_END, e))
+
+    threading.Thread(target=produce, name="pocketmq-read-ahead", daemon=True).start()
+    try:
+        while True:
+            item, error = q.get()
+            if item is _END:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        # a consumer that stops early: free a slot so a blocked put returns, and the
+        # producer sees `stop` after it (it puts at most one more item)
+        stop.set()
+        while True:
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                break
+
+
+def pull_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_data_loss: bool,
+               rows: int | None = None):
+    """Yield the decode_records_raw tuples of `r` (exactly [start, end), tag-filtered) in
+    batches of about `rows` (BATCH_ROWS) records, each a list of non-empty lists (one per
+    pull): read_range without the Arrow step (bench_spark times it)."""
     from pocketmq.spark.session import run_with_instance
 
     wanted = tag_set(sub_expression)
+    rows = rows or BATCH_ROWS
     offset = r.start
     while offset < r.end:
-        res = run_with_instance(namesrv_addr, lambda inst, o=offset: _pull(inst, r, o, sub_expression))
-        if res.status == PullResult.OFFSET_ILLEGAL or (res.min_offset > offset and res.status != PullResult.FOUND):
-            if res.min_offset > offset:
-                msg = data_loss_message(r.topic, r.broker_name, r.queue_id, offset, res.min_offset)
-                if fail_on_data_loss:
-                    raise DataLossError(msg)
-                log.warning("%s; skipping them (failOnDataLoss=false)", msg)
-                offset = res.min_offset
-                continue
-            raise RuntimeError(f"pocketmq: offset {offset} of {r.topic} {r.broker_name} queue {r.queue_id} "
-                               f"is illegal (queue holds {res.min_offset}..{res.max_offset})")
-        if res.status == PullResult.NO_NEW_MSG:
-            # the range was planned below the max offset: nothing new means the data vanished
-            raise RuntimeError(f"pocketmq: {r.topic} {r.broker_name} queue {r.queue_id} has no message at "
-                               f"offset {offset} (max {res.max_offset}) though {r.end} was planned")
-        records = res.records
-        if records:
-            first = records[0][3]
-            if first > offset and wanted is None:
-                # with `*` the broker skips nothing: a gap is data that retention deleted
-                msg = data_loss_message(r.topic, r.broker_name, r.queue_id, offset, first)
-                if fail_on_data_loss:
-                    raise DataLossError(msg)
-                log.warning("%s; skipping them (failOnDataLoss=false)", msg)
-            keep = [t for t in records if t[3] < r.end and t[3] >= offset]
-            if wanted is not None:
-                keep = [t for t in keep if _tags_of(t[4]) in wanted]
+        results = run_with_instance(namesrv_addr, lambda inst, o=offset: _pulls(inst, r, o, sub_expression, rows))
+        parts = []
+        for res in results:
+            keep, offset = _judge(res, r, offset, wanted, fail_on_data_loss)
             if keep:
-                yield records_to_batch(keep, r.broker_name)
-        if res.next_begin_offset <= offset:
-            raise RuntimeError(f"pocketmq: pull of {r.topic} {r.broker_name} queue {r.queue_id} at {offset} "
-                               f"made no progress ({res})")
-        offset = res.next_begin_offset
+                parts.append(keep)
+        if parts:
+            yield parts
+
+
+def _judge(res: PullResult, r: QueueRange, offset: int, wanted, fail_on_data_loss: bool) -> tuple[list, int]:
+    """One pull result at `offset`: (the records of r to keep, the next offset). Raises on
+    data loss (failOnDataLoss) and on a pull that contradicts the plan."""
+    if res.status == PullResult.OFFSET_ILLEGAL or (res.min_offset > offset and res.status != PullResult.FOUND):
+        if res.min_offset > offset:
+            msg = data_loss_message(r.topic, r.broker_name, r.queue_id, offset, res.min_offset)
+            if fail_on_data_loss:
+                raise DataLossError(msg)
+            log.warning("%s; skipping them (failOnDataLoss=false)", msg)
+            return [], res.min_offset
+        raise RuntimeError(f"pocketmq: offset {offset} of {r.topic} {r.broker_name} queue {r.queue_id} "
+                           f"is illegal (queue holds {res.min_offset}..{res.max_offset})")
+    if res.status == PullResult.NO_NEW_MSG:
+        # the range was planned below the max offset: nothing new means the data vanished
+        raise RuntimeError(f"pocketmq: {r.topic} {r.broker_name} queue {r.queue_id} has no message at "
+                           f"offset {offset} (max {res.max_offset}) though {r.end} was planned")
+    records = res.records
+    keep: list = []
+    if records:
+        first = records[0][3]
+        if first > offset and wanted is None:
+            # with `*` the broker skips nothing: a gap is data that retention deleted
+            msg = data_loss_message(r.topic, r.broker_name, r.queue_id, offset, first)
+            if fail_on_data_loss:
+                raise DataLossError(msg)
+            log.warning("%s; skipping them (failOnDataLoss=false)", msg)
+        if first >= offset and records[-1][3] < r.end:
+            keep = records          # one queue's records come in offset order: all inside
+        else:
+            keep = [t for t in records if t[3] < r.end and t[3] >= offset]
+        if wanted is not None:
+            keep = [t for t in keep if _tags_of(t[4]) in wanted]
+    if res.next_begin_offset <= offset:
+        raise RuntimeError(f"pocketmq: pull of {r.topic} {r.broker_name} queue {r.queue_id} at {offset} "
+                           f"made no progress ({res})")
+    return keep, res.next_begin_offset
 
 
 def _tags_of(props_text: str) -> str | None:

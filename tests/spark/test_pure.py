@@ -282,3 +282,139 @@ def test_stream_reader_queue_that_went_back():
     assert [(p.value.queue_id, p.value.broker_name, p.value.start, p.value.end)
             for p in lax.partitions(start, end)] == [(0, "b", 7, 9)]
     assert lax.latestOffset(end, ReadAllAvailable()) == offsets_to_json({a: 3, b: 9})
+
+
+# -- records_to_batch's vectorised properties, pinned to the per-row decode_properties path
+
+_TRICKY_PROPERTIES = [
+    "", "a\x01b", "\x01x", "x\x01", "\x01", "\x02", "\x02\x02", "a\x01b\x01c", "a\x01b\x02", "\x02a\x01b",
+    "a\x011\x02a\x012", "a\x011\x02b\x012\x02a\x013", "TAGS\x01t1\x02TAGS\x01t2", "UNIQ_KEY\x01",
+    "UNIQ_KEY\x01\x02KEYS\x01k1 k2", "ключ\x01значение\x02é\x01ü\x02TAGS\x01標籤", "n\nl\x01v\nw\x02\x01\x01\x01",
+    "KEYS\x01k\x02WAIT\x01true\x02color\x01red\x02UNIQ_KEY\x01U9\x02TAGS\x01x\x02",
+    "TAGS\x01\x02TAGS\x01late", "a\x01\x02a\x01b", "\x01a\x01b\x02c\x01\x01",
+]
+
+
+def _fuzz_properties(seed: int, rows: int) -> list[str]:
+    import random
+
+    rnd = random.Random(seed)
+    atoms = ["a", "b", "\x01", "\x02", "é", "TAGS", "KEYS", "UNIQ_KEY", "WAIT", "x y", "\x01\x01", "😀"]
+    return ["".join(rnd.choice(atoms) for _ in range(rnd.randrange(0, 12))) for _ in range(rows)]
+
+
+def _raw_records(texts: list[str]) -> list[tuple]:
+    host = (b"\x7f\x00\x00\x01", 1234)
+    store = (b"\x0a\x00\x00\x02", 10911)
+    return [("T", bytes([i % 256]) * (i % 5), 3, 100 + i, text, 0, 0, 1000 * i, 1_000 + i,
+             host if i % 3 else (b"\x00" * 15 + b"\x01", 99), 2_000 + i, store, i % 4, 0, 0, 0)
+            for i, text in enumerate(texts)]
+
+
+def _expected_columns(records: list[tuple], broker_name: str) -> dict:
+    """The plain construction: decode_properties per row."""
+    cols: dict = {name: [] for name in ("msg_id", "tags", "keys", "properties", "born_host", "body",
+                                        "queue_offset", "reconsume_times", "broker_name")}
+    for t in records:
+        props = msgcodec.decode_properties(t[4])
+        cols["msg_id"].append(props.get("UNIQ_KEY") or msgcodec.offset_msg_id(t[11][0], t[11][1], t[7]))
+        cols["tags"].append(props.get("TAGS"))
+        cols["keys"].append(props.get("KEYS"))
+        cols["properties"].append([(k, v) for k, v in props.items() if k not in msgcodec.SYSTEM_PROPERTY_KEYS])
+        cols["born_host"].append(msgcodec.format_host(*t[9]))
+        cols["body"].append(t[1])
+        cols["queue_offset"].append(t[3])
+        cols["reconsume_times"].append(t[12])
+        cols["broker_name"].append(broker_name)
+    return cols
+
+
+@pytest.mark.parametrize("texts", [_TRICKY_PROPERTIES, _fuzz_properties(1, 500), _fuzz_properties(2, 3000),
+                                   ["TAGS\x01a\x02KEYS\x01k\x02UNIQ_KEY\x01U\x02c\x01d"] * 50, [""] * 7],
+                         ids=["tricky", "fuzz500", "fuzz3000", "uniform", "empty"])
+def test_records_to_batch_matches_decode_properties(texts):
+    from pocketmq.spark.read import records_to_batch
+    from pocketmq.spark.schema import ARROW_SCHEMA
+
+    records = _raw_records(texts)
+    b = records_to_batch(records, "broker-x")
+    assert b.schema == ARROW_SCHEMA and b.num_rows == len(records)
+    got = b.to_pydict()
+    for name, want in _expected_columns(records, "broker-x").items():
+        assert got[name] == want, name
+
+
+def test_properties_map_is_vectorised_without_duplicate_names(monkeypatch):
+    """Rows whose user properties never repeat a name take the pyarrow.compute path only
+    (the per-row rebuild is for repeats), and it gives decode_properties' dicts."""
+    import pyarrow.compute as pc
+
+    from pocketmq.spark import read
+
+    texts = [t for t in _fuzz_properties(3, 2000) if t]
+    texts = [t for t in texts if len(_user_names(t)) == len(set(_user_names(t)))] + _TRICKY_PROPERTIES[:10]
+    assert any(len(_user_names(t)) > 1 for t in texts)
+    want = read._user_map_plain(texts)
+
+    def refuse(_texts):
+        raise AssertionError("per-row path taken")
+    monkeypatch.setattr(read, "_user_map_plain", refuse)
+    everything, user = read.properties_columns(pa.array(texts, pa.string()))
+    assert user.to_pylist() == want.to_pylist()
+    for key in ("TAGS", "KEYS", "UNIQ_KEY", "a"):
+        looked_up = pc.map_lookup(everything, key, "last").to_pylist()
+        assert looked_up == [msgcodec.decode_properties(t).get(key) for t in texts], key
+
+
+def test_properties_with_repeated_user_names_keep_dict_order():
+    from pocketmq.spark.read import properties_columns
+
+    _, user = properties_columns(pa.array(["a\x011\x02b\x012\x02a\x013", "b\x01x", "c\x011\x02c\x012"], pa.string()))
+    assert user.to_pylist() == [[("a", "3"), ("b", "2")], [("b", "x")], [("c", "2")]]
+
+
+def _user_names(text: str) -> list[str]:
+    out = []
+    for chunk in text.split("\x02"):
+        i = chunk.find("\x01")
+        if 0 < i < len(chunk) - 1 and chunk[:i] not in msgcodec.SYSTEM_PROPERTY_KEYS:
+            out.append(chunk[:i])
+    return out
+
+
+def test_read_ahead_keeps_order_raises_in_order_and_stops_when_closed():
+    import threading
+
+    from pocketmq.spark.read import read_ahead
+
+    assert list(read_ahead(iter(range(50)), 2)) == list(range(50))
+    assert list(read_ahead(iter(()), 2)) == []
+
+    def failing():
+        yield 1
+        yield 2
+        raise ValueError("offsets 5..9 are gone")
+    got = []
+    with pytest.raises(ValueError, match="offsets 5..9 are gone"):
+        for x in read_ahead(failing(), 3):
+            got.append(x)
+    assert got == [1, 2]
+
+    produced = []
+    finished = threading.Event()
+
+    def endless():
+        try:
+            i = 0
+            while True:
+                produced.append(i)
+                yield i
+                i += 1
+        finally:
+            finished.set()
+    gen = read_ahead(endless(), 2)
+    assert [next(gen), next(gen), next(gen)] == [0, 1, 2]
+    gen.close()
+    # the producer stops after at most the items the queue held plus the one it was making
+    assert finished.wait(10)
+    assert len(produced) <= 3 + 2 + 2

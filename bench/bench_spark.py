@@ -1,0 +1,346 @@
+"""Spark source benchmark: batch read of a topic, phase by phase (issue 9, "Speed").
+
+    python -m bench.bench_spark                        # starts mqnamesrv + mqbroker in a temp dir
+    python -m bench.bench_spark --messages 1000000     # the issue's figure
+    python -m bench.bench_spark --namesrv 127.0.0.1:9876
+
+Loads N messages of 128 B (a tag, two keys, a user property and the producer's UNIQ_KEY;
+send_batch) into a fresh topic, then times four phases over all of it:
+
+  pull      the executor's pull loop alone (spark.read.pull_range: ClientAPI.pull_message
+            raw=True over every queue, in this process)
+  +arrow    the same plus records_to_batch (spark.read.read_range: decode + Arrow batches)
+  count     spark.read.format("pocketmq")...load().count() on local[2]
+  parquet   the same DataFrame written to Parquet
+  stream    (--stream-cap N) readStream, trigger(availableNow=True), maxOffsetsPerTrigger=N,
+            noop sink: the overhead per micro-batch against the batch count()
+
+For each: rows/s (wall) and CPU µs per row: this process (all threads; getrusage) for
+the in-process phases, the Spark JVM and its Python workers (/proc) for the Spark phases,
+and the broker's (/proc). The split says where a row's CPU goes: pull (request, broker
+reply, frame; the client's decode_records_raw is measured on its own and taken out),
+decode, Arrow (records_to_batch), Spark (the JVM and the worker's share besides our read).
+The machine's speed drifts: the loopback calibration line (bench_broker's) comes first,
+and CPU per row is steadier than wall time when other work shares the cores.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.bench_broker import cpu_seconds, loopback_echo_rtt_us  # noqa: E402
+from pocketmq.client import Message, Producer  # noqa: E402
+from pocketmq.client.instance import ClientInstance  # noqa: E402
+from pocketmq.protocol import message as msgcodec  # noqa: E402
+from pocketmq.protocol.bodies import TopicConfig  # noqa: E402
+
+BODY_SIZE = 128
+SEND_BATCH = 100
+SEND_IN_FLIGHT = 8
+
+
+def tree_cpu_seconds(root_pid: int) -> float:
+    """utime+stime of a process and all its live descendants (the Spark JVM and its
+    Python workers, which are long-lived daemons: reaped children would show in cutime)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    total = 0.0
+    todo = [root_pid]
+    while todo:
+        pid = todo.pop()
+        try:
+            total += cpu_seconds(pid)
+        except OSError:
+            continue
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+# -- load --------------------------------------------------------------------------------
+
+async def create_topic(namesrv: str, topic: str, queues: int) -> list[str]:
+    inst = ClientInstance("127.0.0.1@bench-spark-admin", namesrv)
+    try:
+        brokers, _clusters = await inst.api.cluster_info()
+        addrs = sorted(b.broker_addrs[0] for b in brokers.values() if 0 in b.broker_addrs)
+        for addr in addrs:
+            await inst.api.create_topic(addr, TopicConfig(topic, queues, queues), "TBW102")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if await inst.subscribe_queues(topic, refresh=True):
+                return addrs
+            await asyncio.sleep(0.05)
+        raise RuntimeError(f"no route for {topic}")
+    finally:
+        await inst.close()
+
+
+async def load(namesrv: str, topic: str, n: int) -> float:
+    """Send n messages (send_batch of 100, 8 in flight); returns msgs/s."""
+    body = os.urandom(BODY_SIZE)
+    async with Producer("BenchSparkLoad", namesrv, instance_name="bench-spark-load") as p:
+        left = n
+        seq = 0
+
+        async def worker():
+            nonlocal left, seq
+            while left > 0:
+                k = min(SEND_BATCH, left)
+                left -= k
+                first = seq
+                seq += k
+                await p.send_batch([Message(topic, body, tags="TagA", keys=(f"k{i}", f"order-{i % 997}"),
+                                            properties={"color": "red" if i % 2 else "blue"})
+                                    for i in range(first, first + k)])
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(SEND_IN_FLIGHT)))
+        return n / (time.perf_counter() - t0)
+
+
+# -- phases ------------------------------------------------------------------------------
+
+class Meter:
+    """Wall time, this process's CPU (all threads), and other processes' CPU over a phase."""
+
+    def __init__(self, pids: dict[str, callable]):
+        self.pids = pids
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        self.c0 = time.process_time()
+        self.o0 = {k: f() for k, f in self.pids.items()}
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.perf_counter() - self.t0
+        self.cpu = time.process_time() - self.c0
+        self.other = {k: f() - self.o0[k] for k, f in self.pids.items()}
+
+
+def plan(namesrv: str, topic: str):
+    from pocketmq.spark.options import parse_reader_options
+    from pocketmq.spark.plan import plan_read
+
+    return plan_read(parse_reader_options({"namesrvAddr": namesrv, "subscribe": topic}))
+
+
+def phase_pull(namesrv, ranges) -> int:
+    from pocketmq.spark.read import pull_range
+
+    return sum(len(part) for r in ranges for parts in pull_range(namesrv, r, "*", True) for part in parts)
+
+
+def phase_arrow(namesrv, ranges) -> int:
+    from pocketmq.spark.read import read_range
+
+    return sum(b.num_rows for r in ranges for b in read_range(namesrv, r, "*", True))
+
+
+def decode_cost_us(namesrv, ranges, rounds: int = 3) -> float:
+    """decode_records_raw's CPU per row on pull bodies of this topic's shape: a few pulls'
+    records encoded back into bodies (the client decodes inside pull_message, so it cannot
+    be timed apart there)."""
+    from pocketmq.spark.read import PULL_BATCH, pull_range
+
+    bodies = []
+    first = ranges[0]._replace(end=min(ranges[0].end, ranges[0].start + 4 * PULL_BATCH))
+    for recs in (part for parts in pull_range(namesrv, first, "*", True) for part in parts):
+        bodies.append(b"".join(msgcodec.encode_record(
+            t[0], t[2], t[5], t[1], t[4], t[6], t[8], t[9], t[11], t[12], t[13], t[3], t[7], t[10]) for t in recs))
+    rows = sum(len(msgcodec.decode_records_raw(b)) for b in bodies)
+    best = float("inf")
+    for _ in range(rounds):
+        c0 = time.process_time()
+        for b in bodies:
+            msgcodec.decode_records_raw(b)
+        best = min(best, time.process_time() - c0)
+    return best / rows * 1e6
+
+
+SPARK_CONF = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+              "spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"}
+
+
+def spark_session(master: str):
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(master).appName("pocketmq-bench")
+    for key, value in SPARK_CONF.items():
+        builder = builder.config(key, value)
+    s = builder.getOrCreate()
+    s.sparkContext.setLogLevel("ERROR")
+    return s
+
+
+def reader(spark, namesrv, topic, ending: dict | None = None):
+    r = spark.read.format("pocketmq").option("namesrvAddr", namesrv).option("subscribe", topic)
+    if ending is not None:
+        r = r.option("endingOffsets", json.dumps(ending))
+    return r.load()
+
+
+def phase_stream(spark, namesrv, topic, cap: int, out_dir: str, meters):
+    """readStream with trigger(availableNow=True) and maxOffsetsPerTrigger=cap into the
+    noop sink: (rows, micro-batches, Meter), or None when this tree has no streaming reader."""
+    try:
+        df = (spark.readStream.format("pocketmq").option("namesrvAddr", namesrv).option("subscribe", topic)
+              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(cap)).load())
+    except Exception as e:      # the batch-only source: pyspark says the source cannot stream
+        print(f"stream: not measured ({type(e).__name__}: {str(e).splitlines()[0][:160]})", flush=True)
+        return None
+    with Meter(meters) as m:
+        q = (df.writeStream.format("noop").trigger(availableNow=True)
+             .option("checkpointLocation", os.path.join(out_dir, "checkpoint")).start())
+        q.awaitTermination()
+    if q.exception() is not None:
+        raise RuntimeError(f"stream failed: {q.exception()}")
+    progress = [p for p in q.recentProgress if p["numInputRows"]]
+    return sum(p["numInputRows"] for p in progress), len(progress), m
+
+
+def row(name, n, m: Meter, cpu_us: float) -> dict:
+    out = {"phase": name, "rows": n, "wall_s": round(m.wall, 3), "rows_per_s": round(n / m.wall),
+           "cpu_us_per_row": round(cpu_us, 2)}
+    for k, v in m.other.items():
+        out[f"{k}_cpu_us_per_row"] = round(v / max(n, 1) * 1e6, 2)
+    print(" ".join(f"{k}={v}" for k, v in out.items()), flush=True)
+    return out
+
+
+def run(namesrv: str, broker_pids: list[int], args) -> dict:
+    topic = f"BenchSpark{os.getpid()}x{int(time.time()) % 100000}"
+    asyncio.run(create_topic(namesrv, topic, args.queues))
+    rate = asyncio.run(load(namesrv, topic, args.messages))
+    print(f"loaded {args.messages} messages of {BODY_SIZE} B into {topic} ({args.queues} queues) "
+          f"at {rate:,.0f} msgs/s", flush=True)
+    broker_cpu = {"broker": lambda: sum(cpu_seconds(p) for p in broker_pids)} if broker_pids else {}
+    ranges = plan(namesrv, topic)
+    total = sum(r.end - r.start for r in ranges)
+    assert total == args.messages, f"planned {total} rows, sent {args.messages}"
+    out = {"messages": args.messages, "queues": args.queues, "load_msgs_per_s": round(rate)}
+    phases = []
+
+    decode_us = decode_cost_us(namesrv, ranges)
+    for name, fn in (("pull", phase_pull), ("pull+arrow", phase_arrow)):
+        fn(namesrv, [ranges[0]._replace(end=min(ranges[0].end, ranges[0].start + 100))])   # warm-up
+        with Meter(broker_cpu) as m:
+            n = fn(namesrv, ranges)
+        assert n == args.messages, f"{name}: {n} rows"
+        phases.append(row(name, n, m, m.cpu / n * 1e6))
+
+    if not args.no_spark:
+        spark = spark_session(args.master)
+        jvm = spark.sparkContext._gateway.proc.pid
+        meters = dict(broker_cpu, spark=lambda: tree_cpu_seconds(jvm))
+        small = {topic: {f"{r.broker_name}:{r.queue_id}": r.start + 10 for r in ranges}}
+        out_dir = tempfile.mkdtemp(prefix="bench-spark-parquet-")
+        try:
+            # the first Python-source query of a session starts the workers: not timed
+            reader(spark, namesrv, topic, small).count()
+            reader(spark, namesrv, topic, small).write.mode("overwrite").parquet(os.path.join(out_dir, "warm"))
+            with Meter(meters) as m:
+                n = reader(spark, namesrv, topic).count()
+            assert n == args.messages, f"count() gave {n}"
+            phases.append(row("spark count()", n, m, m.other["spark"] / n * 1e6))
+            with Meter(meters) as m:
+                reader(spark, namesrv, topic).write.mode("overwrite").parquet(os.path.join(out_dir, "out"))
+            n = spark.read.parquet(os.path.join(out_dir, "out")).count()
+            assert n == args.messages, f"parquet holds {n} rows"
+            phases.append(row("spark parquet", n, m, m.other["spark"] / n * 1e6))
+            if args.stream_cap:
+                got = phase_stream(spark, namesrv, topic, args.stream_cap, out_dir, meters)
+                if got is not None:
+                    n, batches, m = got
+                    p = row("spark stream availableNow", n, m, m.other["spark"] / n * 1e6)
+                    count = next(x for x in phases if x["phase"] == "spark count()")
+                    p["micro_batches"] = batches
+                    p["overhead_ms_per_micro_batch"] = round((m.wall - count["wall_s"]) / batches * 1000, 1)
+                    p["overhead_cpu_ms_per_micro_batch"] = round(
+                        (m.other["spark"] - count["cpu_us_per_row"] * n / 1e6) / batches * 1000, 1)
+                    print(f"stream: {batches} micro-batches of <= {args.stream_cap}: "
+                          f"{p['overhead_ms_per_micro_batch']} ms wall and {p['overhead_cpu_ms_per_micro_batch']} "
+                          "ms Spark CPU per micro-batch beyond the batch count()", flush=True)
+                    phases.append(p)
+        finally:
+            spark.stop()
+            shutil.rmtree(out_dir, ignore_errors=True)
+
+    by = {p["phase"]: p for p in phases}
+    pull_us = by["pull"]["cpu_us_per_row"]
+    arrow_us = by["pull+arrow"]["cpu_us_per_row"] - pull_us
+    split = {"broker": by["pull"].get("broker_cpu_us_per_row"), "pull (client, without decode)": pull_us - decode_us,
+             "decode (decode_records_raw)": decode_us, "arrow (records_to_batch)": arrow_us}
+    for name in ("spark count()", "spark parquet"):
+        if name in by:
+            split[f"spark, {name[6:]} (JVM + workers beyond our read)"] = \
+                by[name]["cpu_us_per_row"] - by["pull+arrow"]["cpu_us_per_row"]
+    print("CPU µs per row: " + ", ".join(f"{k} {v:.2f}" for k, v in split.items() if v is not None), flush=True)
+    out.update(phases=phases, split_cpu_us_per_row={k: None if v is None else round(v, 2) for k, v in split.items()})
+    return out
+
+
+@contextlib.contextmanager
+def cluster_or(namesrv: str | None):
+    """(nameserver address, broker pids): the given cluster (its broker's CPU unknown), or
+    a fresh mqnamesrv + mqbroker in a temp dir, stopped and removed afterwards."""
+    if namesrv:
+        yield namesrv, []
+        return
+    from tests.support.daemons import Cluster
+
+    root = tempfile.mkdtemp(prefix="bench-spark-")
+    cluster = Cluster(root).start()
+    try:
+        yield cluster.namesrv_addr, [cluster.broker.proc.pid]
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--queues", type=int, default=4, help="queues of the topic (one Spark partition each)")
+    ap.add_argument("--namesrv", help="use a running cluster (broker CPU is then not measured)")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--no-spark", action="store_true", help="only the in-process phases")
+    ap.add_argument("--stream-cap", type=int, default=0,
+                    help="also time a readStream availableNow run with maxOffsetsPerTrigger=N (noop sink)")
+    ap.add_argument("--json", help="write results here")
+    args = ap.parse_args(argv)
+    # a kill (timeout, ^C from a wrapper) still stops the daemons and removes the temp dirs
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    calibration = {"before": loopback_echo_rtt_us()}
+    print(f"calibration before: loopback_echo_rtt_us={calibration['before']:.1f}", flush=True)
+    with cluster_or(args.namesrv) as (namesrv, broker_pids):
+        result = run(namesrv, broker_pids, args)
+    calibration["after"] = loopback_echo_rtt_us()
+    print(f"calibration after: loopback_echo_rtt_us={calibration['after']:.1f}", flush=True)
+    result["calibration_rtt_us"] = calibration
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+
+if __name__ == "__main__":
+    main()
