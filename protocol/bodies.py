@@ -95,6 +95,8 @@ class _Lenient:
         return self.scalar()
 
     def obj(self, depth):
+        if depth > 64:         # object keys nest through here, not through value()
+            self.error("nesting too deep")
         self.i += 1
         out = {}
         while True:
@@ -128,6 +130,8 @@ class _Lenient:
                 self.error("expected ',' or '}'")
 
     def arr(self, depth):
+        if depth > 64:
+            self.error("nesting too deep")
         self.i += 1
         out = []
         while True:
