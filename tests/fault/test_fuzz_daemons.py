@@ -15,7 +15,7 @@ never exits, its log never shows a traceback (tracebacks are for our bugs, not f
 input), and a failure stays on its own connection.
 
 Seeded: POCKETMQ_FUZZ_SEED (default: random, printed) and POCKETMQ_FUZZ_ITERATIONS
-(cases per daemon, default 250: a few seconds each). A failure names the seed and the case,
+(cases per daemon, default 500: about ten seconds each). A failure names the seed and the case,
 so `POCKETMQ_FUZZ_SEED=<seed> pytest tests/fault` replays it. Release checks run longer,
 e.g. POCKETMQ_FUZZ_ITERATIONS=20000 (docs/reliability.md).
 """
@@ -36,7 +36,7 @@ from tests.support.daemons import Cluster
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.fault]
 
-ITERATIONS = int(os.environ.get("POCKETMQ_FUZZ_ITERATIONS", "250"))
+ITERATIONS = int(os.environ.get("POCKETMQ_FUZZ_ITERATIONS", "500"))
 SEED = int(os.environ.get("POCKETMQ_FUZZ_SEED") or random.SystemRandom().randrange(2**32))
 ANSWER_TIMEOUT_S = 10.0
 
