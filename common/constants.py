@@ -26,11 +26,20 @@ DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 # Topics a client may not send to (the broker answers NO_PERMISSION).
 NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
                                      TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
-TOPIC_MAX_LENGTH = 127
-# Java's TopicValidator.VALID_PATTERN_STR: topics and groups (use fullmatch: $ would let a
-# trailing newline through).
-VALID_NAME_CHARS = r"^[%|a-zA-Z0-9_-]+$"
-VALID_NAME_RE = re.compile(VALID_NAME_CHARS)
+# The name rules (Java's TopicValidator.VALID_PATTERN_STR for topics and groups, 127/255
+# characters; clientId and brokerName printable ASCII) are owned by protocol.names, whose
+# decoders check names where they enter; re-exported here with the other domain constants.
+from pocketmq.protocol.names import (  # noqa: E402,F401
+    BROKER as NAME_BROKER,
+    CLIENT_ID as NAME_CLIENT_ID,
+    GROUP as NAME_GROUP,
+    GROUP_MAX_LENGTH,
+    TOPIC as NAME_TOPIC,
+    TOPIC_MAX_LENGTH,
+    VALID_NAME_CHARS,
+    VALID_NAME_RE,
+    name_error,
+)
 DEFAULT_CONSUMER_GROUP = "DEFAULT_CONSUMER"
 
 

@@ -34,6 +34,7 @@ from pocketmq.protocol.bodies import (
 from pocketmq.protocol.codes import RequestCode, ResponseCode
 from pocketmq.protocol.command import RemotingCommand
 from pocketmq.protocol.headers.typed import (
+    names_checked,
     opt_int,
     opt_str,
     parse_bool,
@@ -247,7 +248,7 @@ def build_processor_table(state: NamesrvState) -> dict:
         text = format_properties((k, v) for k, v in sorted(props.items()) if v is not None)
         return _ok(cmd, None, text.encode())
 
-    return {
+    table = {
         RequestCode.PUT_KV_CONFIG: put_kv_config,
         RequestCode.GET_KV_CONFIG: get_kv_config,
         RequestCode.DELETE_KV_CONFIG: delete_kv_config,
@@ -265,3 +266,7 @@ def build_processor_table(state: NamesrvState) -> dict:
         RequestCode.ADD_WRITE_PERM_OF_BROKER: add_write_perm_of_broker,
         RequestCode.GET_NAMESRV_CONFIG: get_namesrv_config,
     }
+    # Names are checked where they enter: the header fields carrying one (topic, brokerName,
+    # clusterName, cluster) here, the topics of a REGISTER_BROKER body by its decoder, so a
+    # name that is stored can always be written back (GET_BROKER_CLUSTER_INFO, topic lists).
+    return {code: names_checked(fn) for code, fn in table.items()}

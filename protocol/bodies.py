@@ -18,20 +18,43 @@ import json
 from dataclasses import dataclass, field
 
 from pocketmq.protocol.errors import BodyError
+from pocketmq.protocol.names import BROKER, CLIENT_ID, GROUP, TOPIC, name_error
+
+
+def check_name(kind: str, field: str, value) -> str:
+    """`value` when it is a valid name of `kind` (protocol.names), else BodyError naming
+    `field`: names in bodies are checked where they are decoded, before anything stores them."""
+    err = name_error(kind, field, value)
+    if err is not None:
+        raise BodyError(err)
+    return value
 
 SUB_ALL = "*"
 
 
 def dumps(obj) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, sort_keys=True).encode()
+    """Compact sorted JSON as UTF-8. Total: a string UTF-8 cannot hold (a lone surrogate
+    that came in through a JSON escape) makes the whole body ASCII with \\uXXXX escapes,
+    which is still valid JSON and gives the same value back."""
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=True, sort_keys=True).encode()
 
 
 def loads(data) -> object:
-    """Standard JSON first (fast), then the lenient fastjson dialect."""
+    """Standard JSON first (fast), then the lenient fastjson dialect. BodyError for bytes
+    that are not UTF-8 or not JSON."""
     if isinstance(data, (bytes, bytearray, memoryview)):
-        data = bytes(data).decode("utf-8", errors="strict")
+        try:
+            data = bytes(data).decode("utf-8", errors="strict")
+        except UnicodeDecodeError as e:
+            raise BodyError(f"body is not UTF-8 (byte {e.start})") from None
     try:
         return json.loads(data)
+    except RecursionError:
+        raise BodyError("bad JSON body: nesting too deep") from None
     except ValueError:
         return loads_lenient(data)
 
@@ -72,6 +95,8 @@ class _Lenient:
         return self.scalar()
 
     def obj(self, depth):
+        if depth > 64:         # object keys nest through here, not through value()
+            self.error("nesting too deep")
         self.i += 1
         out = {}
         while True:
@@ -105,6 +130,8 @@ class _Lenient:
                 self.error("expected ',' or '}'")
 
     def arr(self, depth):
+        if depth > 64:
+            self.error("nesting too deep")
         self.i += 1
         out = []
         while True:
@@ -201,9 +228,14 @@ class MessageQueue:
         if isinstance(d, tuple):
             d = dict(d)
         try:
-            return cls(str(d["topic"]), str(d["brokerName"]), int(d["queueId"]))
+            mq = cls(d["topic"], d["brokerName"], int(d["queueId"]))
         except (KeyError, TypeError, ValueError):
-            raise BodyError(f"bad MessageQueue: {d!r}") from None
+            raise BodyError("bad MessageQueue: needs topic, brokerName and an integer queueId") from None
+        check_name(TOPIC, "MessageQueue topic", mq.topic)
+        check_name(BROKER, "MessageQueue brokerName", mq.broker_name)
+        if not -0x80000000 <= mq.queue_id <= 0x7FFFFFFF:
+            raise BodyError(f"MessageQueue queueId {mq.queue_id} out of range [-2147483648, 2147483647]")
+        return mq
 
 
 # --- subscriptions and heartbeats ---------------------------------------------------------
@@ -286,12 +318,15 @@ def build_subscription(topic: str, sub_string: str | None, expression_type: str 
 
 def subscription_from_json(d: dict) -> SubscriptionData:
     if not isinstance(d, dict) or not d.get("topic"):
-        raise BodyError(f"bad SubscriptionData: {d!r}")
+        raise BodyError("bad SubscriptionData: not an object with a topic")
+    check_name(TOPIC, "subscription topic", d["topic"])
     sub_string = d.get("subString") or SUB_ALL
     et = d.get("expressionType") or "TAG"
-    sub = build_subscription(str(d["topic"]), str(sub_string), str(et),
+    sub = build_subscription(d["topic"], str(sub_string), str(et),
                              _int(d.get("subVersion"), "subVersion"))
     tags = d.get("tagsSet")
+    if tags is not None and not isinstance(tags, list):
+        raise BodyError("tagsSet is not an array")
     if sub.expression_type == "TAG" and not sub.is_all and tags:
         from pocketmq.protocol.message import java_string_hash
         sub.tags_set = [str(t) for t in tags]
@@ -328,24 +363,36 @@ class HeartbeatData:
                 "producerDataSet": [{"groupName": g} for g in self.producer_groups]}
 
 
+def _list(d: dict, key: str) -> list:
+    v = d.get(key)
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise BodyError(f"{key} is not an array")
+    return v
+
+
 def parse_heartbeat(body) -> HeartbeatData:
+    """HeartbeatData; BodyError naming the field for a bad shape or a bad name (clientID,
+    groupName, subscription topics)."""
     d = loads(body)
     if not isinstance(d, dict) or not isinstance(d.get("clientID"), str) or not d["clientID"]:
         raise BodyError("HeartbeatData without clientID")
+    check_name(CLIENT_ID, "clientID", d["clientID"])
     producers = []
-    for p in d.get("producerDataSet") or []:
+    for p in _list(d, "producerDataSet"):
         if isinstance(p, dict) and p.get("groupName"):
-            producers.append(str(p["groupName"]))
+            producers.append(check_name(GROUP, "producer groupName", p["groupName"]))
     consumers = []
-    for c in d.get("consumerDataSet") or []:
+    for c in _list(d, "consumerDataSet"):
         if not isinstance(c, dict) or not c.get("groupName"):
-            raise BodyError(f"bad ConsumerData: {c!r}")
+            raise BodyError("bad ConsumerData: not an object with a groupName")
         consumers.append(ConsumerData(
-            group_name=str(c["groupName"]),
+            group_name=check_name(GROUP, "consumer groupName", c["groupName"]),
             consume_type=_enum_name(c.get("consumeType", "CONSUME_PASSIVELY"), CONSUME_TYPES, "consumeType"),
             message_model=_enum_name(c.get("messageModel", "CLUSTERING"), MESSAGE_MODELS, "messageModel"),
             consume_from_where=_enum_name(c.get("consumeFromWhere", 0), CONSUME_FROM_WHERE, "consumeFromWhere"),
-            subscription_data_set=[subscription_from_json(s) for s in c.get("subscriptionDataSet") or []],
+            subscription_data_set=[subscription_from_json(s) for s in _list(c, "subscriptionDataSet")],
             unit_mode=bool(c.get("unitMode", False)),
         ))
     return HeartbeatData(d["clientID"], producers, consumers)
@@ -370,6 +417,9 @@ class TopicConfig:
 
     @classmethod
     def from_json(cls, d: dict) -> "TopicConfig":
+        if not isinstance(d, dict):
+            raise BodyError("TopicConfig is not an object")
+        check_name(TOPIC, "topicName", d.get("topicName"))
         try:
             return cls(str(d["topicName"]), _int(d.get("readQueueNums", 16), "readQueueNums"),
                        _int(d.get("writeQueueNums", 16), "writeQueueNums"), _int(d.get("perm", 6), "perm"),
@@ -406,7 +456,9 @@ def decode_topic_config_wrapper(d: dict) -> tuple[dict, DataVersion]:
     if not isinstance(d, dict):
         raise BodyError("TopicConfigSerializeWrapper is not an object")
     table = d.get("topicConfigTable") or {}
-    topics = {str(name): TopicConfig.from_json(tc) for name, tc in table.items()}
+    if not isinstance(table, dict):
+        raise BodyError("topicConfigTable is not an object")
+    topics = {check_name(TOPIC, "topic", name): TopicConfig.from_json(tc) for name, tc in table.items()}
     return topics, DataVersion.from_json(d.get("dataVersion"))
 
 
@@ -535,10 +587,13 @@ def _decode_compressed_register_body(body: bytes) -> tuple[dict, DataVersion]:
             parts = take(take_int()).decode().split(" ")
             if len(parts) < 5:
                 raise BodyError("bad TopicConfig encoding")
+            check_name(TOPIC, "topic", parts[0])
             topics[parts[0]] = TopicConfig(parts[0], int(parts[1]), int(parts[2]), int(parts[3]), parts[4])
         return topics, version
+    except BodyError:
+        raise
     except (zlib.error, struct.error, ValueError) as e:
-        raise BodyError(f"bad compressed RegisterBrokerBody: {e}") from None
+        raise BodyError(f"bad compressed RegisterBrokerBody: {type(e).__name__}") from None
 
 
 @dataclass(slots=True)
@@ -627,7 +682,8 @@ def decode_lock_body(body) -> tuple[str, str, list]:
     d = loads(body)
     if not isinstance(d, dict) or not d.get("consumerGroup") or not d.get("clientId"):
         raise BodyError("lock body needs consumerGroup and clientId")
-    return str(d["consumerGroup"]), str(d["clientId"]), [MessageQueue.from_json(m) for m in d.get("mqSet") or []]
+    return (check_name(GROUP, "consumerGroup", d["consumerGroup"]), check_name(CLIENT_ID, "clientId", d["clientId"]),
+            [MessageQueue.from_json(m) for m in _list(d, "mqSet")])
 
 
 def encode_mq_set(key: str, mqs) -> bytes:
@@ -636,7 +692,9 @@ def encode_mq_set(key: str, mqs) -> bytes:
 
 def decode_mq_set(body, key: str) -> list:
     d = loads(body)
-    return [MessageQueue.from_json(m) for m in (d.get(key) or [])]
+    if not isinstance(d, dict):
+        raise BodyError(f"{key} body is not an object")
+    return [MessageQueue.from_json(m) for m in _list(d, key)]
 
 
 # --- offset reset (INVOKE_BROKER_TO_RESET_OFFSET 222 / RESET_CONSUMER_CLIENT_OFFSET 220) -------

@@ -21,7 +21,7 @@ import struct
 from pocketmq.protocol.codes import (CURRENT_VERSION, FLAG_ONEWAY, FLAG_RESPONSE,
                             LanguageCode, SerializeType)
 from pocketmq.protocol.errors import ProtocolError
-from pocketmq.protocol.headers.codec import DECODERS, ENCODERS, pack_msgpack
+from pocketmq.protocol.headers.codec import DECODERS, ENCODERS, pack_msgpack, sanitize
 
 FRAME_SIZE_BYTES_MAX_DEFAULT = 16 * 1024 * 1024
 _PREFIX = struct.Struct(">ii")
@@ -112,8 +112,12 @@ def encode_parts(cmd: RemotingCommand) -> list:
         else:
             ext = None
         if ext is not _NOT_ALL_STR:
-            header = pack_msgpack([cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag,
-                                   cmd.remark, ext])
+            try:
+                header = pack_msgpack([cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag,
+                                       cmd.remark, ext])
+            except UnicodeEncodeError:   # a lone surrogate: written as U+FFFD (codec.sanitize)
+                header = pack_msgpack([cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag,
+                                       sanitize(cmd.remark), sanitize(ext)])
             hlen = len(header)
             prefix = _PREFIX.pack(4 + hlen + len(body), _MSGPACK_TYPE_BITS | hlen) + header
             if not body:

@@ -235,8 +235,14 @@ class Connection(asyncio.Protocol):
             self.send(resp)
 
     def _error_response(self, cmd: RemotingCommand, e: BaseException) -> RemotingCommand:
-        if isinstance(e, (HeaderError, BodyError)):
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        # Input errors (a bad header field or body, text a peer sent that UTF-8 cannot hold)
+        # are the peer's: one log line, the message as remark. Anything else is our bug: a
+        # traceback. The remark is always encodable (the encoders are total).
+        if isinstance(e, (HeaderError, BodyError, UnicodeError)):
+            remark = str(e) if not isinstance(e, UnicodeError) else f"invalid text in request: {e.reason}"
+            log.info("%s: code %d from %s refused: %s", self.name, cmd.code, self.remote_addr,
+                     ascii(remark[:200]))
+            return cmd.response(ResponseCode.SYSTEM_ERROR, remark)
         log.error("%s: processor for code %d failed:\n%s", self.name, cmd.code,
                   "".join(traceback.format_exception(e)))
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")

@@ -2,6 +2,12 @@
 
 Every handler is called handler(ctx, conn, cmd) with the BrokerContext
 (processors/context.py): the processors' whole view of the broker.
+
+Names are checked where they enter: every code but the sends first checks the header
+fields that carry a name (topic, consumerGroup, clientID... `names_checked`); the
+body decoders check the names in bodies. The sends check their topic where it can be
+created (a known topic was checked when it was), so the send hot path pays nothing.
+A HeaderError/BodyError is answered SYSTEM_ERROR with its message (remoting.connection).
 """
 from __future__ import annotations
 
@@ -9,6 +15,10 @@ from functools import partial
 
 from pocketmq.broker.processors.context import BrokerContext
 from pocketmq.protocol.codes import RequestCode as R
+from pocketmq.protocol.headers.typed import names_checked
+
+# Their topic is checked where a new one is created; known topics were checked then.
+_SEND_CODES = frozenset({int(R.SEND_MESSAGE), int(R.SEND_MESSAGE_V2), int(R.SEND_BATCH_MESSAGE)})
 
 
 def build_processor_table(ctx: BrokerContext) -> dict:
@@ -47,4 +57,5 @@ def build_processor_table(ctx: BrokerContext) -> dict:
         R.DELETE_SUBSCRIPTIONGROUP: admin.process_delete_subscription_group,
         R.INVOKE_BROKER_TO_RESET_OFFSET: admin.process_invoke_broker_to_reset_offset,
     }
-    return {int(code): partial(fn, ctx) for code, fn in table.items()}
+    return {int(code): partial(fn, ctx) if int(code) in _SEND_CODES else names_checked(partial(fn, ctx))
+            for code, fn in table.items()}

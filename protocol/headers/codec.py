@@ -25,10 +25,17 @@ extFields values may be strings, numbers or booleans and are all turned into
 strings (int -> decimal, bool -> "true"/"false"); a missing extFields is {}.
 Encoding always writes every extFields value as a string, because the C++
 client ignores non-string values and the Go client fails on them.
+
+Encoders are total: any str that got into a command (a lone UTF-16 surrogate
+decoded from a JSON `\\ud800` escape included) can be written, so an answer is
+always sent. JSON writes such a frame's strings with `\\uXXXX` escapes (valid
+JSON, valid UTF-8, the value survives a round trip); ROCKETMQ binary and msgpack
+have no escape for them and write U+FFFD instead (`utf8`, `sanitize`).
 """
 from __future__ import annotations
 
 import json
+import re
 import struct
 
 import msgpack
@@ -132,12 +139,43 @@ def decode_json(data) -> tuple:
 
 
 _esc = json.encoder.encode_basestring  # C-accelerated string quoting
+_esc_ascii = json.encoder.encode_basestring_ascii
+
+
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def utf8(text: str) -> bytes:
+    """`text` as UTF-8; a lone surrogate (which UTF-8 cannot hold) becomes U+FFFD."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return _SURROGATE_RE.sub("\ufffd", text).encode()
+
+
+def sanitize(value):
+    """`value` (a str, or a dict/list of them) with lone surrogates replaced by U+FFFD."""
+    if type(value) is str:
+        return utf8(value).decode()
+    if isinstance(value, dict):
+        return {sanitize(k): sanitize(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [sanitize(v) for v in value]
+    return value
 
 
 def encode_json(code, language, version, opaque, flag, remark, ext_fields) -> bytes:
     # Key order and compactness follow fastjson (sorted, no spaces, nulls
     # omitted) so our frames look like a Java peer's. Built by hand: this runs
     # once per response and json.dumps of a dict costs several times more.
+    try:
+        return _encode_json(code, language, version, opaque, flag, remark, ext_fields, _esc).encode()
+    except UnicodeEncodeError:
+        # a lone surrogate: the whole header as ASCII with \uXXXX escapes (rare, so not fast)
+        return _encode_json(code, language, version, opaque, flag, remark, ext_fields, _esc_ascii).encode()
+
+
+def _encode_json(code, language, version, opaque, flag, remark, ext_fields, _esc) -> str:
     if ext_fields:
         items = []
         for k, v in ext_fields.items():
@@ -151,7 +189,7 @@ def encode_json(code, language, version, opaque, flag, remark, ext_fields) -> by
         ext = ""
     rem = '"remark":' + _esc(remark) + "," if remark is not None else ""
     return ('{"code":%d,%s"flag":%d,"language":"%s","opaque":%d,%s"serializeTypeCurrentRPC":"JSON","version":%d}'
-            % (code, ext, flag, _LANG_NAME.get(language, "OTHER"), opaque, rem, version)).encode()
+            % (code, ext, flag, _LANG_NAME.get(language, "OTHER"), opaque, rem, version))
 
 
 def _encode_json_reference(code, language, version, opaque, flag, remark, ext_fields) -> bytes:
@@ -212,7 +250,7 @@ def decode_rocketmq(data) -> tuple:
 def encode_rocketmq(code, language, version, opaque, flag, remark, ext_fields) -> bytes:
     parts = [_FIXED.pack(code, language, version, opaque, flag)]
     if remark:
-        r = remark.encode()
+        r = utf8(remark)
         parts.append(struct.pack(">i", len(r)))
         parts.append(r)
     else:
@@ -222,7 +260,7 @@ def encode_rocketmq(code, language, version, opaque, flag, remark, ext_fields) -
         s = _to_str(v)
         if k is None or s is None:
             continue
-        kb, vb = k.encode(), s.encode()
+        kb, vb = utf8(k), utf8(s)
         ext_parts.append(struct.pack(">h", len(kb)) + kb + struct.pack(">i", len(vb)) + vb)
     ext = b"".join(ext_parts)
     parts.append(struct.pack(">i", len(ext)))
@@ -275,7 +313,10 @@ def encode_msgpack(code, language, version, opaque, flag, remark, ext_fields) ->
                 break
     else:
         ext = None
-    return pack_msgpack([code, language, version, opaque, flag, remark, ext])
+    try:
+        return pack_msgpack([code, language, version, opaque, flag, remark, ext])
+    except UnicodeEncodeError:
+        return pack_msgpack([code, language, version, opaque, flag, sanitize(remark), sanitize(ext)])
 
 
 DECODERS = {

@@ -12,6 +12,12 @@ from dataclasses import dataclass
 
 from pocketmq.protocol.codes import RequestCode
 from pocketmq.protocol.errors import HeaderError
+from pocketmq.protocol.names import EXT_NAME_FIELDS, name_error, shown
+
+# Java's int and long: a header number outside its field's type is refused where it is
+# parsed, naming the field and the range (not a struct error deep in the store).
+INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
+LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def req_str(ext: dict, name: str) -> str:
@@ -27,24 +33,64 @@ def opt_str(ext: dict, name: str, default: str | None = None) -> str | None:
     return default if v is None or v == "" else v
 
 
-def req_int(ext: dict, name: str) -> int:
+def _int_in(name: str, v: str, lo: int, hi: int) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        raise HeaderError(f"the custom field <{name}> is not an integer: {shown(v[:64])!r}") from None
+    if not lo <= n <= hi:
+        raise HeaderError(f"the custom field <{name}> is out of range: {shown(v[:64])} not in [{lo}, {hi}]")
+    return n
+
+
+def req_int(ext: dict, name: str, lo: int = LONG_MIN, hi: int = LONG_MAX) -> int:
+    """A required integer, by default a Java long (req_i32 for an int)."""
     v = ext.get(name)
     if v is None:
         raise HeaderError(f"the custom field <{name}> is null")
-    try:
-        return int(v)
-    except ValueError:
-        raise HeaderError(f"the custom field <{name}> is not an integer: {v!r}") from None
+    return _int_in(name, v, lo, hi)
 
 
-def opt_int(ext: dict, name: str, default: int | None = None) -> int | None:
+def opt_int(ext: dict, name: str, default: int | None = None, lo: int = LONG_MIN,
+            hi: int = LONG_MAX) -> int | None:
     v = ext.get(name)
     if v is None or v == "":
         return default
-    try:
-        return int(v)
-    except ValueError:
-        raise HeaderError(f"the custom field <{name}> is not an integer: {v!r}") from None
+    return _int_in(name, v, lo, hi)
+
+
+def req_i32(ext: dict, name: str) -> int:
+    return req_int(ext, name, INT_MIN, INT_MAX)
+
+
+def opt_i32(ext: dict, name: str, default: int | None = None) -> int | None:
+    return opt_int(ext, name, default, INT_MIN, INT_MAX)
+
+
+def check_ext_names(ext: dict) -> None:
+    """HeaderError naming the first header field that carries a name (topic, consumerGroup,
+    producerGroup, group, clientID, brokerName, clusterName...) and breaks the name rules
+    (protocol.names). Empty values count as absent (the C++ client sends "" for unused
+    optional fields); whether a field is required is the processor's business."""
+    if not ext:
+        return
+    get = ext.get
+    for field, kind in EXT_NAME_FIELDS:
+        v = get(field)
+        if v:
+            err = name_error(kind, field, v)
+            if err is not None:
+                raise HeaderError(err)
+
+
+def names_checked(proc):
+    """`proc(conn, cmd)` behind check_ext_names: how a role's processor table checks names
+    where they enter (the broker's and the nameserver's build_processor_table)."""
+    def checked(conn, cmd):
+        check_ext_names(cmd.ext_fields)
+        return proc(conn, cmd)
+    checked.__wrapped__ = proc
+    return checked
 
 
 def parse_bool(v: str | None, default: bool = False) -> bool:
@@ -85,24 +131,30 @@ def decode_send_fields(code: int, ext: dict) -> tuple:
         g = ext.get
         if v2:
             l_ = g("l")
-            return (ext["a"], ext["b"], ext["c"], int(ext["d"]), int(ext["e"]), int(ext["f"]), int(ext["g"]),
-                    int(ext["h"]), g("i"), int(g("j") or 0), parse_bool(g("k")), parse_bool(g("m")),
-                    int(l_) if l_ else None)
-        mrt = g("maxReconsumeTimes")
-        return (ext["producerGroup"], ext["topic"], ext["defaultTopic"], int(ext["defaultTopicQueueNums"]),
-                int(ext["queueId"]), int(ext["sysFlag"]), int(ext["bornTimestamp"]), int(ext["flag"]),
-                g("properties"), int(g("reconsumeTimes") or 0), parse_bool(g("unitMode")),
-                parse_bool(g("batch")), int(mrt) if mrt else None)
+            t = (ext["a"], ext["b"], ext["c"], int(ext["d"]), int(ext["e"]), int(ext["f"]), int(ext["g"]),
+                 int(ext["h"]), g("i"), int(g("j") or 0), parse_bool(g("k")), parse_bool(g("m")),
+                 int(l_) if l_ else None)
+        else:
+            mrt = g("maxReconsumeTimes")
+            t = (ext["producerGroup"], ext["topic"], ext["defaultTopic"], int(ext["defaultTopicQueueNums"]),
+                 int(ext["queueId"]), int(ext["sysFlag"]), int(ext["bornTimestamp"]), int(ext["flag"]),
+                 g("properties"), int(g("reconsumeTimes") or 0), parse_bool(g("unitMode")),
+                 parse_bool(g("batch")), int(mrt) if mrt else None)
+        # every int field a Java int, bornTimestamp a long; else the slow path names the field
+        if (INT_MIN <= t[3] <= INT_MAX and INT_MIN <= t[4] <= INT_MAX and INT_MIN <= t[5] <= INT_MAX
+                and LONG_MIN <= t[6] <= LONG_MAX and INT_MIN <= t[7] <= INT_MAX
+                and INT_MIN <= t[9] <= INT_MAX and (t[12] is None or INT_MIN <= t[12] <= INT_MAX)):
+            return t
     except (KeyError, ValueError):
         pass
     # Slow path: name the missing or malformed field.
     if v2:
         ext = {_V2.get(k, k): v for k, v in ext.items()}
     return (req_str(ext, "producerGroup"), req_str(ext, "topic"), req_str(ext, "defaultTopic"),
-            req_int(ext, "defaultTopicQueueNums"), req_int(ext, "queueId"), req_int(ext, "sysFlag"),
-            req_int(ext, "bornTimestamp"), req_int(ext, "flag"), ext.get("properties"),
-            opt_int(ext, "reconsumeTimes", 0), parse_bool(ext.get("unitMode")), parse_bool(ext.get("batch")),
-            opt_int(ext, "maxReconsumeTimes"))
+            req_i32(ext, "defaultTopicQueueNums"), req_i32(ext, "queueId"), req_i32(ext, "sysFlag"),
+            req_int(ext, "bornTimestamp"), req_i32(ext, "flag"), ext.get("properties"),
+            opt_i32(ext, "reconsumeTimes", 0), parse_bool(ext.get("unitMode")), parse_bool(ext.get("batch")),
+            opt_i32(ext, "maxReconsumeTimes"))
 
 
 def decode_send_header(code: int, ext: dict) -> SendMessageRequestHeader:
@@ -143,10 +195,10 @@ def decode_pull_header(ext: dict) -> PullMessageRequestHeader:
     return PullMessageRequestHeader(
         consumer_group=req_str(ext, "consumerGroup"),
         topic=req_str(ext, "topic"),
-        queue_id=req_int(ext, "queueId"),
+        queue_id=req_i32(ext, "queueId"),
         queue_offset=req_int(ext, "queueOffset"),
-        max_msg_nums=req_int(ext, "maxMsgNums"),
-        sys_flag=req_int(ext, "sysFlag"),
+        max_msg_nums=req_i32(ext, "maxMsgNums"),
+        sys_flag=req_i32(ext, "sysFlag"),
         commit_offset=req_int(ext, "commitOffset"),
         suspend_timeout_millis=req_int(ext, "suspendTimeoutMillis"),
         subscription=ext.get("subscription"),
