@@ -39,7 +39,7 @@ from typing import Annotated, Any
 
 from pydantic import AliasChoices, ConfigDict, Field, field_validator, model_validator
 
-from pocketmq.common.constants import CQ_UNIT_SIZE, parse_delay_levels
+from pocketmq.common.constants import CQ_UNIT_SIZE, NAME_BROKER, name_error, parse_delay_levels
 from pocketmq.common.daemon_config import (
     DaemonConfig,
     DaemonConfigLoader,
@@ -327,6 +327,16 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     @classmethod
     def _expand_home(cls, value: str | None) -> str | None:
         return os.path.expanduser(value) if value else value
+
+    @field_validator("brokerName", "brokerClusterName")
+    @classmethod
+    def _check_broker_names(cls, value: str, info) -> str:
+        # the nameserver refuses a REGISTER_BROKER whose names break the rule (they end up
+        # in every client's route and cluster answers): fail at start-up, not at registration
+        err = name_error(NAME_BROKER, info.field_name, value)
+        if err:
+            raise ValueError(err)
+        return value
 
     @field_validator("mappedFileSizeConsumeQueue")
     @classmethod

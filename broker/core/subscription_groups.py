@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import json
 
-from pocketmq.common.constants import VALID_NAME_RE
+from pocketmq.common.constants import GROUP_MAX_LENGTH, VALID_NAME_RE
 from pocketmq.protocol.bodies import (DataVersion, SubscriptionGroupConfig, decode_subscription_group_wrapper,
                                       encode_subscription_group_wrapper, loads)
 
 __all__ = ["SubscriptionGroupConfig", "SubscriptionGroupManager", "validate_group_config", "GROUP_MAX_LENGTH",
            "RETRY_QUEUE_NUMS_MAX"]
 
-# Java's Validators.CHARACTER_MAX_LENGTH, the client-side bound on group names.
-GROUP_MAX_LENGTH = 255
 # A retry topic is an ordinary topic: the same bound as readQueueNums/writeQueueNums.
 RETRY_QUEUE_NUMS_MAX = 1024
 

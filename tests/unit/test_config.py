@@ -635,9 +635,10 @@ def test_properties_blank_continuation_ends_the_entry():
 
 def test_properties_decode_falls_back_to_latin1(tmp_path):
     path = tmp_path / "broker.conf"
-    path.write_bytes(b"# caf\xe9\nbrokerName=b\xe9\n")
+    # (regionId: a free-form name; brokerName must be printable ASCII, see below)
+    path.write_bytes(b"# caf\xe9\nregionId=b\xe9\n")
     config, _ = broker_config.load_config(str(path))
-    assert config.brokerName == "b\u00e9"
+    assert config.regionId == "b\u00e9"
 
 
 def test_value_parsers():
@@ -670,3 +671,13 @@ def test_keys_keep_rocketmq_class_order_around_the_shared_netty_keys():
     assert namesrv_keys[namesrv_keys.index("configBlackList") + 1] == "listenPort"
     assert namesrv_keys[namesrv_keys.index("useEpollNativeSelector") + 1] == "scanNotActiveBrokerInterval"
     assert BrokerConfig().listenPort == 10911 and NamesrvConfig().listenPort == 9876
+
+
+@pytest.mark.parametrize("field", ["brokerName", "brokerClusterName"])
+@pytest.mark.parametrize("bad", ["bad name", "b\ud800", "brök", ""])
+def test_broker_names_the_nameserver_would_refuse_fail_at_start(field, bad):
+    # the nameserver checks these names on REGISTER_BROKER (protocol/names.py); a broker
+    # configured with one must not start and then fail every registration
+    with pytest.raises(ValidationError, match=field):
+        BrokerConfig(**{field: bad})
+    assert getattr(BrokerConfig(**{field: "ok-name_1"}), field) == "ok-name_1"
