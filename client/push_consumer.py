@@ -155,7 +155,8 @@ class PushConsumer:
             os.path.expanduser("~"), ".pocketmq_offsets")
 
         self.subscription_state = SubscriptionState()
-        self.stats = {"consumed": 0, "failed": 0, "sent_back": 0, "pulls": 0}
+        self.stats = {"consumed": 0, "failed": 0, "sent_back": 0, "pulls": 0, "expired": 0,
+                      "late_results": 0}
         self.fetcher = Fetcher(group, self.subscription_state, self, pull_batch_size=self.pull_batch_size,
                                suspend_timeout_ms=self.suspend_timeout_ms, pull_timeout_ms=self.pull_timeout_ms,
                                pull_error_delay_ms=self.pull_error_delay_ms, stats=self.stats)
@@ -169,6 +170,7 @@ class PushConsumer:
         self._work: WorkQueue | None = None
         self._workers: list[asyncio.Task] = []
         self._persist_task: asyncio.Task | None = None
+        self._expire_task: asyncio.Task | None = None
         self._retry_handles: set = set()
         self._executor: ThreadPoolExecutor | None = None
         self._listener_is_async = False
@@ -256,6 +258,7 @@ class PushConsumer:
         else:
             self._workers = [asyncio.create_task(self._worker(), name=f"{self.group}:worker{i}")
                              for i in range(self.consume_concurrency)]
+            self._expire_task = asyncio.create_task(self._expire_loop(), name=f"{self.group}:expire")
         self._persist_task = asyncio.create_task(self._persist_loop(), name=f"{self.group}:persist")
         self.state = "RUNNING"
         await self._update_routes()
@@ -326,9 +329,10 @@ class PushConsumer:
         while any(qs.pq.in_flight for qs in held.values()) and mono_ms() < deadline + 1000:
             await asyncio.sleep(0.01)
         await self._stop_workers()
-        if self._persist_task is not None:
-            self._persist_task.cancel()
-            await asyncio.gather(self._persist_task, return_exceptions=True)
+        for task in (self._persist_task, self._expire_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         for mq, qs in held.items():
             off = qs.pq.commit_offset()
             if off >= 0:
@@ -562,6 +566,7 @@ class PushConsumer:
         fast = self.batch_listener is None and self._listener_is_async
         fn = self.listener
         stats = self.stats
+        clock = mono_ms
         per_turn = self.WORKER_ITEMS_PER_TURN
         done_in_turn = 0
         while True:
@@ -582,8 +587,12 @@ class PushConsumer:
             pq.in_flight += 1
             try:
                 if fast:
+                    m = msgs[0]
+                    off = m.queue_offset
+                    consuming = pq.consuming
+                    consuming[off] = clock()
                     try:
-                        r = await fn(msgs[0])
+                        r = await fn(m)
                         ok = (r is None or r is True or r is ConsumeStatus.CONSUME_SUCCESS
                               or r == "CONSUME_SUCCESS")
                     except asyncio.CancelledError:
@@ -592,12 +601,23 @@ class PushConsumer:
                         log.exception("%s: listener raised; the message(s) will be consumed again later",
                                       self.group)
                         ok = False
+                    if consuming.pop(off, None) is None:
+                        # timed out meanwhile and sent back by _expire_once: ignore the late result
+                        stats["late_results"] += 1
+                        continue
                     if ok:
                         stats["consumed"] += 1
-                        pq.remove_messages(msgs, mono_ms())
+                        pq.remove_messages(msgs, clock())
                         continue
                 else:
+                    pq.start_consuming(msgs, clock())
                     ok = await self._call_listener(msgs)
+                    live = pq.finish_consuming(msgs)
+                    if len(live) < len(msgs):
+                        stats["late_results"] += len(msgs) - len(live)
+                        if not live:
+                            continue
+                        msgs = tuple(live)
                 await self._consumed(mq, pq, msgs, ok)
             except asyncio.CancelledError:
                 raise
@@ -672,11 +692,11 @@ class PushConsumer:
             # BROADCASTING: failures are dropped, like the Java client.
         pq.remove_messages(done, mono_ms())
 
-    async def _send_back(self, mq: MessageQueue, m: MessageExt) -> bool:
+    async def _send_back(self, mq: MessageQueue, m: MessageExt, delay_level: int = 0) -> bool:
         try:
             addr = await self.instance.master_addr_refreshing(mq.broker_name, mq.topic)
-            await self.instance.api.send_back(SendBackRequest(addr, self.group, m.commit_log_offset, 0, m.msg_id,
-                                                              m.topic, self.max_reconsume_times))
+            await self.instance.api.send_back(SendBackRequest(addr, self.group, m.commit_log_offset, delay_level,
+                                                              m.msg_id, m.topic, self.max_reconsume_times))
             self.stats["sent_back"] += 1
             return True
         except MQClientError as e:
@@ -693,3 +713,57 @@ class PushConsumer:
                     self._work.put_nowait((mq, pq, (m,)))
         handle = loop.call_later(delay_s, fire)
         self._retry_handles.add(handle)
+
+
+    # -- consume timeout (Java: ConsumeMessageConcurrentlyService.cleanExpireMsg) -------------------
+    @property
+    def consume_timeout_ms(self) -> int:
+        return int(self.consume_timeout_min * 60_000)
+
+    def expire_check_interval_s(self) -> float:
+        """How often in-flight messages are checked against the consume timeout. Java checks
+        every consumeTimeout (15 min), so a stuck message may wait up to twice the timeout;
+        checking every min(timeout, 60 s) bounds that overshoot to 60 s, and one check is
+        only a scan of the running listener calls (at most consume_concurrency entries)."""
+        return min(self.consume_timeout_ms, 60_000) / 1000
+
+    async def _expire_loop(self) -> None:
+        interval = self.expire_check_interval_s()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._expire_once(mono_ms())
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s: consume timeout check failed", self.group)
+
+    async def _expire_once(self, now: int) -> int:
+        """Send back every message whose listener call outlived the consume timeout (delay
+        level 3, as Java's cleanExpireMsg) and drop it from its queue; the listener's late
+        result is ignored (ProcessQueue.claim_expired). A failed send-back falls back to the
+        local retry after 5 s, like a failed listener call. Returns how many expired."""
+        timeout = self.consume_timeout_ms
+        n = 0
+        for mq, qs in list(self.subscription_state.assignment.items()):
+            pq = qs.pq
+            if pq.dropped:
+                continue
+            for m in pq.claim_expired(now, timeout):
+                n += 1
+                self.stats["expired"] += 1
+                log.warning("%s: consume timeout: message %s (%s offset %d) in the listener for more than "
+                            "%s min; sending it back for retry", self.group, m.msg_id, mq, m.queue_offset,
+                            self.consume_timeout_min)
+                if self.message_model == "CLUSTERING":
+                    if not await self._send_back(mq, m, delay_level=3):
+                        self._retry_locally(mq, pq, [m])
+                        continue
+                pq.remove_messages([m], mono_ms())
+        return n
+
+    def in_flight_ages(self) -> dict[MessageQueue, int]:
+        """{queue: age in ms of its oldest message still in a listener call (0: none)} for
+        every held queue (concurrent mode; orderly queues report 0)."""
+        now = mono_ms()
+        return {mq: qs.pq.oldest_in_flight_age_ms(now) for mq, qs in self.subscription_state.assignment.items()}
