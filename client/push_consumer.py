@@ -69,7 +69,14 @@ from pocketmq.client.selector import MessageSelector
 from pocketmq.client.subscription_state import QueueState, SubscriptionState
 from pocketmq.client.subscription_state import tag_filter as tag_filter  # re-exported
 from pocketmq.common.constants import retry_topic
-from pocketmq.protocol.bodies import ConsumerData, MessageQueue
+from pocketmq.protocol.bodies import (
+    CONSUME_STATUS_FIELDS,
+    PROP_CONSUME_ORDERLY,
+    PROP_CONSUMER_START_TIMESTAMP,
+    PROP_THREADPOOL_CORE_SIZE,
+    ConsumerData,
+    MessageQueue,
+)
 
 # The consumer whose worker runs the current code (a worker task, and the executor thread
 # running a plain listener for it): a listener that calls close()/drain() of its own
@@ -177,6 +184,7 @@ class PushConsumer:
         self.instance = None
         self.offset_store = None
         self.state = "CREATED"      # CREATED -> RUNNING -> DRAINING -> CLOSED
+        self._start_wall_ms = 0
         self._drain_task: asyncio.Task | None = None
 
     # -- configuration ---------------------------------------------------------------------
@@ -212,13 +220,54 @@ class PushConsumer:
                             CONSUME_FROM[self.consume_from_where], list(self.subscriptions.values()))
 
     def running_info(self) -> dict:
-        return {"properties": {"consumerGroup": self.group, "messageModel": self.message_model,
-                               "consumeType": "CONSUME_PASSIVELY", "language": "PYTHON",
-                               "consumeOrderly": str(self.orderly).lower()},
-                "mqTable": {f"{mq.topic}@{mq.broker_name}@{mq.queue_id}": {
-                    "cachedMsgCount": qs.pq.msg_count, "commitOffset": qs.pq.commit_offset()}
-                    for mq, qs in self.subscription_state.assignment.items()},
-                "stats": dict(self.stats)}
+        """What GET_CONSUMER_RUNNING_INFO reports (ClientInstance adds the instance-wide
+        properties and encodes it as Java's ConsumerRunningInfo): the options under the
+        names Java's DefaultMQPushConsumer gives them, the subscriptions, one
+        ProcessQueueInfo per held queue (timestamps in wall-clock ms, plus pocketmq's
+        oldestInFlightAgeMs), and per-topic consume status (pocketmq keeps no RT/TPS
+        figures: zeros)."""
+        wall, mono = now_ms(), mono_ms()
+
+        def wall_of(t: int) -> int:
+            return wall - (mono - t) if t > 0 else 0
+        lim = self.flow_limits
+        props = {
+            "consumerGroup": self.group, "messageModel": self.message_model,
+            "consumeFromWhere": CONSUME_FROM[self.consume_from_where],
+            "consumeTimestamp": self.consume_timestamp_ms, "consumeThreadMin": self.consume_concurrency,
+            "consumeThreadMax": self.consume_concurrency, "pullBatchSize": self.pull_batch_size,
+            "consumeMessageBatchMaxSize": self.consume_batch_size,
+            "pullThresholdForQueue": lim.pull_threshold_for_queue,
+            "pullThresholdSizeForQueue": lim.pull_threshold_size_for_queue_bytes // (1024 * 1024),
+            "consumeConcurrentlyMaxSpan": lim.consume_concurrently_max_span,
+            "maxReconsumeTimes": -1 if self.max_reconsume_times is None else self.max_reconsume_times,
+            "consumeTimeout": self.consume_timeout_min,
+            "suspendCurrentQueueTimeMillis": self.suspend_current_queue_time_ms,
+            "persistConsumerOffsetInterval": int(self.persist_interval_s * 1000),
+            "allocateMessageQueueStrategy": type(self.allocate_strategy).__name__,
+            "namesrvAddr": self.namesrv_addr, "instanceName": self.instance_name or "DEFAULT",
+            "clientIP": self.client_id.split("@", 1)[0], "unitMode": "false",
+            PROP_THREADPOOL_CORE_SIZE: self.consume_concurrency,
+            PROP_CONSUME_ORDERLY: "true" if self.orderly else "false",
+            PROP_CONSUMER_START_TIMESTAMP: self._start_wall_ms,
+        }
+        mq_table = {}
+        for mq, qs in self.subscription_state.assignment.items():
+            pq = qs.pq
+            keys = pq.msgs.keys()
+            mq_table[mq] = {
+                "commitOffset": pq.commit_offset(),
+                "cachedMsgMinOffset": keys[0] if keys else 0, "cachedMsgMaxOffset": keys[-1] if keys else 0,
+                "cachedMsgCount": pq.msg_count, "cachedMsgSizeInMiB": pq.msg_size_bytes // (1024 * 1024),
+                "transactionMsgMinOffset": 0, "transactionMsgMaxOffset": 0, "transactionMsgCount": 0,
+                "locked": pq.locked, "tryUnlockTimes": 0, "lastLockTimestamp": wall_of(pq.last_lock_ms),
+                "droped": pq.dropped, "lastPullTimestamp": wall_of(pq.last_pull_ms),
+                "lastConsumeTimestamp": wall_of(pq.last_consume_ms),
+                "oldestInFlightAgeMs": pq.oldest_in_flight_age_ms(mono),
+            }
+        status = {t: dict.fromkeys(CONSUME_STATUS_FIELDS, 0) for t in self.subscriptions}
+        return {"properties": props, "subscriptions": list(self.subscriptions.values()),
+                "mq_table": mq_table, "status_table": status}
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> PushConsumer:
@@ -260,6 +309,7 @@ class PushConsumer:
                              for i in range(self.consume_concurrency)]
             self._expire_task = asyncio.create_task(self._expire_loop(), name=f"{self.group}:expire")
         self._persist_task = asyncio.create_task(self._persist_loop(), name=f"{self.group}:persist")
+        self._start_wall_ms = now_ms()
         self.state = "RUNNING"
         await self._update_routes()
         await inst.heartbeat_all()
