@@ -7,9 +7,10 @@ import asyncio
 
 import pytest
 
-from pocketmq.client import CONSUME_SUCCESS, Message, Producer, PushConsumer
+from pocketmq.client import CONSUME_SUCCESS
 from pocketmq.client.instance import ClientInstance
 from tests.integration.test_client_cluster import create_topic, uniq, wait_for
+from tests.integration.test_client_real_broker import send_one, start_consumer
 from tests.support.daemons import Cluster
 from tests.support.events import Sink
 
@@ -38,13 +39,9 @@ async def test_a_stuck_listener_call_is_sent_back_and_its_late_result_ignored(cl
                 await release.wait()          # stuck until the redelivery arrived
             return CONSUME_SUCCESS
 
-        c = PushConsumer(group, cluster.namesrv_addr, listener=listener, instance_name=uniq("c"),
-                         consume_from_where="FIRST_OFFSET", consume_timeout_min=1 / 60)
-        c.subscribe(topic)
-        await c.start()
+        c = await start_consumer(cluster, group, topic, listener, consume_timeout_min=1 / 60)
         try:
-            async with Producer(uniq("P"), cluster.namesrv_addr, instance_name=uniq("p")) as p:
-                await p.send(Message(topic, b"slow"))
+            await send_one(cluster, topic, b"slow")
             await seen.until(lambda s: len(s) == 1)
             mq = next(mq for mq in c.pqs if mq.topic == topic)
             await wait_for(lambda: c.in_flight_ages().get(mq, 0) >= 200, 5, "the stuck call to age")

@@ -33,6 +33,20 @@ def cluster(tmp_path_factory):
     c.stop()
 
 
+async def start_consumer(cluster, group: str, topic: str, listener, **options) -> PushConsumer:
+    """A started clustering PushConsumer of `group` on `topic` from its first offset."""
+    c = PushConsumer(group, cluster.namesrv_addr, listener=listener, instance_name=uniq("c"),
+                     consume_from_where="FIRST_OFFSET", **options)
+    c.subscribe(topic)
+    await c.start()
+    return c
+
+
+async def send_one(cluster, topic: str, body: bytes) -> None:
+    async with Producer(uniq("P"), cluster.namesrv_addr, instance_name=uniq("p")) as p:
+        await p.send(Message(topic, body))
+
+
 def raw_pull(group, topic, offset, *, subscription=None, sub_version=0, commit=None):
     flag = (PullSysFlag.SUBSCRIPTION if subscription is not None else 0) | (
         PullSysFlag.COMMIT_OFFSET if commit is not None else 0)
@@ -104,13 +118,9 @@ async def test_a_refused_send_back_is_consumed_again_locally_after_5s(cluster):
             seen.append((loop.time(), msg.topic, msg.msg_id, msg.reconsume_times))
             return RECONSUME_LATER if len(seen) == 1 else CONSUME_SUCCESS
 
-        c = PushConsumer(group, cluster.namesrv_addr, listener=listener, instance_name=uniq("r"),
-                         consume_from_where="FIRST_OFFSET")
-        c.subscribe(topic)
-        await c.start()
+        c = await start_consumer(cluster, group, topic, listener)
         try:
-            async with Producer(uniq("RP"), cluster.namesrv_addr, instance_name=uniq("rp")) as p:
-                await p.send(Message(topic, b"again"))
+            await send_one(cluster, topic, b"again")
             await seen.until(lambda s: len(s) == 2)
             (t0, topic0, id0, _), (t1, topic1, id1, _) = seen
             assert topic0 == topic1 == topic and id0 == id1          # the same message, not a retry copy
