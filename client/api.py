@@ -38,6 +38,7 @@ registered).
 | broker_runtime_info         | GET_BROKER_RUNTIME_INFO               |
 | consume_stats               | GET_CONSUME_STATS                     |
 | consumer_connection_list    | GET_CONSUMER_CONNECTION_LIST          |
+| consumer_running_info       | GET_CONSUMER_RUNNING_INFO (via broker)|
 | view_message                | VIEW_MESSAGE_BY_ID                    |
 | reset_offset                | INVOKE_BROKER_TO_RESET_OFFSET         |
 | update_subscription_group   | UPDATE_AND_CREATE_SUBSCRIPTIONGROUP   |
@@ -64,6 +65,7 @@ from pocketmq.protocol.bodies import (
     TopicConfig,
     TopicRouteData,
     decode_cluster_info,
+    decode_consumer_running_info,
     decode_mq_set,
     decode_reset_offset_body,
     decode_subscription_group_wrapper,
@@ -512,6 +514,17 @@ class ClientAPI:
     async def consumer_connection_list(self, addr: str, group: str) -> dict:
         return self._json(await self._ok(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST,
                                          {"consumerGroup": group}), addr, "consumer connections")
+
+    async def consumer_running_info(self, addr: str, group: str, client_id: str, jstack: bool = False) -> dict:
+        """The client `client_id`'s ConsumerRunningInfo, relayed by the broker at `addr`
+        (decode_consumer_running_info's dict)."""
+        resp = await self._ok(addr, RequestCode.GET_CONSUMER_RUNNING_INFO,
+                              {"consumerGroup": group, "clientId": client_id,
+                               "jstackEnable": "true" if jstack else "false"}, timeout_s=15.0)
+        try:
+            return decode_consumer_running_info(resp.body_bytes() or b"{}")
+        except (BodyError, ValueError) as e:
+            raise error_for(ResponseCode.SYSTEM_ERROR, f"unreadable consumer running info: {e}", addr) from None
 
     async def view_message(self, addr: str, commit_log_offset: int):
         """VIEW_MESSAGE_BY_ID -> protocol.message.MessageExt of the record at that offset."""

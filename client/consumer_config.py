@@ -92,6 +92,9 @@ class PushConsumerConfig(ConsumerConfig):
     sync_listener_in_thread: run a plain (non-async) listener in a thread pool.
     broadcast_offset_dir: where BROADCASTING offsets are kept (None = ~/.pocketmq_offsets).
     close_timeout_s: how long close() waits for cached messages to be consumed.
+    consume_timeout_min: concurrent mode: a listener call running longer than this many
+        minutes (Java's consumeTimeout, 15) has its message sent back for retry
+        (delay level 3) and removed from the queue; the call's late result is ignored.
     """
     pull_batch_size: int = 128
     suspend_timeout_ms: int = 15000
@@ -107,8 +110,11 @@ class PushConsumerConfig(ConsumerConfig):
     sync_listener_in_thread: bool = True
     broadcast_offset_dir: str | None = None
     close_timeout_s: float = 30.0
+    consume_timeout_min: float = 15.0
 
     def __post_init__(self):
+        if not 0 < self.consume_timeout_min <= 7 * 24 * 60:
+            raise InvalidArgumentError("consume_timeout_min must be in (0, 10080] minutes")
         if self.message_model not in ("CLUSTERING", "BROADCASTING"):
             raise InvalidArgumentError("message_model must be CLUSTERING or BROADCASTING")
         self._check_common()

@@ -46,10 +46,15 @@ from pocketmq.protocol.bodies import (
     HeartbeatData,
     MessageQueue,
     TopicRouteData,
+    PROP_CLIENT_VERSION,
+    PROP_CONSUME_TYPE,
+    PROP_NAMESERVER_ADDR,
     decode_reset_offset_body,
     dumps,
+    encode_consumer_running_info,
 )
 from pocketmq.protocol.codes import (
+    CLIENT_VERSION_DESC,
     LanguageCode,
     RequestCode,
     ResponseCode,
@@ -268,12 +273,29 @@ class ClientInstance:
             if consumer is None:
                 return cmd.response(ResponseCode.SYSTEM_ERROR,
                                     f"The Consumer Group <{group}> not exist in this consumer")
-            info = consumer.running_info() if hasattr(consumer, "running_info") else {}
-            return cmd.response(ResponseCode.SUCCESS, body=dumps(info))
+            return cmd.response(ResponseCode.SUCCESS, body=self.consumer_running_info(consumer))
         if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
             return self._on_check_transaction_state(conn, cmd)
         return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                             f" request type {cmd.code} not supported")
+
+    def consumer_running_info(self, consumer) -> bytes:
+        """Java's ConsumerRunningInfo of `consumer` (MQClientInstance.consumerRunningInfo):
+        the consumer's own part (running_info(); a consumer without one, the lite pull
+        consumer, reports its type and subscriptions only) plus this instance's
+        nameserver, consume type and client version. No jstack: Python has none."""
+        info = consumer.running_info() if hasattr(consumer, "running_info") else {}
+        push = hasattr(consumer, "running_info")
+        props = dict(info.get("properties") or {"consumerGroup": getattr(consumer, "group", "")})
+        props[PROP_NAMESERVER_ADDR] = ";".join(self.remoting.namesrv_addrs)
+        props[PROP_CONSUME_TYPE] = "CONSUME_PASSIVELY" if push else "CONSUME_ACTIVELY"
+        props[PROP_CLIENT_VERSION] = CLIENT_VERSION_DESC
+        subs = info.get("subscriptions")
+        if subs is None:
+            subs = list(getattr(consumer, "subscriptions", {}).values()) if isinstance(
+                getattr(consumer, "subscriptions", None), dict) else []
+        return encode_consumer_running_info(props, subs, info.get("mq_table") or {},
+                                            info.get("status_table") or {})
 
     def _on_check_transaction_state(self, conn, cmd: RemotingCommand):
         """CHECK_TRANSACTION_STATE (oneway from the broker): handed to the transaction

@@ -31,6 +31,14 @@ rules) keeps its pure parts here too:
   idle, stop);
 * `split_exhausted(msgs, max)`: which failed messages go to the dead-letter queue.
 
+Consume timeout (Java's consumeTimeout and ConsumeMessageConcurrentlyService.cleanExpireMsg),
+concurrent mode: the worker notes when a listener call starts (`start_consuming`) and ends
+(`finish_consuming`); `claim_expired(now_ms, timeout_ms)` hands the shell every message in
+flight for longer than the timeout and forgets its start, so the listener's late result
+for it is ignored (finish_consuming no longer returns it) while the shell sends it back;
+`oldest_in_flight_age_ms(now_ms)` makes a stuck listener visible before flow control stops
+the queue.
+
 Times are integer milliseconds passed in by the caller (no clock reads here).
 """
 from __future__ import annotations
@@ -89,6 +97,7 @@ class ProcessQueue:
 
     __slots__ = (
         "consumed_total",
+        "consuming",
         "dropped",
         "in_flight",
         "last_consume_ms",
@@ -115,6 +124,7 @@ class ProcessQueue:
         self.consumed_total = 0
         self.locked = False              # orderly: the broker named this queue ours
         self.last_lock_ms = 0            # orderly: when it last did
+        self.consuming: dict = {}        # queue offset -> when its listener call started (ms)
 
     # -- pull side ---------------------------------------------------------------------
     def put_messages(self, msgs, now_ms: int = 0) -> int:
@@ -162,6 +172,39 @@ class ProcessQueue:
             return self.pull_offset
         return self.queue_offset_max + 1 if self.queue_offset_max >= 0 else -1
 
+    # -- consume timeout ----------------------------------------------------------------------
+    def start_consuming(self, msgs, now_ms: int) -> None:
+        """The listener is called for `msgs` now."""
+        consuming = self.consuming
+        for m in msgs:
+            consuming[m.queue_offset] = now_ms
+
+    def finish_consuming(self, msgs) -> list:
+        """The listener returned for `msgs`: those whose result still counts (the others
+        were claimed by claim_expired meanwhile and are already being sent back)."""
+        consuming = self.consuming
+        return [m for m in msgs if consuming.pop(m.queue_offset, None) is not None]
+
+    def claim_expired(self, now_ms: int, timeout_ms: int) -> list:
+        """Cached messages whose listener call started more than `timeout_ms` ago, in
+        queue order. Their start is forgotten, so finish_consuming() drops their late
+        result; they stay cached (holding the commit point) until the caller removes them."""
+        deadline = now_ms - timeout_ms
+        expired = sorted(off for off, t in self.consuming.items() if t < deadline)
+        out = []
+        for off in expired:
+            del self.consuming[off]
+            m = self.msgs.get(off)
+            if m is not None:
+                out.append(m)
+        return out
+
+    def oldest_in_flight_age_ms(self, now_ms: int) -> int:
+        """How long the oldest running listener call of this queue has run (0: none)."""
+        if not self.consuming:
+            return 0
+        return max(0, now_ms - min(self.consuming.values()))
+
     @property
     def max_span(self) -> int:
         if not self.msgs:
@@ -171,6 +214,7 @@ class ProcessQueue:
 
     def clear(self) -> None:
         self.msgs.clear()
+        self.consuming.clear()
         self.msg_count = 0
         self.msg_size_bytes = 0
 

@@ -69,7 +69,14 @@ from pocketmq.client.selector import MessageSelector
 from pocketmq.client.subscription_state import QueueState, SubscriptionState
 from pocketmq.client.subscription_state import tag_filter as tag_filter  # re-exported
 from pocketmq.common.constants import retry_topic
-from pocketmq.protocol.bodies import ConsumerData, MessageQueue
+from pocketmq.protocol.bodies import (
+    CONSUME_STATUS_FIELDS,
+    PROP_CONSUME_ORDERLY,
+    PROP_CONSUMER_START_TIMESTAMP,
+    PROP_THREADPOOL_CORE_SIZE,
+    ConsumerData,
+    MessageQueue,
+)
 
 # The consumer whose worker runs the current code (a worker task, and the executor thread
 # running a plain listener for it): a listener that calls close()/drain() of its own
@@ -155,7 +162,8 @@ class PushConsumer:
             os.path.expanduser("~"), ".pocketmq_offsets")
 
         self.subscription_state = SubscriptionState()
-        self.stats = {"consumed": 0, "failed": 0, "sent_back": 0, "pulls": 0}
+        self.stats = {"consumed": 0, "failed": 0, "sent_back": 0, "pulls": 0, "expired": 0,
+                      "late_results": 0}
         self.fetcher = Fetcher(group, self.subscription_state, self, pull_batch_size=self.pull_batch_size,
                                suspend_timeout_ms=self.suspend_timeout_ms, pull_timeout_ms=self.pull_timeout_ms,
                                pull_error_delay_ms=self.pull_error_delay_ms, stats=self.stats)
@@ -169,12 +177,15 @@ class PushConsumer:
         self._work: WorkQueue | None = None
         self._workers: list[asyncio.Task] = []
         self._persist_task: asyncio.Task | None = None
+        self._expire_task: asyncio.Task | None = None
+        self._tick_ms = mono_ms()     # coarse clock for stamping listener calls (_expire_loop)
         self._retry_handles: set = set()
         self._executor: ThreadPoolExecutor | None = None
         self._listener_is_async = False
         self.instance = None
         self.offset_store = None
         self.state = "CREATED"      # CREATED -> RUNNING -> DRAINING -> CLOSED
+        self._start_wall_ms = 0
         self._drain_task: asyncio.Task | None = None
 
     # -- configuration ---------------------------------------------------------------------
@@ -210,13 +221,54 @@ class PushConsumer:
                             CONSUME_FROM[self.consume_from_where], list(self.subscriptions.values()))
 
     def running_info(self) -> dict:
-        return {"properties": {"consumerGroup": self.group, "messageModel": self.message_model,
-                               "consumeType": "CONSUME_PASSIVELY", "language": "PYTHON",
-                               "consumeOrderly": str(self.orderly).lower()},
-                "mqTable": {f"{mq.topic}@{mq.broker_name}@{mq.queue_id}": {
-                    "cachedMsgCount": qs.pq.msg_count, "commitOffset": qs.pq.commit_offset()}
-                    for mq, qs in self.subscription_state.assignment.items()},
-                "stats": dict(self.stats)}
+        """What GET_CONSUMER_RUNNING_INFO reports (ClientInstance adds the instance-wide
+        properties and encodes it as Java's ConsumerRunningInfo): the options under the
+        names Java's DefaultMQPushConsumer gives them, the subscriptions, one
+        ProcessQueueInfo per held queue (timestamps in wall-clock ms, plus pocketmq's
+        oldestInFlightAgeMs), and per-topic consume status (pocketmq keeps no RT/TPS
+        figures: zeros)."""
+        wall, mono = now_ms(), mono_ms()
+
+        def wall_of(t: int) -> int:
+            return wall - (mono - t) if t > 0 else 0
+        lim = self.flow_limits
+        props = {
+            "consumerGroup": self.group, "messageModel": self.message_model,
+            "consumeFromWhere": CONSUME_FROM[self.consume_from_where],
+            "consumeTimestamp": self.consume_timestamp_ms, "consumeThreadMin": self.consume_concurrency,
+            "consumeThreadMax": self.consume_concurrency, "pullBatchSize": self.pull_batch_size,
+            "consumeMessageBatchMaxSize": self.consume_batch_size,
+            "pullThresholdForQueue": lim.pull_threshold_for_queue,
+            "pullThresholdSizeForQueue": lim.pull_threshold_size_for_queue_bytes // (1024 * 1024),
+            "consumeConcurrentlyMaxSpan": lim.consume_concurrently_max_span,
+            "maxReconsumeTimes": -1 if self.max_reconsume_times is None else self.max_reconsume_times,
+            "consumeTimeout": self.consume_timeout_min,
+            "suspendCurrentQueueTimeMillis": self.suspend_current_queue_time_ms,
+            "persistConsumerOffsetInterval": int(self.persist_interval_s * 1000),
+            "allocateMessageQueueStrategy": type(self.allocate_strategy).__name__,
+            "namesrvAddr": self.namesrv_addr, "instanceName": self.instance_name or "DEFAULT",
+            "clientIP": self.client_id.split("@", 1)[0], "unitMode": "false",
+            PROP_THREADPOOL_CORE_SIZE: self.consume_concurrency,
+            PROP_CONSUME_ORDERLY: "true" if self.orderly else "false",
+            PROP_CONSUMER_START_TIMESTAMP: self._start_wall_ms,
+        }
+        mq_table = {}
+        for mq, qs in self.subscription_state.assignment.items():
+            pq = qs.pq
+            keys = pq.msgs.keys()
+            mq_table[mq] = {
+                "commitOffset": pq.commit_offset(),
+                "cachedMsgMinOffset": keys[0] if keys else 0, "cachedMsgMaxOffset": keys[-1] if keys else 0,
+                "cachedMsgCount": pq.msg_count, "cachedMsgSizeInMiB": pq.msg_size_bytes // (1024 * 1024),
+                "transactionMsgMinOffset": 0, "transactionMsgMaxOffset": 0, "transactionMsgCount": 0,
+                "locked": pq.locked, "tryUnlockTimes": 0, "lastLockTimestamp": wall_of(pq.last_lock_ms),
+                "droped": pq.dropped, "lastPullTimestamp": wall_of(pq.last_pull_ms),
+                "lastConsumeTimestamp": wall_of(pq.last_consume_ms),
+                "oldestInFlightAgeMs": pq.oldest_in_flight_age_ms(mono),
+            }
+        status = {t: dict.fromkeys(CONSUME_STATUS_FIELDS, 0) for t in self.subscriptions}
+        return {"properties": props, "subscriptions": list(self.subscriptions.values()),
+                "mq_table": mq_table, "status_table": status}
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> PushConsumer:
@@ -256,7 +308,10 @@ class PushConsumer:
         else:
             self._workers = [asyncio.create_task(self._worker(), name=f"{self.group}:worker{i}")
                              for i in range(self.consume_concurrency)]
+            self._tick_ms = mono_ms()
+            self._expire_task = asyncio.create_task(self._expire_loop(), name=f"{self.group}:expire")
         self._persist_task = asyncio.create_task(self._persist_loop(), name=f"{self.group}:persist")
+        self._start_wall_ms = now_ms()
         self.state = "RUNNING"
         await self._update_routes()
         await inst.heartbeat_all()
@@ -326,9 +381,10 @@ class PushConsumer:
         while any(qs.pq.in_flight for qs in held.values()) and mono_ms() < deadline + 1000:
             await asyncio.sleep(0.01)
         await self._stop_workers()
-        if self._persist_task is not None:
-            self._persist_task.cancel()
-            await asyncio.gather(self._persist_task, return_exceptions=True)
+        for task in (self._persist_task, self._expire_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         for mq, qs in held.items():
             off = qs.pq.commit_offset()
             if off >= 0:
@@ -582,8 +638,12 @@ class PushConsumer:
             pq.in_flight += 1
             try:
                 if fast:
+                    m = msgs[0]
+                    off = m.queue_offset
+                    consuming = pq.consuming
+                    consuming[off] = self._tick_ms
                     try:
-                        r = await fn(msgs[0])
+                        r = await fn(m)
                         ok = (r is None or r is True or r is ConsumeStatus.CONSUME_SUCCESS
                               or r == "CONSUME_SUCCESS")
                     except asyncio.CancelledError:
@@ -592,12 +652,23 @@ class PushConsumer:
                         log.exception("%s: listener raised; the message(s) will be consumed again later",
                                       self.group)
                         ok = False
+                    if consuming.pop(off, None) is None:
+                        # timed out meanwhile and sent back by _expire_once: ignore the late result
+                        stats["late_results"] += 1
+                        continue
                     if ok:
                         stats["consumed"] += 1
                         pq.remove_messages(msgs, mono_ms())
                         continue
                 else:
+                    pq.start_consuming(msgs, self._tick_ms)
                     ok = await self._call_listener(msgs)
+                    live = pq.finish_consuming(msgs)
+                    if len(live) < len(msgs):
+                        stats["late_results"] += len(msgs) - len(live)
+                        if not live:
+                            continue
+                        msgs = tuple(live)
                 await self._consumed(mq, pq, msgs, ok)
             except asyncio.CancelledError:
                 raise
@@ -672,11 +743,11 @@ class PushConsumer:
             # BROADCASTING: failures are dropped, like the Java client.
         pq.remove_messages(done, mono_ms())
 
-    async def _send_back(self, mq: MessageQueue, m: MessageExt) -> bool:
+    async def _send_back(self, mq: MessageQueue, m: MessageExt, delay_level: int = 0) -> bool:
         try:
             addr = await self.instance.master_addr_refreshing(mq.broker_name, mq.topic)
-            await self.instance.api.send_back(SendBackRequest(addr, self.group, m.commit_log_offset, 0, m.msg_id,
-                                                              m.topic, self.max_reconsume_times))
+            await self.instance.api.send_back(SendBackRequest(addr, self.group, m.commit_log_offset, delay_level,
+                                                              m.msg_id, m.topic, self.max_reconsume_times))
             self.stats["sent_back"] += 1
             return True
         except MQClientError as e:
@@ -693,3 +764,67 @@ class PushConsumer:
                     self._work.put_nowait((mq, pq, (m,)))
         handle = loop.call_later(delay_s, fire)
         self._retry_handles.add(handle)
+
+
+    # -- consume timeout (Java: ConsumeMessageConcurrentlyService.cleanExpireMsg) -------------------
+    @property
+    def consume_timeout_ms(self) -> int:
+        return int(self.consume_timeout_min * 60_000)
+
+    def expire_check_interval_s(self) -> float:
+        """How often in-flight messages are checked against the consume timeout. Java checks
+        every consumeTimeout (15 min), so a stuck message may wait up to twice the timeout;
+        checking every min(timeout, 60 s) bounds that overshoot to 60 s, and one check is
+        only a scan of the running listener calls (at most consume_concurrency entries)."""
+        return min(self.consume_timeout_ms, 60_000) / 1000
+
+    # Listener calls are stamped with this coarse clock (refreshed every TICK_S by the
+    # expiry task): reading an attribute per message is a third of the cost of reading the
+    # monotonic clock, and a 100 ms error is nothing against a timeout of minutes.
+    TICK_S = 0.1
+
+    async def _expire_loop(self) -> None:
+        interval_ms = int(self.expire_check_interval_s() * 1000)
+        next_check = mono_ms() + interval_ms
+        while True:
+            await asyncio.sleep(self.TICK_S)
+            now = self._tick_ms = mono_ms()
+            if now < next_check:
+                continue
+            next_check = now + interval_ms
+            try:
+                await self._expire_once(now)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s: consume timeout check failed", self.group)
+
+    async def _expire_once(self, now: int) -> int:
+        """Send back every message whose listener call outlived the consume timeout (delay
+        level 3, as Java's cleanExpireMsg) and drop it from its queue; the listener's late
+        result is ignored (ProcessQueue.claim_expired). A failed send-back falls back to the
+        local retry after 5 s, like a failed listener call. Returns how many expired."""
+        timeout = self.consume_timeout_ms
+        n = 0
+        for mq, qs in list(self.subscription_state.assignment.items()):
+            pq = qs.pq
+            if pq.dropped:
+                continue
+            for m in pq.claim_expired(now, timeout):
+                n += 1
+                self.stats["expired"] += 1
+                log.warning("%s: consume timeout: message %s (%s offset %d) in the listener for more than "
+                            "%s min; sending it back for retry", self.group, m.msg_id, mq, m.queue_offset,
+                            self.consume_timeout_min)
+                if self.message_model == "CLUSTERING":
+                    if not await self._send_back(mq, m, delay_level=3):
+                        self._retry_locally(mq, pq, [m])
+                        continue
+                pq.remove_messages([m], mono_ms())
+        return n
+
+    def in_flight_ages(self) -> dict[MessageQueue, int]:
+        """{queue: age in ms of its oldest message still in a listener call (0: none)} for
+        every held queue (concurrent mode; orderly queues report 0)."""
+        now = mono_ms()
+        return {mq: qs.pq.oldest_in_flight_age_ms(now) for mq, qs in self.subscription_state.assignment.items()}

@@ -737,3 +737,78 @@ def decode_reset_offset_body(body) -> dict:
     if any(off < 0 for off in out.values()):
         raise BodyError("reset offset body: negative offset")
     return out
+
+
+# --- consumer running info (GET_CONSUMER_RUNNING_INFO 307, client -> broker -> admin) -----------
+#
+# Java's ConsumerRunningInfo as fastjson writes it (fields sorted, jstack omitted when null):
+#   {"mqTable":{{"brokerName":..,"queueId":..,"topic":..}:{ProcessQueueInfo}},
+#    "properties":{"PROP_CONSUME_TYPE":"CONSUME_PASSIVELY",...},        (all values strings)
+#    "statusTable":{"<topic>":{ConsumeStatus}},
+#    "subscriptionSet":[{SubscriptionData},...]}
+
+PROP_NAMESERVER_ADDR = "PROP_NAMESERVER_ADDR"
+PROP_THREADPOOL_CORE_SIZE = "PROP_THREADPOOL_CORE_SIZE"
+PROP_CONSUME_ORDERLY = "PROP_CONSUMEORDERLY"          # sic: Java's constant has no underscore
+PROP_CONSUME_TYPE = "PROP_CONSUME_TYPE"
+PROP_CLIENT_VERSION = "PROP_CLIENT_VERSION"
+PROP_CONSUMER_START_TIMESTAMP = "PROP_CONSUMER_START_TIMESTAMP"
+
+# ProcessQueueInfo fields (Java 4.9), in the order its toString prints them.
+PROCESS_QUEUE_INFO_FIELDS = (
+    "commitOffset", "cachedMsgMinOffset", "cachedMsgMaxOffset", "cachedMsgCount", "cachedMsgSizeInMiB",
+    "transactionMsgMinOffset", "transactionMsgMaxOffset", "transactionMsgCount", "locked",
+    "tryUnlockTimes", "lastLockTimestamp", "droped", "lastPullTimestamp", "lastConsumeTimestamp",
+)
+# ConsumeStatus fields (Java 4.9).
+CONSUME_STATUS_FIELDS = ("pullRT", "pullTPS", "consumeRT", "consumeOKTPS", "consumeFailedTPS",
+                         "consumeFailedMsgs")
+
+
+def encode_consumer_running_info(properties: dict, subscriptions, mq_table: dict, status_table: dict,
+                                 jstack: str | None = None) -> bytes:
+    """ConsumerRunningInfo in fastjson's form. `properties` values are written as strings
+    (java.util.Properties); `subscriptions` are SubscriptionData; `mq_table` maps
+    MessageQueue -> ProcessQueueInfo dict (every PROCESS_QUEUE_INFO_FIELDS key, extra keys
+    allowed: fastjson readers ignore them); `status_table` maps topic -> ConsumeStatus dict."""
+    for mq, info in mq_table.items():
+        missing = [f for f in PROCESS_QUEUE_INFO_FIELDS if f not in info]
+        if missing:
+            raise BodyError(f"ProcessQueueInfo of {mq} lacks {', '.join(missing)}")
+    props = json.dumps({str(k): str(v) for k, v in properties.items()}, separators=(",", ":"),
+                       sort_keys=True, ensure_ascii=False)
+    subs = json.dumps([s.to_json() for s in sorted(subscriptions, key=lambda s: (s.topic, s.sub_string))],
+                      separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    status = json.dumps({t: {f: v.get(f, 0) for f in CONSUME_STATUS_FIELDS} for t, v in status_table.items()},
+                        separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    head = "{" if jstack is None else '{"jstack":' + json.dumps(jstack, ensure_ascii=False) + ","
+    return (head + '"mqTable":' + dumps_object_keyed(dict(sorted(mq_table.items()))) + ',"properties":' + props
+            + ',"statusTable":' + status + ',"subscriptionSet":' + subs + "}").encode()
+
+
+def decode_consumer_running_info(body) -> dict:
+    """ConsumerRunningInfo from a Java, C++ or pocketmq client -> {"properties": {str: str},
+    "subscriptionSet": [SubscriptionData], "mqTable": {MessageQueue: dict},
+    "statusTable": {topic: dict}, "jstack": str | None}. Raises BodyError when malformed."""
+    d = loads(body)
+    if not isinstance(d, dict):
+        raise BodyError("consumer running info is not a JSON object")
+    def field(name, empty):
+        v = d.get(name)
+        return empty if v is None else v      # an absent or null field is empty, a wrong type is not
+    props, table, status, subs = (field("properties", {}), field("mqTable", {}), field("statusTable", {}),
+                                  field("subscriptionSet", []))
+    if not (isinstance(props, dict) and isinstance(table, dict) and isinstance(status, dict)
+            and isinstance(subs, list)):
+        raise BodyError("consumer running info: properties/mqTable/statusTable must be objects, "
+                        "subscriptionSet an array")
+    mqs = {}
+    for mq, v in object_keyed_items(table):
+        if not isinstance(v, dict):
+            raise BodyError(f"ProcessQueueInfo of {mq} is not an object")
+        mqs[mq] = v
+    return {"properties": {str(k): str(v) for k, v in props.items()},
+            "subscriptionSet": [subscription_from_json(s) for s in subs],
+            "mqTable": dict(sorted(mqs.items())),
+            "statusTable": {str(t): v for t, v in status.items() if isinstance(v, dict)},
+            "jstack": d.get("jstack")}

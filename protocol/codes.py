@@ -166,6 +166,8 @@ class PermName:
 # Version ordinal we announce (MQVersion V4_9_4); Java clients refuse SQL92
 # filters from brokers below V4_1_0_SNAPSHOT, so never send something lower.
 CURRENT_VERSION = 401
+# ... and its name (MQVersion.getVersionDesc), reported as PROP_CLIENT_VERSION in running info.
+CLIENT_VERSION_DESC = "V4_9_4"
 
 # RemotingCommand.flag bits.
 FLAG_RESPONSE = 0x1

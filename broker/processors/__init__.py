@@ -49,6 +49,7 @@ def build_processor_table(ctx: BrokerContext) -> dict:
         R.GET_TOPIC_STATS_INFO: admin.process_get_topic_stats,
         R.GET_CONSUME_STATS: admin.process_get_consume_stats,
         R.GET_CONSUMER_CONNECTION_LIST: admin.process_get_consumer_connection_list,
+        R.GET_CONSUMER_RUNNING_INFO: admin.process_get_consumer_running_info,
         R.GET_BROKER_RUNTIME_INFO: admin.process_get_broker_runtime_info,
         R.QUERY_TOPIC_CONSUME_BY_WHO: admin.process_query_topic_consume_by_who,
         R.GET_ALL_CONSUMER_OFFSET: admin.process_get_all_consumer_offset,

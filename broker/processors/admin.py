@@ -14,6 +14,7 @@ from pocketmq.protocol.errors import BodyError
 from pocketmq.protocol.codes import LanguageCode, RequestCode, ResponseCode
 from pocketmq.protocol.command import RemotingCommand
 from pocketmq.protocol.headers.typed import opt_int, opt_str, parse_bool, req_int, req_str
+from pocketmq.remoting.connection import RemotingError, RequestTimeout
 
 
 log = logging.getLogger("pocketmq.broker.admin")
@@ -147,6 +148,40 @@ def process_get_consumer_connection_list(ctx, conn, cmd):
             "messageModel": g.message_model,
             "subscriptionTable": {t: s.to_json() for t, s in g.subscriptions.items()}}
     return cmd.response(ResponseCode.SUCCESS, body=bodies.dumps(body))
+
+
+# Java's Broker2Client.callClient timeout for requests relayed to a client.
+CALL_CLIENT_TIMEOUT_S = 10.0
+
+
+def process_get_consumer_running_info(ctx, conn, cmd):
+    """GET_CONSUMER_RUNNING_INFO (307) from an admin: relayed to the named client's connection
+    (sync, 10 s) and its answer (code, remark, body) relayed back, like Java's
+    AdminBrokerProcessor.callConsumer. A client that cannot answer replies
+    REQUEST_CODE_NOT_SUPPORTED itself, so no client-version gate is applied here."""
+    e = cmd.ext_fields
+    group, client_id = req_str(e, "consumerGroup"), req_str(e, "clientId")
+    g = ctx.consumers.get(group)
+    target = next(((ch, info) for ch, info in g.channels.items() if info.client_id == client_id),
+                  None) if g is not None else None
+    if target is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"The Consumer <{client_id}> <{group}> not online")
+    channel, _ = target
+    fields = {"consumerGroup": group, "clientId": client_id}
+    if "jstackEnable" in e:
+        fields["jstackEnable"] = e["jstackEnable"]
+    return _call_client(channel, cmd, RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, ext_fields=fields),
+                        client_id, group)
+
+
+async def _call_client(channel, cmd, request, client_id: str, group: str):
+    try:
+        resp = await channel.request(request, CALL_CLIENT_TIMEOUT_S)
+    except RequestTimeout as ex:
+        return cmd.response(ResponseCode.CONSUME_MSG_TIMEOUT, f"consumer <{client_id}> <{group}> Timeout: {ex}")
+    except (RemotingError, OSError) as ex:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"invoke consumer <{client_id}> <{group}> Exception: {ex}")
+    return cmd.response(resp.code, resp.remark, body=resp.body)
 
 
 def runtime_info(ctx) -> dict:

@@ -237,11 +237,17 @@ def test_push_consumer_options_as_keywords_or_config():
     assert (c.message_model, c.consume_concurrency) == ("BROADCASTING", 4)    # keywords win
     assert c.config.message_model == "BROADCASTING"
     for bad in ({"consume_concurrency": 0}, {"pull_batch_size": 2000}, {"message_model": "X"},
-                {"consume_from_where": "NOW"}, {"pull_timeout_ms": 100, "suspend_timeout_ms": 100}):
+                {"consume_from_where": "NOW"}, {"pull_timeout_ms": 100, "suspend_timeout_ms": 100},
+                {"consume_timeout_min": 0}, {"consume_timeout_min": -1}):
         with pytest.raises(errors.InvalidArgumentError):
             PushConsumer("G", "ns:1", listener=print, **bad)
     with pytest.raises(TypeError):
         PushConsumer("G", "ns:1", listener=print, no_such_option=1)
+    # consume timeout: Java's 15 min; checked every min(timeout, 60 s)
+    c = PushConsumer("G", "ns:1", listener=print)
+    assert (c.consume_timeout_ms, c.expire_check_interval_s()) == (900_000, 60.0)
+    c = PushConsumer("G", "ns:1", listener=print, consume_timeout_min=0.01)
+    assert (c.consume_timeout_ms, c.expire_check_interval_s()) == (600, 0.6)
     with pytest.raises(errors.InvalidArgumentError):
         PushConsumer("G", "ns:1", listener=print, config=LitePullConsumerConfig())
 

@@ -80,3 +80,37 @@ def test_commit_offset_covers_filtered_messages_once_empty():
     empty = ProcessQueue()
     empty.pull_offset = 5          # nothing matched at all
     assert empty.commit_offset() == 5
+
+
+# -- consume timeout (integer clock) -----------------------------------------------------------
+
+def test_claim_expired_takes_only_calls_older_than_the_timeout_and_drops_their_late_result():
+    pq = ProcessQueue()
+    msgs = [M(i) for i in range(10, 15)]
+    pq.put_messages(msgs)
+    pq.start_consuming(msgs[:2], now_ms=1_000)     # 10, 11 started at 1 s
+    pq.start_consuming(msgs[2:4], now_ms=5_000)    # 12, 13 at 5 s; 14 not started
+    assert pq.oldest_in_flight_age_ms(7_000) == 6_000
+    assert pq.claim_expired(now_ms=6_000, timeout_ms=5_000) == []      # exactly 5 s old: not yet
+    assert [m.queue_offset for m in pq.claim_expired(now_ms=6_001, timeout_ms=5_000)] == [10, 11]
+    assert pq.claim_expired(now_ms=6_001, timeout_ms=5_000) == []      # claimed once only
+    assert pq.oldest_in_flight_age_ms(7_000) == 2_000
+    # the claimed ones stay cached (holding the commit point) until the shell removes them
+    assert pq.commit_offset() == 10
+    # the listener returns late for 10 and 12: only 12's result counts
+    assert pq.finish_consuming([msgs[0], msgs[2]]) == [msgs[2]]
+    assert pq.remove_messages([msgs[0], msgs[1]]) == 12
+    assert pq.oldest_in_flight_age_ms(7_000) == 2_000                  # 13 still running
+    assert pq.finish_consuming([msgs[3]]) == [msgs[3]]
+    assert pq.oldest_in_flight_age_ms(7_000) == 0
+
+
+def test_claim_expired_skips_messages_no_longer_cached_and_clear_forgets_starts():
+    pq = ProcessQueue()
+    pq.put_messages([M(1), M(2)])
+    pq.start_consuming([M(1), M(2)], now_ms=0)
+    pq.remove_messages([M(1)])                      # gone from the cache (e.g. removed by a reset)
+    assert [m.queue_offset for m in pq.claim_expired(now_ms=100, timeout_ms=10)] == [2]
+    pq.start_consuming([M(2)], now_ms=100)
+    pq.clear()
+    assert pq.oldest_in_flight_age_ms(1_000) == 0 and pq.claim_expired(1_000, 1) == []

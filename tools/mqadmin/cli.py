@@ -4,8 +4,8 @@
     mqadmin help [<command>]
 
 Commands: updateTopic, deleteTopic, topicList, topicRoute, topicStatus,
-clusterList, consumerProgress, updateSubGroup, deleteSubGroup, resetOffsetByTime,
-sendMessage, queryMsgById.
+clusterList, consumerProgress, consumerConnection, consumerStatus, updateSubGroup,
+deleteSubGroup, resetOffsetByTime, sendMessage, queryMsgById.
 
 `-n` defaults to the NAMESRV_ADDR environment variable. Exit codes: 0 success,
 1 the operation failed (unreachable server, error response, not found),

@@ -1,8 +1,19 @@
-"""Consumer commands: consumerProgress (one group's progress, or every group's summary)."""
+"""Consumer commands: consumerProgress (one group's progress, or every group's summary),
+consumerConnection (the group's online clients and subscriptions) and consumerStatus
+(each client's ConsumerRunningInfo, relayed by the broker: GET_CONSUMER_RUNNING_INFO)."""
 from __future__ import annotations
+
+import time
 
 from pocketmq.client.errors import BrokerError
 from pocketmq.common.constants import RETRY_GROUP_TOPIC_PREFIX
+from pocketmq.protocol.bodies import (
+    PROCESS_QUEUE_INFO_FIELDS,
+    PROP_CONSUME_ORDERLY,
+    PROP_CONSUME_TYPE,
+    PROP_CLIENT_VERSION,
+)
+from pocketmq.protocol.codes import CLIENT_VERSION_DESC, CURRENT_VERSION
 from pocketmq.tools.mqadmin import tables
 from pocketmq.tools.mqadmin.command import Command, Opt, Out, stripped
 from pocketmq.tools.mqadmin.errors import AdminError
@@ -80,7 +91,174 @@ async def list_groups(s: AdminSession, out: Out) -> None:
     out(tables.format_table(["#Group", "#Count", "#Type", "#Model", "#TPS", "#Diff Total"], rows))
 
 
+# -- consumerConnection / consumerStatus ------------------------------------------------------
+
+async def group_connections(s: AdminSession, group: str) -> tuple[dict, dict[str, str]]:
+    """The group's ConsumerConnection merged over every master (one entry per clientId) and
+    {clientId: the broker address it is connected to}. AdminError when no broker has the
+    group online."""
+    masters = await s.all_masters()
+    if not masters:
+        raise AdminError("no master broker is registered on the nameserver")
+    merged: dict = {}
+    where: dict[str, str] = {}
+    for addr in masters.values():
+        try:
+            cc = await s.reach(addr, s.api.consumer_connection_list, group)
+        except (AdminError, BrokerError):
+            continue      # unreachable, or the group is not online on this broker
+        if not isinstance(cc, dict):
+            continue
+        if not merged:
+            merged = dict(cc, connectionSet=[])
+        for conn in cc.get("connectionSet") or []:
+            cid = str(conn.get("clientId", ""))
+            if cid and cid not in where:
+                where[cid] = addr
+                merged["connectionSet"].append(conn)
+    if not where:
+        raise AdminError(f"the consumer group[{group}] not online")
+    merged["connectionSet"].sort(key=lambda c: str(c.get("clientId", "")))
+    return merged, where
+
+
+def version_desc(version) -> str:
+    v = to_int(version, -1)
+    return CLIENT_VERSION_DESC if v == CURRENT_VERSION else str(v)
+
+
+async def consumer_connection(s: AdminSession, a, out: Out) -> None:
+    cc, _ = await group_connections(s, a.groupName)
+    for i, c in enumerate(cc["connectionSet"], 1):
+        out(f"{i:03d}  {str(c.get('clientId', '')):<32} {str(c.get('clientAddr', '')):<22} "
+            f"{str(c.get('language', '')):<8} {version_desc(c.get('version'))}")
+    out("")
+    out("Below is subscription:")
+    subs = cc.get("subscriptionTable") or {}
+    for i, (topic, sd) in enumerate(sorted(subs.items()), 1):
+        expr = sd.get("subString", "") if isinstance(sd, dict) else ""
+        out(f"{i:03d}  Topic: {topic:<40} SubExpression: {expr}")
+    out("")
+    out(f"ConsumeType: {cc.get('consumeType', '')}")
+    out(f"MessageModel: {cc.get('messageModel', '')}")
+    out(f"ConsumeFromWhere: {cc.get('consumeFromWhere', '')}")
+
+
+def process_queue_info_line(pqi: dict) -> str:
+    """Java's ProcessQueueInfo.toString (timestamps human-readable), plus pocketmq's
+    oldestInFlightAgeMs when the client reports it."""
+    parts = []
+    for f in PROCESS_QUEUE_INFO_FIELDS:
+        v = pqi.get(f, "")
+        if f.endswith("Timestamp"):
+            v = tables.human_ms(to_int(v))
+        elif isinstance(v, bool):
+            v = "true" if v else "false"
+        parts.append(f"{f}={v}")
+    if "oldestInFlightAgeMs" in pqi:
+        parts.append(f"oldestInFlightAgeMs={pqi['oldestInFlightAgeMs']}")
+    return "ProcessQueueInfo [" + ", ".join(parts) + "]"
+
+
+def format_running_info(info: dict) -> str:
+    """Java's ConsumerRunningInfo.formatString layout."""
+    lines = ["#Consumer Properties#"]
+    lines += [f"{k:<40}: {v}" for k, v in sorted(info["properties"].items())]
+    lines += ["", "", "#Consumer Subscription#"]
+    for i, sd in enumerate(info["subscriptionSet"], 1):
+        lines.append(f"{i:03d} Topic: {sd.topic:<40} ClassFilter: {str(sd.class_filter_mode).lower():<8} "
+                     f"SubExpression: {sd.sub_string}")
+    lines += ["", "", "#Consumer Offset#", f"{'#Topic':<64}  {'#Broker Name':<32}  {'#QID':<4}  {'#Consumer Offset':<20}"]
+    for mq, pqi in info["mqTable"].items():
+        lines.append(f"{mq.topic:<32}  {mq.broker_name:<32}  {mq.queue_id:<4}  {to_int(pqi.get('commitOffset')):<20}")
+    lines += ["", "", "#Consumer MQ Detail#", f"{'#Topic':<64}  {'#Broker Name':<32}  {'#QID':<4}  {'#ProcessQueueInfo':<20}"]
+    for mq, pqi in info["mqTable"].items():
+        lines.append(f"{mq.topic:<64}  {mq.broker_name:<32}  {mq.queue_id:<4}  {process_queue_info_line(pqi)}")
+    lines += ["", "", "#Consumer RT&TPS#",
+              f"{'#Topic':<64}  {'#Pull RT':>14} {'#Pull TPS':>14} {'#Consume RT':>14} {'#ConsumeOK TPS':>14} "
+              f"{'#ConsumeFailed TPS':>18} {'#ConsumeFailedMsgsInHour':>25}"]
+    for topic, st in sorted(info["statusTable"].items()):
+        lines.append(f"{topic:<32}  {to_float(st.get('pullRT')):>14.2f} {to_float(st.get('pullTPS')):>14.2f} "
+                     f"{to_float(st.get('consumeRT')):>14.2f} {to_float(st.get('consumeOKTPS')):>14.2f} "
+                     f"{to_float(st.get('consumeFailedTPS')):>18.2f} {to_int(st.get('consumeFailedMsgs')):>25}")
+    if info.get("jstack"):
+        lines += ["", "", "#Consumer jstack#", str(info["jstack"])]
+    return "\n".join(lines)
+
+
+def analyze_process_queues(client_id: str, info: dict, now_ms: int) -> list[str]:
+    """Java's ConsumerRunningInfo.analyzeProcessQueue: orderly queues not locked, concurrent
+    queues with cached messages and no consumption for a minute."""
+    props = info["properties"]
+    if props.get(PROP_CONSUME_TYPE) != "CONSUME_PASSIVELY":
+        return []
+    orderly = props.get(PROP_CONSUME_ORDERLY, "").lower() == "true"
+    out = []
+    for mq, pqi in info["mqTable"].items():
+        if orderly:
+            if not pqi.get("locked"):
+                out.append(f"{client_id} {mq} can't lock for a while, "
+                           f"{now_ms - to_int(pqi.get('lastLockTimestamp'))}ms")
+        else:
+            diff = now_ms - to_int(pqi.get("lastConsumeTimestamp"))
+            if diff > 60_000 and to_int(pqi.get("cachedMsgCount")) > 0:
+                out.append(f"{client_id} {mq} can't consume for a while, maybe blocked, {diff}ms")
+    return out
+
+
+async def running_info(s: AdminSession, addr: str, group: str, client_id: str, jstack: bool) -> dict:
+    return await s.call(addr, s.api.consumer_running_info, group, client_id, jstack,
+                        what=f"running info of consumer {client_id} of group {group}", where=f"broker {addr}")
+
+
+async def consumer_status(s: AdminSession, a, out: Out) -> None:
+
+    group = a.groupName
+    cc, where = await group_connections(s, group)
+    if a.clientId:
+        if a.clientId not in where:
+            raise AdminError(f"consumer {a.clientId} of group {group} is not online "
+                             f"(online: {', '.join(sorted(where)) or 'none'})")
+        out(format_running_info(await running_info(s, where[a.clientId], group, a.clientId, a.jstack)))
+        return
+    infos, rows = {}, []
+    for i, c in enumerate(cc["connectionSet"], 1):
+        cid = str(c.get("clientId", ""))
+        info = await running_info(s, where[cid], group, cid, a.jstack)
+        infos[cid] = info
+        props = info["properties"]
+        rows.append((f"{i:03d}", cid, props.get(PROP_CLIENT_VERSION, version_desc(c.get("version"))),
+                     len(info["mqTable"]), sum(to_int(p.get("cachedMsgCount")) for p in info["mqTable"].values()),
+                     max((to_int(p.get("oldestInFlightAgeMs")) for p in info["mqTable"].values()), default=0)))
+    out(tables.format_table(["#Index", "#ClientId", "#Version", "#Queues", "#Cached", "#OldestInFlightMs"], rows))
+    out("")
+    subs = [sorted((sd.topic, sd.sub_string, sd.expression_type) for sd in v["subscriptionSet"])
+            for v in infos.values()]
+    if all(x == subs[0] for x in subs):
+        out("Same subscription in the same group of consumer")
+    else:
+        out("WARN: Different subscription in the same group of consumer!!!")
+    out("")
+    out("Rebalance OK")
+    now = int(time.time() * 1000)
+    for cid, info in infos.items():
+        for line in analyze_process_queues(cid, info, now):
+            out(line)
+    for cid, info in infos.items():
+        out("")
+        out(f"#ClientId# {cid}")
+        out(format_running_info(info))
+
+
 COMMANDS = [
+    Command("consumerConnection", "Query consumer's socket connection, client version and subscription", [
+        Opt("g", "groupName", "consumer group name", required=True, type=stripped),
+    ], consumer_connection),
+    Command("consumerStatus", "Query consumer's internal data structure", [
+        Opt("g", "groupName", "consumer group name", required=True, type=stripped),
+        Opt("i", "clientId", "the consumer's clientId (without it: every client of the group)", type=stripped),
+        Opt("s", "jstack", "ask for the jstack (Java clients; pocketmq has none)", takes_value=False),
+    ], consumer_status),
     Command("consumerProgress", "Query consumers's progress, speed", [
         Opt("g", "groupName", "consumer group name (without it: list the groups)", type=stripped),
         Opt("t", "topicName", "only this topic", type=stripped, dest="topic"),
