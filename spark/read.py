@@ -1,16 +1,28 @@
 """Executor side of a batch read: pull one queue range and yield Arrow record batches.
 
-Uses ClientAPI.pull_message (raw records, protocol.message.decode_records_raw) instead of a
-LitePullConsumer: a range read must stop exactly at its end offset, and the consumer's
-fetcher prefetches past it and rebalances; a pull request asks for at most `end - offset`
-messages and every record at or past `end` is dropped.
+Uses ClientAPI.pull_message instead of a LitePullConsumer: a range read must stop exactly
+at its end offset, and the consumer's fetcher prefetches past it and rebalances; a pull
+request asks for at most `end - offset` messages and every record at or past `end` is
+dropped.
+
+Column-wise (the pulls ask for the undecoded body, client.api.PULL_BODY): no Python object
+per record. protocol.message.record_starts walks a body once (record boundaries, and which
+records the column-wise path leaves out: compressed bodies, IPv6 hosts, odd ones); _frame
+checks the framing and gathers every fixed field with numpy (one gather of the heads,
+positions from protocol.message.head_positions) and cuts body, topic and properties out of
+one zero-copy pyarrow binary array over the body; segments_to_batch makes the RecordBatch.
+The records left out are decoded by the client's decode_pull_body (decode_records_raw
+tuples, its salvage of undecodable records) and go through records_to_batch; the batches
+of both kinds are yielded in queue order (parts_to_batches). A body whose framing or UTF-8
+is off anywhere is decoded whole by decode_pull_body, as before. tests/spark/test_columnar.py
+pins the column-wise result to records_to_batch's on the same bodies.
 
 Speed (bench/bench_spark.py, docs/benchmarks.md "Spark source"): the records of several
 pulls (one coroutine on the client's loop) make one batch of about BATCH_ROWS rows; the
-fields are transposed in C and handed to pyarrow as columns; the properties texts of the
-whole batch are parsed by pyarrow.compute (properties_columns), pinned to the per-row
-decode_properties path by tests/spark/test_pure.py. read_range makes the batches two ahead
-in a thread (read_ahead) while the Spark worker writes the previous ones to the JVM.
+properties texts of the whole batch are parsed by pyarrow.compute (properties_columns),
+pinned to the per-row decode_properties path by tests/spark/test_pure.py. read_range makes
+the batches two ahead in a thread (read_ahead) while the Spark worker writes the previous
+ones to the JVM.
 """
 from __future__ import annotations
 
