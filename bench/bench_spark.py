@@ -8,8 +8,9 @@ Loads N messages of 128 B (a tag, two keys, a user property and the producer's U
 send_batch) into a fresh topic, then times four phases over all of it:
 
   pull      the executor's pull loop alone (spark.read.pull_range: ClientAPI.pull_message
-            raw=True over every queue, in this process)
-  +arrow    the same plus records_to_batch (spark.read.read_range: decode + Arrow batches)
+            raw=PULL_BODY over every queue and the column-wise decode of the bodies, in
+            this process)
+  +arrow    the same plus the Arrow batches (spark.read.read_range: segments_to_batch)
   count     spark.read.format("pocketmq")...load().count() on local[2]
   parquet   the same DataFrame written to Parquet
   stream    (--stream-cap N) readStream, trigger(availableNow=True), maxOffsetsPerTrigger=N,
@@ -18,8 +19,9 @@ send_batch) into a fresh topic, then times four phases over all of it:
 For each: rows/s (wall) and CPU µs per row: this process (all threads; getrusage) for
 the in-process phases, the Spark JVM and its Python workers (/proc) for the Spark phases,
 and the broker's (/proc). The split says where a row's CPU goes: pull (request, broker
-reply, frame; the client's decode_records_raw is measured on its own and taken out),
-decode, Arrow (records_to_batch), Spark (the JVM and the worker's share besides our read).
+reply, frame; the reader's column-wise decode is measured on its own and taken out),
+decode (and decode_records_raw on the same bodies, the per-record path it replaced, for
+reference), Arrow (segments_to_batch), Spark (the JVM and the worker's share besides our read).
 The machine's speed drifts: the loopback calibration line (bench_broker's) comes first,
 and CPU per row is steadier than wall time when other work shares the cores.
 """
@@ -154,25 +156,37 @@ def phase_arrow(namesrv, ranges) -> int:
     return sum(b.num_rows for r in ranges for b in read_range(namesrv, r, "*", True))
 
 
-def decode_cost_us(namesrv, ranges, rounds: int = 3) -> float:
-    """decode_records_raw's CPU per row on pull bodies of this topic's shape: a few pulls'
-    records encoded back into bodies (the client decodes inside pull_message, so it cannot
-    be timed apart there)."""
-    from pocketmq.spark.read import PULL_BATCH, pull_range
+def pull_bodies(namesrv, r) -> tuple[str, list[bytes]]:
+    """A few undecoded pull bodies of this topic (the reader's own pulls: PULL_BODY)."""
+    from pocketmq.spark.read import PULL_BATCH, _pulls
+    from pocketmq.spark.session import run_with_instance
 
-    bodies = []
-    first = ranges[0]._replace(end=min(ranges[0].end, ranges[0].start + 4 * PULL_BATCH))
-    for recs in (part for parts in pull_range(namesrv, first, "*", True) for part in parts):
-        bodies.append(b"".join(msgcodec.encode_record(
-            t[0], t[2], t[5], t[1], t[4], t[6], t[8], t[9], t[11], t[12], t[13], t[3], t[7], t[10]) for t in recs))
+    addr, results = run_with_instance(namesrv, lambda inst: _pulls(inst, r, r.start, "*", 4 * PULL_BATCH))
+    return addr, [res.body for res in results if res.body]
+
+
+def decode_cost_us(namesrv, ranges, rounds: int = 3) -> tuple[float, float]:
+    """CPU per row of the reader's decode of pull bodies of this topic's shape (the
+    column-wise _body_segments: record_starts + the numpy/pyarrow framing), and of
+    decode_records_raw on the same bodies (the per-record tuples the reader used before,
+    for reference); both happen inside the pull loop, so they are timed apart here."""
+    from pocketmq.protocol.bodies import MessageQueue
+    from pocketmq.spark.read import _body_segments
+
+    r = ranges[0]
+    addr, bodies = pull_bodies(namesrv, r)
+    mq = MessageQueue(r.topic, r.broker_name, r.queue_id)
     rows = sum(len(msgcodec.decode_records_raw(b)) for b in bodies)
-    best = float("inf")
-    for _ in range(rounds):
-        c0 = time.process_time()
-        for b in bodies:
-            msgcodec.decode_records_raw(b)
-        best = min(best, time.process_time() - c0)
-    return best / rows * 1e6
+    out = []
+    for decode in (lambda b: _body_segments(b, mq, addr), msgcodec.decode_records_raw):
+        best = float("inf")
+        for _ in range(rounds):
+            c0 = time.process_time()
+            for b in bodies:
+                decode(b)
+            best = min(best, time.process_time() - c0)
+        out.append(best / rows * 1e6)
+    return out[0], out[1]
 
 
 SPARK_CONF = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
@@ -240,7 +254,7 @@ def run(namesrv: str, broker_pids: list[int], args) -> dict:
     out = {"messages": args.messages, "queues": args.queues, "load_msgs_per_s": round(rate)}
     phases = []
 
-    decode_us = decode_cost_us(namesrv, ranges)
+    decode_us, tuples_us = decode_cost_us(namesrv, ranges)
     for name, fn in (("pull", phase_pull), ("pull+arrow", phase_arrow)):
         fn(namesrv, [ranges[0]._replace(end=min(ranges[0].end, ranges[0].start + 100))])   # warm-up
         with Meter(broker_cpu) as m:
@@ -289,7 +303,9 @@ def run(namesrv: str, broker_pids: list[int], args) -> dict:
     pull_us = by["pull"]["cpu_us_per_row"]
     arrow_us = by["pull+arrow"]["cpu_us_per_row"] - pull_us
     split = {"broker": by["pull"].get("broker_cpu_us_per_row"), "pull (client, without decode)": pull_us - decode_us,
-             "decode (decode_records_raw)": decode_us, "arrow (records_to_batch)": arrow_us}
+             "decode (column-wise: record_starts + framing)": decode_us,
+             "arrow (segments_to_batch)": arrow_us,
+             "for reference: decode_records_raw on the same bodies": tuples_us}
     for name in ("spark count()", "spark parquet"):
         if name in by:
             split[f"spark, {name[6:]} (JVM + workers beyond our read)"] = \

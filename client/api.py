@@ -106,7 +106,9 @@ _SEND_OK_CODES = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT,
 
 class PullRequest(NamedTuple):
     """One PULL_MESSAGE. FOUND records are protocol.message.MessageExt, or with raw=True the
-    tuples of protocol.message.decode_records_raw (for MessageExt.from_raw)."""
+    tuples of protocol.message.decode_records_raw (for MessageExt.from_raw), or with
+    raw=PULL_BODY none: the PullResult carries the undecoded body (for a column-wise
+    reader; decode_pull_body decodes it as the other modes would)."""
     addr: str
     group: str
     mq: MessageQueue
@@ -119,7 +121,10 @@ class PullRequest(NamedTuple):
     sub_version: int
     timeout_s: float
     expression_type: str = "TAG"
-    raw: bool = False
+    raw: bool | str = False
+
+
+PULL_BODY = "body"      # PullRequest.raw: hand the FOUND body out undecoded (PullResult.body)
 
 
 class SendBackRequest(NamedTuple):
@@ -149,6 +154,7 @@ class PullResult:
     __slots__ = (
         "max_offset",
         "min_offset",
+        "body",
         "next_begin_offset",
         "records",
         "status",
@@ -160,7 +166,8 @@ class PullResult:
     NO_MATCHED_MSG = "NO_MATCHED_MSG"
     OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
 
-    def __init__(self, status, next_begin_offset, min_offset, max_offset, records, suggest=0):
+    def __init__(self, status, next_begin_offset, min_offset, max_offset, records, suggest=0, body=None):
+        self.body = body        # the undecoded FOUND body of a raw=PULL_BODY pull, else None
         self.status = status
         self.next_begin_offset = next_begin_offset
         self.min_offset = min_offset
@@ -200,6 +207,21 @@ def _str_ext(ext: dict) -> dict:
     # extFields travel as strings (Java's HashMap<String, String>)
     return {k: v if type(v) is str else ("true" if v is True else "false" if v is False else str(v))
             for k, v in ext.items()}
+
+
+def decode_pull_body(body, mq: MessageQueue, addr: str, raw: bool = True) -> list:
+    """A FOUND pull body -> its records (decode_records_raw tuples, or MessageExt with
+    raw=False), salvaging around undecodable records (_salvage); a body whose framing is
+    broken raises SYSTEM_ERROR. What pull_message does with the body, for a caller that
+    asked for it undecoded (PULL_BODY)."""
+    decode = msgcodec.decode_records_raw if raw else msgcodec.decode_records
+    try:
+        return decode(body)
+    except ValueError as e:
+        records = _salvage(body, decode, mq, e)
+        if records is None:
+            raise error_for(ResponseCode.SYSTEM_ERROR, f"undecodable pull body: {e}", addr) from None
+        return records
 
 
 def _salvage(body, decode, mq, error) -> list | None:
@@ -319,13 +341,9 @@ class ClientAPI:
             raise error_for(ResponseCode.SYSTEM_ERROR, f"bad pull response header {ext}", addr) from None
         records = []
         if status == PullResult.FOUND:
-            decode = msgcodec.decode_records_raw if req.raw else msgcodec.decode_records
-            try:
-                records = decode(resp.body)
-            except ValueError as e:
-                records = _salvage(resp.body, decode, mq, e)
-                if records is None:
-                    raise error_for(ResponseCode.SYSTEM_ERROR, f"undecodable pull body: {e}", addr) from None
+            if req.raw == PULL_BODY:
+                return PullResult(status, nbo, mn, mx, records, suggest, resp.body or b"")
+            records = decode_pull_body(resp.body, mq, addr, bool(req.raw))
         return PullResult(status, nbo, mn, mx, records, suggest)
 
     async def _offset(self, code: int, addr: str, ext: dict, timeout_s: float | None = None) -> int:
@@ -567,9 +585,11 @@ class ClientAPI:
 
 __all__ = [
     "ClientAPI",
+    "PULL_BODY",
     "PullRequest",
     "PullResult",
     "ResetOffsetRequest",
     "SendBackRequest",
+    "decode_pull_body",
     "pull_sys_flag",
 ]

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 import struct
 import zlib
 from collections.abc import Mapping
@@ -72,6 +73,8 @@ __all__ = [
     "pack_blank_marker", "unpack_size_magic", "topic_field", "join_records",
     "parse_batch_body", "decode_records_skipping", "FrozenProperties", "frozen_properties",
     "keys_tuple", "SYSTEM_PROPERTY_KEYS", "offset_msg_id_prefix", "offset_msg_ids",
+    # column-wise readers (the Spark source): where each head field sits, record boundaries
+    "head_positions", "record_starts",
 ]
 
 # --------------------------------------------------------------------------- constants
@@ -363,6 +366,73 @@ _join = b"".join
 _crc32 = zlib.crc32
 
 unpack_size_magic = _II.unpack_from      # (TOTALSIZE, MAGICCODE) at a position: a record or a blank marker
+
+
+# Names of the fixed head's fields, in _HEADS_BY_BITS' order (hosts as address + port).
+_HEAD_FIELDS = ("total_size", "magic_code", "body_crc", "queue_id", "flag", "queue_offset", "physical_offset",
+                "sys_flag", "born_timestamp", "born_host", "born_port", "store_timestamp", "store_host",
+                "store_port", "reconsume_times", "prepared_transaction_offset", "body_length")
+
+
+def _field_positions(head: struct.Struct) -> dict[str, int]:
+    """Offset of each _HEAD_FIELDS entry in a head Struct, read off its format (so the
+    positions cannot drift from the codec's), plus "body": where BODY starts."""
+    out = {}
+    pos = 0
+    for name, (count, code) in zip(_HEAD_FIELDS, re.findall(r"(\d*)([a-z])", head.format.lstrip(">"))):
+        out[name] = pos
+        pos += int(count) if code == "s" else struct.calcsize(">" + code)
+    out["body"] = pos
+    return out
+
+
+_POSITIONS_BY_BITS = [_field_positions(h) for h in _HEADS_BY_BITS]
+assert all(p["queue_offset"] == POS_QUEUE_OFFSET and p["physical_offset"] == POS_PHYSICAL_OFFSET
+           and p["sys_flag"] == POS_SYSFLAG and p["born_timestamp"] == POS_BORN_TIMESTAMP
+           and p["born_host"] == POS_BORN_HOST and p["body"] == h.size
+           for p, h in zip(_POSITIONS_BY_BITS, _HEADS_BY_BITS))
+
+
+def head_positions(sys_flag: int) -> Mapping[str, int]:
+    """Offset inside a record of each fixed head field (the _HEAD_FIELDS names: queue_id,
+    queue_offset, born_timestamp, born_host / born_port, store_timestamp, store_host /
+    store_port, reconsume_times, body_length, ...) and of "body", for the host sizes of
+    sys_flag: what a column-wise reader gathers at record start + position."""
+    return _POSITIONS_BY_BITS[(sys_flag >> _HOST_BITS_SHIFT) & 3]
+
+
+_COLUMN_SLOW_FLAGS = MessageSysFlag.COMPRESSED_FLAG | HOST_V6_FLAGS
+
+
+def record_starts(buf) -> tuple[list[int], list[int]] | None:
+    """Records laid back to back (a PULL response body), walked once reading only TOTALSIZE,
+    MAGICCODE and SYSFLAG's low byte: (start of each record, indexes into it of the records
+    a column-wise reader must leave to decode_records_raw). Those are compressed bodies,
+    IPv6 hosts (the fields after BORNHOST move) and records that are odd at this depth (a
+    wrong magic code, a size below the two-IPv4-host overhead): decode_records_raw
+    decompresses or names the problem. The others have head_positions(0)'s layout, their
+    sizes fit the buffer, the rest of their framing is the reader's to check. None when the
+    sizes do not frame the buffer (a truncated or corrupt body): decode it whole."""
+    n = len(buf)
+    pos = 0
+    starts: list[int] = []
+    slow: list[int] = []
+    size_magic = _II.unpack_from
+    low = _POS_SYSFLAG_LOW
+    overhead = record_overhead(0)
+    flags = _COLUMN_SLOW_FLAGS
+    magic_code = MESSAGE_MAGIC_CODE
+    while pos < n:
+        if n - pos < RECORD_HEAD_MIN:
+            return None
+        total, magic = size_magic(buf, pos)
+        if total < RECORD_HEAD_MIN or total > n - pos:
+            return None
+        if magic != magic_code or total < overhead or buf[pos + low] & flags:
+            slow.append(len(starts))
+        starts.append(pos)
+        pos += total
+    return starts, slow
 
 
 def head_struct(sys_flag: int) -> struct.Struct:

@@ -1,16 +1,28 @@
 """Executor side of a batch read: pull one queue range and yield Arrow record batches.
 
-Uses ClientAPI.pull_message (raw records, protocol.message.decode_records_raw) instead of a
-LitePullConsumer: a range read must stop exactly at its end offset, and the consumer's
-fetcher prefetches past it and rebalances; a pull request asks for at most `end - offset`
-messages and every record at or past `end` is dropped.
+Uses ClientAPI.pull_message instead of a LitePullConsumer: a range read must stop exactly
+at its end offset, and the consumer's fetcher prefetches past it and rebalances; a pull
+request asks for at most `end - offset` messages and every record at or past `end` is
+dropped.
+
+Column-wise (the pulls ask for the undecoded body, client.api.PULL_BODY): no Python object
+per record. protocol.message.record_starts walks a body once (record boundaries, and which
+records the column-wise path leaves out: compressed bodies, IPv6 hosts, odd ones); _frame
+checks the framing and gathers every fixed field with numpy (one gather of the heads,
+positions from protocol.message.head_positions) and cuts body, topic and properties out of
+one zero-copy pyarrow binary array over the body; segments_to_batch makes the RecordBatch.
+The records left out are decoded by the client's decode_pull_body (decode_records_raw
+tuples, its salvage of undecodable records) and go through records_to_batch; the batches
+of both kinds are yielded in queue order (parts_to_batches). A body whose framing or UTF-8
+is off anywhere is decoded whole by decode_pull_body, as before. tests/spark/test_columnar.py
+pins the column-wise result to records_to_batch's on the same bodies.
 
 Speed (bench/bench_spark.py, docs/benchmarks.md "Spark source"): the records of several
 pulls (one coroutine on the client's loop) make one batch of about BATCH_ROWS rows; the
-fields are transposed in C and handed to pyarrow as columns; the properties texts of the
-whole batch are parsed by pyarrow.compute (properties_columns), pinned to the per-row
-decode_properties path by tests/spark/test_pure.py. read_range makes the batches two ahead
-in a thread (read_ahead) while the Spark worker writes the previous ones to the JVM.
+properties texts of the whole batch are parsed by pyarrow.compute (properties_columns),
+pinned to the per-row decode_properties path by tests/spark/test_pure.py. read_range makes
+the batches two ahead in a thread (read_ahead) while the Spark worker writes the previous
+ones to the JVM.
 """
 from __future__ import annotations
 
@@ -18,23 +30,27 @@ import logging
 import queue
 import threading
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pocketmq.client.api import PullResult
+from pocketmq.client.api import PULL_BODY, PullRequest, PullResult, decode_pull_body, pull_sys_flag
 from pocketmq.protocol.bodies import MessageQueue
 from pocketmq.protocol.message import (
     KEYS,
     SYSTEM_PROPERTY_KEYS,
     TAGS,
+    TOPIC_LENGTH_BYTES_MAX,
     UNIQ_KEY,
     decode_properties,
     format_host,
+    head_positions,
     offset_msg_id,
     property_value,
+    record_starts,
 )
 from pocketmq.spark.options import tag_set
-from pocketmq.spark.plan import DataLossError, QueueRange, data_loss_message, pull_raw
+from pocketmq.spark.plan import PULL_TIMEOUT_S, READ_GROUP, DataLossError, QueueRange, data_loss_message
 from pocketmq.spark.schema import ARROW_SCHEMA
 
 log = logging.getLogger("pocketmq.spark")
@@ -177,22 +193,25 @@ def _columns(records) -> list:
     return cols
 
 
-async def _pulls(inst, r: QueueRange, offset: int, sub_expression: str, rows: int) -> list[PullResult]:
+async def _pulls(inst, r: QueueRange, offset: int, sub_expression: str, rows: int) -> tuple[str, list[PullResult]]:
     """Pulls of `r` from `offset` on, in one coroutine (one hop to the client's loop for
-    several pulls): until `rows` records came, the range's end, or a result the caller must
-    judge (not FOUND / NO_MATCHED_MSG, no progress, the queue's min past the offset)."""
+    several pulls): until about `rows` records came, the range's end, or a result the caller
+    must judge (not FOUND / NO_MATCHED_MSG, no progress, the queue's min past the offset).
+    The bodies come undecoded (PULL_BODY): (the broker's address, the results)."""
     mq = MessageQueue(r.topic, r.broker_name, r.queue_id)
     addr = await inst.master_addr_refreshing(r.broker_name, r.topic)
     out = []
     got = 0
     while True:
-        res = await pull_raw(inst.api, addr, mq, offset, min(PULL_BATCH, r.end - offset), sub_expression)
+        res = await inst.api.pull_message(PullRequest(
+            addr, READ_GROUP, mq, offset, min(PULL_BATCH, r.end - offset), pull_sys_flag(False, False, True), 0, 0,
+            sub_expression, 0, PULL_TIMEOUT_S, raw=PULL_BODY))
         out.append(res)
-        got += len(res.records)
         nxt = res.next_begin_offset
+        got += nxt - offset     # the records a body holds, without walking it here (on the loop)
         if (res.status not in _GO_ON or nxt <= offset or nxt >= r.end or got >= rows
                 or res.min_offset > offset):
-            return out
+            return addr, out
         offset = nxt
 
 
@@ -203,8 +222,8 @@ def read_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_da
     """Yield RecordBatches of the messages of `r` (exactly [start, end), tag-filtered), about
     BATCH_ROWS rows each (Arrow's and Spark's costs per batch are fixed: few large batches),
     made READ_AHEAD batches ahead by a thread while Spark consumes the previous ones."""
-    batches = (records_to_batch(parts, r.broker_name)
-               for parts in pull_range(namesrv_addr, r, sub_expression, fail_on_data_loss))
+    batches = (batch for parts in pull_range(namesrv_addr, r, sub_expression, fail_on_data_loss)
+               for batch in parts_to_batches(parts, r.broker_name))
     return read_ahead(batches, READ_AHEAD)
 
 
@@ -253,28 +272,33 @@ def read_ahead(items, depth: int):
 
 def pull_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_data_loss: bool,
                rows: int | None = None):
-    """Yield the decode_records_raw tuples of `r` (exactly [start, end), tag-filtered) in
-    batches of about `rows` (BATCH_ROWS) records, each a list of non-empty lists (one per
-    pull): read_range without the Arrow step (bench_spark times it)."""
+    """Yield the records of `r` (exactly [start, end), tag-filtered) in batches of about
+    `rows` (BATCH_ROWS) records, each a list of non-empty segments in queue order
+    (ColumnSegment, or lists of decode_records_raw tuples for the records the column-wise
+    path leaves out: _body_segments): read_range without the Arrow step (bench_spark times it)."""
     from pocketmq.spark.session import run_with_instance
 
     wanted = tag_set(sub_expression)
     rows = rows or BATCH_ROWS
     offset = r.start
+    mq = MessageQueue(r.topic, r.broker_name, r.queue_id)
     while offset < r.end:
-        results = run_with_instance(namesrv_addr, lambda inst, o=offset: _pulls(inst, r, o, sub_expression, rows))
+        addr, results = run_with_instance(namesrv_addr,
+                                          lambda inst, o=offset: _pulls(inst, r, o, sub_expression, rows))
         parts = []
         for res in results:
-            keep, offset = _judge(res, r, offset, wanted, fail_on_data_loss)
-            if keep:
-                parts.append(keep)
+            segments = _body_segments(res.body, mq, addr) if res.body is not None else None
+            keep, offset = _judge(res, r, offset, wanted, fail_on_data_loss, segments)
+            parts.extend(keep)
         if parts:
             yield parts
 
 
-def _judge(res: PullResult, r: QueueRange, offset: int, wanted, fail_on_data_loss: bool) -> tuple[list, int]:
-    """One pull result at `offset`: (the records of r to keep, the next offset). Raises on
-    data loss (failOnDataLoss) and on a pull that contradicts the plan."""
+def _judge(res: PullResult, r: QueueRange, offset: int, wanted, fail_on_data_loss: bool,
+           segments: list | None = None) -> tuple[list, int]:
+    """One pull result at `offset`: (its segments cut to r and the tag filter, the next
+    offset); `segments` are the result's records (default: res.records as one segment).
+    Raises on data loss (failOnDataLoss) and on a pull that contradicts the plan."""
     if res.status == PullResult.OFFSET_ILLEGAL or (res.min_offset > offset and res.status != PullResult.FOUND):
         if res.min_offset > offset:
             msg = data_loss_message(r.topic, r.broker_name, r.queue_id, offset, res.min_offset)
@@ -288,28 +312,236 @@ def _judge(res: PullResult, r: QueueRange, offset: int, wanted, fail_on_data_los
         # the range was planned below the max offset: nothing new means the data vanished
         raise RuntimeError(f"pocketmq: {r.topic} {r.broker_name} queue {r.queue_id} has no message at "
                            f"offset {offset} (max {res.max_offset}) though {r.end} was planned")
-    records = res.records
+    if segments is None:
+        segments = [res.records]
+    segments = [seg for seg in segments if len(seg)]
     keep: list = []
-    if records:
-        first = records[0][3]
+    if segments:
+        first = _queue_offset(segments[0], 0)
         if first > offset and wanted is None:
             # with `*` the broker skips nothing: a gap is data that retention deleted
             msg = data_loss_message(r.topic, r.broker_name, r.queue_id, offset, first)
             if fail_on_data_loss:
                 raise DataLossError(msg)
             log.warning("%s; skipping them (failOnDataLoss=false)", msg)
-        if first >= offset and records[-1][3] < r.end:
-            keep = records          # one queue's records come in offset order: all inside
-        else:
-            keep = [t for t in records if t[3] < r.end and t[3] >= offset]
-        if wanted is not None:
-            keep = [t for t in keep if _tags_of(t[4]) in wanted]
+        for seg in segments:
+            seg = _cut(seg, offset, r.end, wanted)
+            if len(seg):
+                keep.append(seg)
     if res.next_begin_offset <= offset:
         raise RuntimeError(f"pocketmq: pull of {r.topic} {r.broker_name} queue {r.queue_id} at {offset} "
                            f"made no progress ({res})")
     return keep, res.next_begin_offset
 
 
+def _queue_offset(seg, i: int) -> int:
+    return int(seg.queue_offset[i]) if type(seg) is ColumnSegment else seg[i][3]
+
+
+def _cut(seg, offset: int, end: int, wanted):
+    """The records of a segment in [offset, end) whose TAGS are wanted (None: all)."""
+    if type(seg) is ColumnSegment:
+        qo = seg.queue_offset
+        mask = None
+        if not (qo[0] >= offset and qo[-1] < end):
+            mask = (qo >= offset) & (qo < end)
+        if wanted is not None:
+            tagged = np.fromiter((_tags_of(t) in wanted for t in seg.props.to_pylist()), bool, len(qo))
+            mask = tagged if mask is None else mask & tagged
+        return seg if mask is None else seg.filter(mask)
+    if seg[0][3] >= offset and seg[-1][3] < end:
+        kept = seg          # one queue's records come in offset order: all inside
+    else:
+        kept = [t for t in seg if end > t[3] >= offset]
+    if wanted is not None:
+        kept = [t for t in kept if _tags_of(t[4]) in wanted]
+    return kept
+
+
 def _tags_of(props_text: str) -> str | None:
     # the broker filters by tag hash code only (RocketMQ's rule); the exact check is the client's
     return property_value(props_text, TAGS) if props_text else None
+
+
+# -- column-wise: pull bodies straight into Arrow ------------------------------------------
+
+_P = head_positions(0)      # the layout of the records record_starts leaves to this path
+assert _P["born_port"] == _P["born_host"] + 4 and _P["store_port"] == _P["store_host"] + 4
+_HEAD = np.arange(_P["body"], dtype=np.int64)       # a record's fixed head, TOTALSIZE .. BODYLENGTH
+
+
+def _field(heads: np.ndarray, name: str, size: int, kind: str = "i") -> np.ndarray:
+    """One head field of every record (heads: one row of head bytes per record), its
+    big-endian bytes as a native array of kind "i" (signed, Java's) or "u"."""
+    pos = _P[name]
+    return np.ascontiguousarray(heads[:, pos:pos + size]).view(f">{kind}{size}").ravel().astype(f"{kind}{size}")
+
+
+class ColumnSegment:
+    """Records of one pull body decoded column-wise (_frame): Arrow arrays for the variable
+    parts, numpy arrays for the fixed fields (hosts as one 8-byte key: address + port)."""
+    __slots__ = ("topic", "body", "props", "queue_id", "queue_offset", "commit_log_offset", "born_timestamp",
+                 "born_host", "store_timestamp", "store_host", "reconsume_times")
+
+    def __len__(self) -> int:
+        return len(self.queue_offset)
+
+    def filter(self, mask: np.ndarray) -> ColumnSegment:
+        out = ColumnSegment()
+        keep = pa.array(mask)
+        for name in self.__slots__:
+            col = getattr(self, name)
+            setattr(out, name, col.filter(keep) if isinstance(col, pa.Array) else col[mask])
+        return out
+
+
+def _body_segments(body: bytes, mq: MessageQueue, addr: str) -> list:
+    """A FOUND pull body -> its records as segments in queue order: ColumnSegment for the
+    runs of records record_starts leaves to the column-wise path, decode_records_raw tuples
+    for the others (compressed, IPv6 hosts, odd ones: decode_pull_body decompresses, or
+    skips them with the client's log). A body whose framing or UTF-8 is off anywhere is
+    decoded whole by decode_pull_body, as pull_message would have (its error or salvage)."""
+    walked = record_starts(body)
+    if walked is not None:
+        starts, slow = walked
+        bounds = starts + [len(body)]
+        segments: list = []
+        prev = 0
+        for i in slow + [len(starts)]:
+            if i > prev:
+                cols = _frame(body, starts[prev:i])
+                if cols is None:
+                    break
+                segments.append(cols)
+            if i < len(starts):
+                records = decode_pull_body(body[bounds[i]:bounds[i + 1]], mq, addr)
+                if records:
+                    segments.append(records)
+            prev = i + 1
+        else:
+            return segments
+    records = decode_pull_body(body, mq, addr)
+    return [records] if records else []
+
+
+def _frame(body: bytes, starts: list[int]) -> ColumnSegment | None:
+    """The columns of the records at `starts` of `body` (laid out as head_positions(0), each
+    inside the body: record_starts' fast records), with decode_records_raw's checks made
+    vectorised; None when any record's framing or text is off (the caller decodes the body
+    record by record then). Body, topic and properties come out of one zero-copy binary
+    array over the body whose values alternate gap / field (offsets: each record's field
+    boundaries), by pc.take of every field's index."""
+    n = len(starts)
+    arr = np.frombuffer(body, np.uint8)
+    st = np.array(starts, np.int64)
+    heads = arr[st[:, None] + _HEAD]            # one gather: every fixed field is a column of it
+    end = st + _field(heads, "total_size", 4)
+    body_len = _field(heads, "body_length", 4)
+    body_start = st + _P["body"]
+    body_end = body_start + body_len
+    if not ((body_len >= 0) & (body_end + 3 <= end)).all():
+        return None
+    topic_len = arr[body_end].astype(np.int64)          # TOPICLENGTH: one signed byte
+    topic_start = body_end + 1
+    topic_end = topic_start + topic_len
+    if not ((topic_len <= TOPIC_LENGTH_BYTES_MAX) & (topic_end + 2 <= end)).all():
+        return None
+    props_len = (arr[topic_end].astype(np.int64) << 8 | arr[topic_end + 1]).astype(np.int16)   # signed short
+    props_start = topic_end + 2
+    if not ((props_len >= 0) & (props_start + props_len == end)).all():
+        return None
+    bounds = np.empty(6 * n + 1, np.int32)
+    bounds[0] = 0
+    for k, b in enumerate((body_start, body_end, topic_start, topic_end, props_start, end), 1):
+        bounds[k::6] = b
+    pieces = pa.BinaryArray.from_buffers(pa.binary(), 6 * n, [None, pa.py_buffer(bounds), pa.py_buffer(body)])
+    every = np.arange(1, 6 * n, 6)
+    c = ColumnSegment()
+    try:
+        c.topic = pieces.take(pa.array(every + 2)).view(pa.string())
+        c.topic.validate(full=True)
+        c.props = pieces.take(pa.array(every + 4)).view(pa.string())
+        c.props.validate(full=True)
+    except pa.ArrowInvalid:             # not UTF-8
+        return None
+    c.body = pieces.take(pa.array(every))
+    c.queue_id = _field(heads, "queue_id", 4)
+    c.queue_offset = _field(heads, "queue_offset", 8)
+    c.commit_log_offset = _field(heads, "physical_offset", 8)
+    c.born_timestamp = _field(heads, "born_timestamp", 8)
+    c.born_host = _field(heads, "born_host", 8, "u")      # address and port: one key
+    c.store_timestamp = _field(heads, "store_timestamp", 8)
+    c.store_host = _field(heads, "store_host", 8, "u")
+    c.reconsume_times = _field(heads, "reconsume_times", 4)
+    return c
+
+
+def _host(key) -> tuple[bytes, int]:
+    """An 8-byte host key (IPv4 address, int port) -> (address bytes, port)."""
+    b = int(key).to_bytes(8, "big")
+    return b[:4], int.from_bytes(b[4:], "big", signed=True)
+
+
+def segments_to_batch(segments: list[ColumnSegment], broker_name: str) -> pa.RecordBatch:
+    """ColumnSegments (in queue order) -> one RecordBatch of ARROW_SCHEMA, the same as
+    records_to_batch gives for the same records (tests/spark/test_columnar.py pins it)."""
+    def col(name):
+        parts = [getattr(s, name) for s in segments]
+        if len(parts) == 1:
+            return parts[0]
+        return pa.concat_arrays(parts) if isinstance(parts[0], pa.Array) else np.concatenate(parts)
+
+    n = sum(len(s) for s in segments)
+    if not n:
+        return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)
+    everything, user_map = properties_columns(col("props"))
+    msg_ids = pc.map_lookup(everything, UNIQ_KEY, "last")
+    if msg_ids.null_count:
+        missing = pc.is_null(msg_ids)
+        store_hosts, clo = col("store_host"), col("commit_log_offset")
+        fallback = [offset_msg_id(*_host(store_hosts[i]), int(clo[i]))
+                    for i in pc.indices_nonzero(missing).to_numpy()]
+        msg_ids = pc.replace_with_mask(msg_ids, missing, pa.array(fallback, pa.string()))
+    born = col("born_host")
+    if (born == born[0]).all():
+        born_hosts = pa.repeat(pa.scalar(format_host(*_host(born[0])), pa.string()), n)
+    else:
+        keys, which = np.unique(born, return_inverse=True)
+        born_hosts = pa.array([format_host(*_host(k)) for k in keys], pa.string()).take(which)
+    ts = pa.timestamp("us", tz="UTC")
+    ms = pa.timestamp("ms", tz="UTC")
+    arrays = [
+        col("topic"),
+        pa.repeat(pa.scalar(broker_name, pa.string()), n),
+        pa.array(col("queue_id"), pa.int32()),
+        pa.array(col("queue_offset"), pa.int64()),
+        msg_ids,
+        pc.map_lookup(everything, TAGS, "last"),
+        pc.map_lookup(everything, KEYS, "last"),
+        col("body"),
+        user_map,
+        pa.array(col("born_timestamp"), pa.int64()).cast(ms).cast(ts),
+        pa.array(col("store_timestamp"), pa.int64()).cast(ms).cast(ts),
+        born_hosts,
+        pa.array(col("reconsume_times"), pa.int32()),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def parts_to_batches(parts: list, broker_name: str):
+    """A batch's segments (pull_range) -> RecordBatches in queue order: each run of
+    ColumnSegments by segments_to_batch, each run of tuple lists by records_to_batch."""
+    run: list = []
+    for seg in parts:
+        if run and (type(seg) is ColumnSegment) != (type(run[0]) is ColumnSegment):
+            yield _run_batch(run, broker_name)
+            run = []
+        run.append(seg)
+    if run:
+        yield _run_batch(run, broker_name)
+
+
+def _run_batch(run: list, broker_name: str) -> pa.RecordBatch:
+    if type(run[0]) is ColumnSegment:
+        return segments_to_batch(run, broker_name)
+    return records_to_batch(run, broker_name)

@@ -1,0 +1,256 @@
+"""The reader's column-wise path (pull body -> Arrow without per-record tuples), pinned to
+the plain path: for the same pull bodies, _body_segments + _judge + parts_to_batches give
+what decode_pull_body + _judge + records_to_batch give (the reader before the column-wise
+path), rows, values, order, errors and data-loss decisions. No sockets, no Spark session."""
+from __future__ import annotations
+
+import logging
+import random
+
+import pytest
+
+from pocketmq.client.api import PullResult
+from pocketmq.client.errors import MQClientError
+from pocketmq.protocol import message as msgcodec
+from pocketmq.protocol.bodies import MessageQueue
+from pocketmq.spark.plan import DataLossError, QueueRange
+
+pytestmark = pytest.mark.spark
+pa = pytest.importorskip("pyarrow")
+np = pytest.importorskip("numpy")
+
+from pocketmq.spark import read  # noqa: E402  (needs pyarrow and numpy)
+
+TOPIC = "TopicCol"
+MQ = MessageQueue(TOPIC, "broker-c", 2)
+V4 = (b"\x7f\x00\x00\x01", 40123)
+V4B = (b"\x0a\x01\x02\x03", 51000)
+STORE = (b"\xc0\xa8\x01\x02", 10911)
+V6 = (bytes(range(1, 17)), 10911)
+
+
+def _props(i: int, text: str | None = None) -> str:
+    if text is not None:
+        return text
+    return msgcodec.encode_properties({"TAGS": "TagA" if i % 3 else "TagB", "KEYS": f"k{i} o{i % 7}",
+                                       "UNIQ_KEY": f"U{i:08X}" if i % 5 else None, "color": "red",
+                                       "ключ": "значение" if i % 2 else None})
+
+
+def _record(i: int, *, offset: int, text: str | None = None, body: bytes | None = None, topic: str = TOPIC,
+            born=V4, store=STORE, compressed: bool = False) -> bytes:
+    body = bytes([i % 251]) * (i % 40) + "é".encode() if body is None else body
+    sys_flag = 0
+    if compressed:
+        body = msgcodec.compress_body(body)
+        sys_flag = msgcodec.MessageSysFlag.COMPRESSED_FLAG
+    return msgcodec.encode_record(topic, MQ.queue_id, 0, body, _props(i, text), sys_flag, 1_700_000_000_000 + i,
+                                  born, store, i % 4, 0, offset, 1_000_000 + 400 * offset, 1_700_000_000_500 + i)
+
+
+def _body(first: int, n: int, special: dict | None = None) -> bytes:
+    """n records from queue offset `first`; special: {index: kwargs of _record}."""
+    special = special or {}
+    return b"".join(_record(first + k, offset=first + k, **special.get(k, {})) for k in range(n))
+
+
+def _batch_body(first: int, n: int) -> bytes:
+    """A stored batch (SEND_BATCH): join_records' shared-header form."""
+    topic_b = TOPIC.encode()
+    elements = []
+    for k in range(n):
+        body, props_b = b"batch-%d" % k, _props(first + k).encode()
+        elements.append((msgcodec.record_overhead(0) + len(body) + len(topic_b) + len(props_b), 0, body, props_b))
+    return msgcodec.join_records(MQ.queue_id, first, 5_000_000, 0, 1_700_000_001_000, V4B, 1_700_000_001_001,
+                                 STORE, 0, 0, msgcodec.topic_field(topic_b), elements)
+
+
+def _columnar(bodies, r: QueueRange, wanted, fail: bool = True):
+    offset = r.start
+    parts = []
+    for body in bodies:
+        res = PullResult(PullResult.FOUND, _next(body, offset), 0, 10_000, [], 0, body)
+        keep, offset = read._judge(res, r, offset, wanted, fail, read._body_segments(body, MQ, "addr"))
+        parts.extend(keep)
+    return _rows(read.parts_to_batches(parts, MQ.broker_name)), parts
+
+
+def _plain(bodies, r: QueueRange, wanted, fail: bool = True):
+    """The reader before the column-wise path: decode_records_raw tuples, records_to_batch."""
+    offset = r.start
+    parts = []
+    for body in bodies:
+        res = PullResult(PullResult.FOUND, _next(body, offset), 0, 10_000, read.decode_pull_body(body, MQ, "addr"))
+        keep, offset = read._judge(res, r, offset, wanted, fail)
+        parts.extend(keep)
+    return _rows([read.records_to_batch(parts, MQ.broker_name)] if parts else [])
+
+
+def _next(body: bytes, offset: int) -> int:
+    walked = msgcodec.record_starts(body)
+    if walked is None or not walked[0]:
+        return offset + 1
+    last = walked[0][-1]
+    return max(offset, int.from_bytes(body[last + msgcodec.POS_QUEUE_OFFSET:last + msgcodec.POS_QUEUE_OFFSET + 8],
+                                      "big")) + 1
+
+
+def _rows(batches) -> list[dict]:
+    batches = list(batches)
+    for b in batches:
+        assert b.schema == read.ARROW_SCHEMA
+    return pa.Table.from_batches(batches, read.ARROW_SCHEMA).to_pylist() if batches else []
+
+
+def _same(bodies, start=0, end=10_000, sub="*", expect_kinds=None):
+    r = QueueRange(TOPIC, MQ.broker_name, MQ.queue_id, start, end)
+    wanted = read.tag_set(sub)
+    try:
+        want = _plain(bodies, r, wanted)
+    except Exception as e:          # the plain path's error is the column path's too
+        with pytest.raises(type(e)) as got_error:
+            _columnar(bodies, r, wanted)
+        assert str(got_error.value) == str(e)
+        return e
+    got, parts = _columnar(bodies, r, wanted)
+    assert got == want
+    if expect_kinds is not None:
+        assert [type(p).__name__ for p in parts] == expect_kinds
+    return got
+
+
+def test_record_starts_and_head_positions():
+    body = _body(10, 6, {2: {"compressed": True}, 4: {"born": V6}, 5: {"store": V6}})
+    starts, slow = msgcodec.record_starts(body)
+    records = msgcodec.decode_records_raw(body)
+    assert starts[0] == 0 and len(starts) == 6 and slow == [2, 4, 5]
+    assert [starts[k + 1] - starts[k] for k in range(5)] == [t[15] for t in records[:5]]
+    for sys_flag, t, pos in ((0, records[0], starts[0]), (records[5][6], records[5], starts[5])):
+        p = msgcodec.head_positions(sys_flag)
+        assert int.from_bytes(body[pos + p["queue_offset"]:pos + p["queue_offset"] + 8], "big") == t[3]
+        assert int.from_bytes(body[pos + p["store_timestamp"]:pos + p["store_timestamp"] + 8], "big") == t[10]
+        assert body[pos + p["store_host"]:pos + p["store_port"]] == t[11][0]
+        assert body[pos + p["body"]:pos + p["body"] + len(t[1])] == t[1]
+    assert msgcodec.record_starts(b"") == ([], [])
+    assert msgcodec.record_starts(body[:-1]) is None                     # the last size overruns
+    assert msgcodec.record_starts(body + b"\x00" * 10) is None            # a tail too short for a head
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_plain_bodies_take_the_column_path_and_match(seed):
+    rnd = random.Random(seed)
+    texts = [None, "", "TAGS\x01x\x02TAGS\x01", "a\x011\x02a\x012", "\x01\x02UNIQ_KEY\x01",
+             "ключ\x01значение\x02TAGS\x01標籤", "KEYS\x01k1 k2\x02WAIT\x01true"]
+    bodies = []
+    offset = 0
+    for _ in range(4):
+        n = rnd.randrange(1, 60)
+        bodies.append(b"".join(_record(offset + k, offset=offset + k, text=rnd.choice(texts),
+                                       born=rnd.choice((V4, V4B)), topic=rnd.choice((TOPIC, "Тема")),
+                                       body=rnd.choice((None, b"", b"\x00\xff" * 3)))
+                               for k in range(n)))
+        offset += n
+    rows = _same(bodies, expect_kinds=["ColumnSegment"] * 4)
+    assert len(rows) == offset
+    assert {r["born_host"] for r in rows} <= {"127.0.0.1:40123", "10.1.2.3:51000"}
+
+
+def test_batch_records_and_several_pulls_in_one_batch():
+    rows = _same([_batch_body(0, 40), _body(40, 3), _batch_body(43, 7)], expect_kinds=["ColumnSegment"] * 3)
+    assert [r["queue_offset"] for r in rows] == list(range(50))
+    assert rows[0]["born_host"] == "10.1.2.3:51000" and rows[40]["born_host"] == "127.0.0.1:40123"
+
+
+def test_compressed_and_ipv6_records_are_merged_in_queue_order():
+    body = _body(0, 9, {0: {"compressed": True}, 3: {"born": V6}, 4: {"store": V6, "text": ""},
+                          8: {"born": V6, "store": V6}})
+    rows = _same([body], expect_kinds=["list", "ColumnSegment", "list", "list", "ColumnSegment", "list"])
+    assert [r["queue_offset"] for r in rows] == list(range(9))
+    assert rows[0]["body"] == bytes([0]) * 0 + "é".encode()          # decompressed
+    assert rows[3]["born_host"] == msgcodec.format_host(*V6)
+    assert rows[4]["msg_id"] == msgcodec.offset_msg_id(V6[0], V6[1], 1_000_000 + 400 * 4)
+
+
+def test_missing_uniq_key_falls_back_to_the_offset_msg_id():
+    rows = _same([_body(0, 12, {k: {"text": ""} for k in range(0, 12, 2)})])
+    assert rows[0]["msg_id"] == msgcodec.offset_msg_id(STORE[0], STORE[1], 1_000_000)
+    assert rows[1]["msg_id"] == "U00000001"
+    assert rows[0]["properties"] == [] and rows[0]["tags"] is None
+
+
+@pytest.mark.parametrize("sub", ["TagA", "TagB || TagA", "TagC", "x"])
+def test_tag_filter_matches(sub):
+    texts = {1: {"text": "TAGS\x01x\x02TAGS\x01"}, 2: {"text": "TAGS\x01\x02TAGS\x01x"}, 5: {"text": ""}}
+    _same([_body(0, 20, texts), _body(20, 20, {3: {"compressed": True}})], sub=sub)
+
+
+@pytest.mark.parametrize("start,end", [(0, 10_000), (5, 10_000), (0, 37), (13, 14), (39, 40), (41, 90)])
+def test_ranges_cut_mid_pull(start, end):
+    bodies = [_body(0, 20, {7: {"compressed": True}}), _body(20, 20)]
+    bodies = [b for b, first in zip(bodies, (0, 20)) if first + 20 > start]
+    rows = _same(bodies, start=start, end=end)
+    assert [r["queue_offset"] for r in rows] == list(range(start, min(end, 40)))
+
+
+def test_data_loss_decided_the_same(caplog):
+    r = QueueRange(TOPIC, MQ.broker_name, MQ.queue_id, 3, 100)
+    bodies = [_body(10, 5)]
+    with pytest.raises(DataLossError) as plain:
+        _plain(bodies, r, None)
+    with pytest.raises(DataLossError) as col:
+        _columnar(bodies, r, None)
+    assert str(col.value) == str(plain.value)
+    with caplog.at_level(logging.WARNING, "pocketmq.spark"):
+        got, _ = _columnar(bodies, r, None, fail=False)
+    assert got == _plain(bodies, r, None, fail=False) and len(got) == 5
+    assert "skipping them" in caplog.text
+    # with a tag filter the broker skips what does not match: a gap is no loss
+    assert _columnar(bodies, r, read.tag_set("TagA"))[0] == _plain(bodies, r, read.tag_set("TagA"))
+
+
+def _poison(body: bytes, index: int, field: str) -> bytes:
+    """body with one record spoiled: its magic code, or a property byte made invalid UTF-8."""
+    starts, _ = msgcodec.record_starts(body)
+    pos = starts[index]
+    b = bytearray(body)
+    if field == "magic":
+        b[pos + 4:pos + 8] = b"\x00\x00\x00\x01"
+    else:
+        end = starts[index + 1] if index + 1 < len(starts) else len(body)
+        b[end - 1] = 0xFF
+    return bytes(b)
+
+
+@pytest.mark.parametrize("field", ["magic", "utf8"])
+@pytest.mark.parametrize("index", [0, 4, 9])
+def test_undecodable_records_are_skipped_like_the_client_does(field, index, caplog):
+    with caplog.at_level(logging.ERROR, "pocketmq.client"):
+        rows = _same([_poison(_body(0, 10), index, field), _body(10, 5)])
+    assert "skipping undecodable message" in caplog.text
+    if index == 0:      # the first record skipped looks like a gap at the range's start
+        assert isinstance(rows, DataLossError)
+    else:
+        assert index not in [r["queue_offset"] for r in rows] and len(rows) == 14
+
+
+def test_broken_framing_raises_what_the_client_raises():
+    body = _body(0, 5)
+    for broken in (body[:-3], body + b"\x00" * 50):
+        r = QueueRange(TOPIC, MQ.broker_name, MQ.queue_id, 0, 100)
+        with pytest.raises(MQClientError) as plain:
+            _plain([broken], r, None)
+        with pytest.raises(MQClientError) as col:
+            _columnar([broken], r, None)
+        assert str(col.value) == str(plain.value)
+
+
+def test_inner_framing_off_takes_the_plain_path():
+    """A record whose sizes fit the body but whose inner lengths do not add up (body
+    length past the end): the body is decoded whole (the client's salvage)."""
+    body = bytearray(_body(0, 4))
+    starts, _ = msgcodec.record_starts(bytes(body))
+    pos = starts[1] + msgcodec.head_positions(0)["body_length"]
+    body[pos:pos + 4] = (10_000).to_bytes(4, "big")
+    segments = read._body_segments(bytes(body), MQ, "addr")
+    assert [type(s) for s in segments] == [list]
+    _same([bytes(body)])
