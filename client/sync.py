@@ -160,25 +160,31 @@ class PushConsumer(_Facade):
     def client_id(self) -> str:
         return self._impl.client_id
 
+    def in_flight_ages(self) -> dict:
+        """{queue: age in ms of its oldest message still in a listener call (0: none)}: the
+        async consumer's `in_flight_ages`, read on the consumer's loop (its tables belong
+        to that thread)."""
+        return run(_on_loop(self._impl.in_flight_ages))
+
+
+async def _on_loop(fn, *args):
+    return fn(*args)
+
 
 class LitePullConsumer(_Facade):
     _async_cls = _AsyncLite
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         if self._impl.state == "RUNNING":
-            run(self._call(self._impl.subscribe, topic, expression))
+            run(_on_loop(self._impl.subscribe, topic, expression))
         else:
             self._impl.subscribe(topic, expression)
 
     def assign(self, mqs) -> None:
         if self._impl.state == "RUNNING":
-            run(self._call(self._impl.assign, list(mqs)))
+            run(_on_loop(self._impl.assign, list(mqs)))
         else:
             self._impl.assign(list(mqs))
-
-    @staticmethod
-    async def _call(fn, *args):
-        return fn(*args)
 
     def poll(self, timeout_s: float = 5.0, max_records: int | None = None):
         return run(self._impl.poll(timeout_s, max_records))
@@ -188,7 +194,7 @@ class LitePullConsumer(_Facade):
             yield from self.poll(1.0)
 
     def seek(self, mq, offset: int) -> None:
-        run(self._call(self._impl.seek, mq, offset))
+        run(_on_loop(self._impl.seek, mq, offset))
 
     def seek_to_begin(self, mq) -> None:
         run(self._impl.seek_to_begin(mq))
@@ -209,10 +215,10 @@ class LitePullConsumer(_Facade):
         run(self._impl.commit(offsets))
 
     def pause(self, mqs) -> None:
-        run(self._call(self._impl.pause, list(mqs)))
+        run(_on_loop(self._impl.pause, list(mqs)))
 
     def resume(self, mqs) -> None:
-        run(self._call(self._impl.resume, list(mqs)))
+        run(_on_loop(self._impl.resume, list(mqs)))
 
     def assignment(self):
         return self._impl.assignment()

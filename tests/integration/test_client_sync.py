@@ -126,3 +126,29 @@ def test_close_from_inside_a_plain_listener_returns_and_loses_nothing(cluster):
         # nothing more to come (a duplicate would already be pulled); close consumes the cache
         run(broker.until(lambda: broker.caught_up("SC", "T")), 10)
     assert sorted(first + again) == sorted(f"c{i}".encode() for i in range(20))   # nothing twice
+
+
+def test_sync_push_consumer_reports_in_flight_ages(cluster):
+    """The blocking facade exposes the consume-timeout view (`in_flight_ages`): a queue whose
+    message is still in the listener shows its age; 0 once the listener returned."""
+    with Producer("PGA", cluster.namesrv_addr, instance_name="a1") as p:
+        assert p.send(Message("TAges", b"slow")).ok
+    entered, release = threading.Event(), threading.Event()
+
+    def listener(msg):
+        entered.set()
+        assert release.wait(20)
+
+    c = PushConsumer("SGA", cluster.namesrv_addr, listener=listener, instance_name="a2",
+                     consume_from_where="FIRST_OFFSET")
+    c.subscribe("TAges")
+    with c:
+        assert entered.wait(10)
+        time.sleep(0.05)        # let the message age measurably: the age is what is tested
+        ages = c.in_flight_ages()
+        busy = {mq: age for mq, age in ages.items() if age}
+        assert len(busy) == 1 and next(iter(busy)).topic == "TAges"
+        assert next(iter(busy.values())) >= 50
+        release.set()
+        assert c.drain(10)
+        assert not any(c.in_flight_ages().values())
