@@ -78,19 +78,23 @@ class FailureLog:
 
     def succeeded(self, source: Hashable, item: Hashable, now_ms: int) -> Line | None:
         """A success of `item`; logs the recovery when the last failing item of `source` recovers."""
-        ep = self._episodes.get(source)
-        if ep is None or item not in ep.items:
+        ep = self._end(source, item)
+        if ep is None:
             return None
-        ep.items.discard(item)
-        if ep.items:
-            return None
-        del self._episodes[source]
         return (logging.WARNING if ep.warned else logging.INFO,
                 f"{self.what} from {source} works again after {_seconds(now_ms - ep.since_ms)} "
                 f"({ep.failures} failures)")
 
     def forget(self, source: Hashable, item: Hashable, now_ms: int) -> Line | None:
         """`item` is no longer pulled (dropped, consumer closing): it cannot recover."""
+        ep = self._end(source, item)
+        if ep is None:
+            return None
+        return logging.INFO, (f"{self.what} from {source}: no failing queue is pulled any more "
+                              f"({ep.failures} failures in {_seconds(now_ms - ep.since_ms)})")
+
+    def _end(self, source: Hashable, item: Hashable) -> _Episode | None:
+        """Take `item` out of its episode; the episode if that ended it."""
         ep = self._episodes.get(source)
         if ep is None or item not in ep.items:
             return None
@@ -98,9 +102,7 @@ class FailureLog:
         if ep.items:
             return None
         del self._episodes[source]
-        return logging.INFO, (f"{self.what} from {source}: no failing queue is pulled any more "
-                              f"({ep.failures} failures in {_seconds(now_ms - ep.since_ms)})")
-
+        return ep
 
 def _seconds(ms: int) -> str:
     return f"{ms // 1000} s" if ms >= 10_000 else f"{ms / 1000:.1f} s"
