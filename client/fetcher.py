@@ -37,9 +37,9 @@ import logging
 
 from pocketmq.client.api import PullRequest, PullResult, pull_sys_flag
 from pocketmq.client.errors import MQClientError, SubscriptionError
+from pocketmq.client.log_throttle import FailureLog
 from pocketmq.client.message import MessageExt
 from pocketmq.client.process_queue import FLOW_CONTROL_DELAY_MS
-from pocketmq.client.log_throttle import FailureLog
 from pocketmq.client.subscription_state import QueueState, SubscriptionState
 from pocketmq.remoting.clock import monotonic_ms
 
