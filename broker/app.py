@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import time
 from functools import partial
 
@@ -62,9 +63,33 @@ class MetadataError(Exception):
 _write_atomic = write_file_atomic
 
 
+async def resolve_store_host(host: str, port: int) -> tuple[bytes, int]:
+    """STOREHOST (address bytes, port) of ``brokerIP1:listenPort``.
+
+    An IP literal is taken as is. A host name (a compose service name such as
+    ``broker-a``) is resolved once at start to its IPv4 address, as Java's
+    ``new InetSocketAddress(brokerIP1, port)`` does; the registered address
+    stays the name, so clients resolve it themselves. Raises OSError naming
+    brokerIP1 when the name does not resolve.
+    """
+    try:
+        return msgcodec.parse_host(f"{host}:{port}")
+    except ValueError:
+        pass
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, family=socket.AF_INET,
+                                                              type=socket.SOCK_STREAM)
+    except OSError as e:
+        raise OSError(f"brokerIP1 {host!r} does not resolve to an IPv4 address: {e}") from None
+    return msgcodec.parse_host(f"{infos[0][4][0]}:{port}")
+
+
 class Broker:
-    def __init__(self, config, *, clock=time.time):
+    def __init__(self, config, *, clock=time.time, host: str = "0.0.0.0"):
         self.config = config
+        # The listening address: every interface, as RocketMQ's broker; `pocketmq dev` passes
+        # 127.0.0.1 (its --bind flag widens it).
+        self.host = host
         self._clock = clock
         self.topics = TopicConfigManager(
             cluster_name=config.brokerClusterName, broker_name=config.brokerName,
@@ -129,13 +154,13 @@ class Broker:
         cfg = self.config
         # The table is filled (below) before serving starts: its handlers need the opened store,
         # which needs our port (the store host of every record) first.
-        self.server = RemotingServer(self._processors, host="0.0.0.0", port=cfg.listenPort,
+        self.server = RemotingServer(self._processors, host=self.host, port=cfg.listenPort,
                                      frame_size_bytes_max=cfg.maxFrameSize, name="broker",
                                      on_connection_close=self._on_connection_close,
                                      busy_poll_us=cfg.busyPollMicros)
         port = await self.server.start(start_serving=False)
         self.addr = f"{cfg.brokerIP1}:{port}"
-        self.store_host = msgcodec.parse_host(self.addr)
+        self.store_host = await resolve_store_host(cfg.brokerIP1, port)
         self._open_store()
         self._load_metadata()
         self._metadata_loaded = True

@@ -10,8 +10,10 @@ owns everything about pulling itself:
   ProcessQueue thresholds; lite: paused or buffer full; orderly: also a valid queue
   lock); False waits FLOW_CONTROL_DELAY_MS;
 * route and broker errors: the master is looked up again on every pull, a failed
-  pull is retried after pull_error_delay_ms (INFO, WARNING after 5 in a row), and a
-  subscription error re-sends the heartbeat first;
+  pull is retried after pull_error_delay_ms, and a subscription error re-sends the
+  heartbeat first. Failures are logged per broker through a FailureLog
+  (client/log_throttle.py): the first one, a summary every 30 s while they go on,
+  the recovery once; not one line per queue per retry;
 * offset moved (PULL_OFFSET_MOVED): jump to the broker's next offset, the handler
   decides what to commit;
 * seek: results of pulls sent before a seek (QueueState.seq changed) are dropped;
@@ -35,9 +37,11 @@ import logging
 
 from pocketmq.client.api import PullRequest, PullResult, pull_sys_flag
 from pocketmq.client.errors import MQClientError, SubscriptionError
+from pocketmq.client.log_throttle import FailureLog
 from pocketmq.client.message import MessageExt
 from pocketmq.client.process_queue import FLOW_CONTROL_DELAY_MS
 from pocketmq.client.subscription_state import QueueState, SubscriptionState
+from pocketmq.remoting.clock import monotonic_ms
 
 log = logging.getLogger("pocketmq.client.consumer")
 
@@ -48,7 +52,8 @@ _EMPTY = (PullResult.NO_NEW_MSG, PullResult.NO_MATCHED_MSG)
 class Fetcher:
     def __init__(self, group: str, state: SubscriptionState, handler, *, pull_batch_size: int,
                  suspend_timeout_ms: int, pull_timeout_ms: int, pull_error_delay_ms: int,
-                 stats: dict | None = None, task_prefix: str = "pull", logger: logging.Logger | None = None):
+                 stats: dict | None = None, task_prefix: str = "pull", logger: logging.Logger | None = None,
+                 clock=monotonic_ms):
         self.group = group
         # The consumer's own logger (pocketmq.client.consumer / pocketmq.client.lite), so the
         # pull loop's lines keep the name users filter on.
@@ -63,22 +68,48 @@ class Fetcher:
         self.stats.setdefault("pulls", 0)
         self.task_prefix = task_prefix
         self.instance = None        # set by the consumer's start()
+        # Per broker: the first failure, periodic summaries, the recovery (not a line per retry).
+        self.clock = clock          # ms, for the failure log only
+        self.pull_failures = FailureLog("pull")
+        self.start_offset_failures = FailureLog("start offset lookup")
+
+    # -- failure logging (the decisions are FailureLog's) ----------------------------------
+    def _log_failure(self, line, exc_info: bool = False) -> None:
+        if line is not None:
+            self.log.log(line[0], "%s: %s", self.group, line[1], exc_info=exc_info)
+
+    def _failed(self, failures: FailureLog, mq, error: BaseException, detail: str = "") -> None:
+        """One failure of `mq`'s loop; an error that is no MQClientError is a bug: its traceback goes along."""
+        reason = f"{detail}{error}" if str(error) else f"{detail}{type(error).__name__}"
+        line = failures.failed(mq.broker_name, _item(mq), reason, type(error).__name__, self.clock())
+        self._log_failure(line, exc_info=not isinstance(error, MQClientError))
+
+    def _recovered(self, failures: FailureLog, mq) -> None:
+        self._log_failure(failures.succeeded(mq.broker_name, _item(mq), self.clock()))
+
+    def _forget(self, qs: QueueState) -> None:
+        """`qs` is no longer pulled: an episode of failures it was part of may end."""
+        mq, now = qs.mq, self.clock()
+        for failures in (self.pull_failures, self.start_offset_failures):
+            self._log_failure(failures.forget(mq.broker_name, _item(mq), now))
 
     # -- tasks ----------------------------------------------------------------------------
     def start(self, qs: QueueState) -> None:
-        """(Re)start the pull task of `qs` (a seek restarts it: a held pull is abandoned)."""
+        """(Re)start the pull task of `qs` (a seek restarts it: a held pull is abandoned; a failure
+        episode it is part of goes on with the new task)."""
         if qs.task is not None:
             qs.task.cancel()
         mq = qs.mq
         qs.task = asyncio.create_task(self._run(qs),
                                       name=f"{self.group}:{self.task_prefix}:{mq.topic}:{mq.broker_name}:{mq.queue_id}")
 
-    @staticmethod
-    def cancel(qs: QueueState) -> None:
+    def cancel(self, qs: QueueState) -> None:
         if qs.task is not None:
             qs.task.cancel()
+        self._forget(qs)
 
     async def stop(self, qs: QueueState) -> None:
+        self._forget(qs)
         task, qs.task = qs.task, None
         if task is not None:
             task.cancel()
@@ -87,6 +118,7 @@ class Fetcher:
     async def stop_all(self) -> None:
         tasks = []
         for qs in self.state.assignment.values():
+            self._forget(qs)
             if qs.task is not None:
                 qs.task.cancel()
                 tasks.append(qs.task)
@@ -96,19 +128,21 @@ class Fetcher:
     # -- the loop -------------------------------------------------------------------------
     async def _start_offset(self, qs: QueueState) -> None:
         delay_s = self.pull_error_delay_ms / 1000
+        failing = self.start_offset_failures
+        failed = failing.failing_item(qs.mq.broker_name, _item(qs.mq))
         while qs.pull_offset < 0 and not qs.dropped:
             try:
                 off = await self.handler.start_offset(qs)
             except asyncio.CancelledError:
                 raise
-            except MQClientError as e:
-                self.log.info("%s: start offset of %s unknown: %s", self.group, qs.mq, e)
+            except Exception as e:
+                failed = True
+                self._failed(failing, qs.mq, e)
                 await asyncio.sleep(delay_s)
                 continue
-            except Exception:
-                self.log.exception("%s: computing the start offset of %s failed unexpectedly", self.group, qs.mq)
-                await asyncio.sleep(delay_s)
-                continue
+            if failed:
+                failed = False
+                self._recovered(failing, qs.mq)
             if qs.pull_offset < 0:          # a seek may have happened meanwhile
                 qs.pull_offset = off
                 qs.consume_offset = off
@@ -135,7 +169,8 @@ class Fetcher:
         delay_s = self.pull_error_delay_ms / 1000
         flow_delay_s = FLOW_CONTROL_DELAY_MS / 1000
         stats = self.stats
-        failures = 0
+        # A restarted task (seek) carries on a failure episode of its queue.
+        failures = int(self.pull_failures.failing_item(bn, _item(mq)))
         while not qs.dropped:
             if not may_fetch(qs):
                 await asyncio.sleep(flow_delay_s)
@@ -152,24 +187,24 @@ class Fetcher:
                 if qs.dropped:
                     break
                 failures += 1
-                # Transient errors at INFO; the same offset failing on and on is a stuck queue.
-                (self.log.warning if failures >= 5 else self.log.info)(
-                    "%s: pull %s@%d failed (%d in a row): %s", group, mq, offset, failures, e)
+                self._failed(self.pull_failures, mq, e, f"at offset {offset}: ")
                 if isinstance(e, SubscriptionError):
                     await inst.heartbeat_all()
                 await asyncio.sleep(delay_s)
                 continue
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as e:
                 # A bug must not silently end this queue's pulling (rebalance would not restart it).
                 if qs.dropped:
                     break
                 failures += 1
-                self.log.exception("%s: pull %s@%d failed unexpectedly", group, mq, offset)
+                self._failed(self.pull_failures, mq, e, f"at offset {offset}, unexpectedly: ")
                 await asyncio.sleep(delay_s)
                 continue
-            failures = 0
+            if failures:
+                failures = 0
+                self._recovered(self.pull_failures, mq)
             stats["pulls"] += 1
             if qs.dropped:
                 break
@@ -196,3 +231,8 @@ class Fetcher:
                 # The position stays: the same messages are pulled again (at least once).
                 self.log.exception("%s: handling the pull result of %s@%d failed unexpectedly", group, mq, offset)
                 await asyncio.sleep(delay_s)
+
+
+def _item(mq) -> str:
+    """A queue as FailureLog names it within its broker."""
+    return f"{mq.topic}:{mq.queue_id}"

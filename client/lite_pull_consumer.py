@@ -310,6 +310,12 @@ class LitePullConsumer:
                 return []
 
     def __aiter__(self):
+        """`async for msg in consumer`: the messages poll() returns, one at a time, until the
+        consumer is closed (leaving `async with`, or close() from another task, ends the loop
+        once the batch in hand is delivered: poll() already counted it as consumed)."""
+        if self.state == "CREATED":
+            raise ClientStateError("consumer not started: iterate inside `async with consumer:` "
+                                   "or after `await consumer.start()`")
         return self._iterate()
 
     async def _iterate(self):

@@ -35,6 +35,7 @@ from pocketmq.common.properties_file import (
     Setting,
     decode_properties,
     error_from_validation,
+    example_value,
     parse_command_line,
     parse_properties,
     resolve_settings,
@@ -238,6 +239,13 @@ class DaemonConfigLoader(Generic[ConfigT]):
         )
         return config, report
 
+    def value_hint(self, name: str) -> str | None:
+        """An example value of config key ``name`` (an old spelling included), None if it is no key."""
+        canonical = self.aliases.get(name, name)
+        if canonical in self.field_types:
+            return example_value(self.field_types[canonical])
+        return "<value>" if name in self.ignored_keys else None
+
     def parse_args(
         self, argv: Sequence[str] | None = None, *, out: TextIO | None = None
     ) -> tuple[ConfigT, LoadReport]:
@@ -248,7 +256,7 @@ class DaemonConfigLoader(Generic[ConfigT]):
         loads. Raises ConfigError for anything it cannot use.
         """
         arguments = sys.argv[1:] if argv is None else list(argv)
-        command_line = parse_command_line(arguments, self.options, is_key=self.field_types.__contains__)
+        command_line = parse_command_line(arguments, self.options, value_hint=self.value_hint)
         stream = sys.stdout if out is None else out
         if command_line.options.get("help"):
             stream.write(usage(self.prog, self.options))

@@ -52,6 +52,7 @@ __all__ = [
     "coerce_value",
     "decode_properties",
     "error_from_validation",
+    "example_value",
     "format_properties",
     "java_str",
     "parse_bool",
@@ -298,6 +299,25 @@ def coerce_value(text: str, annotation: object) -> object:
     raise TypeError(f"unsupported config type {annotation!r}")
 
 
+def example_value(annotation: object) -> str:
+    """What a value of ``annotation`` looks like, for an operator: ``true``, ``<integer>``,
+    ``ASYNC_FLUSH|SYNC_FLUSH``... (the types coerce_value handles)."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        return example_value(members[0]) if len(members) == 1 else "<value>"
+    if annotation is bool:
+        return "true"
+    if annotation is int:
+        return "<integer>"
+    if annotation is float:
+        return "<number>"
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return "|".join(member.name for member in annotation)
+    return "<text>" if annotation is str else "<value>"
+
+
 def java_str(value: object) -> str:
     """A value the way RocketMQ prints it in ``-p`` output (None -> empty)."""
     if value is None:
@@ -467,14 +487,18 @@ class CommandLine:
 
 
 def parse_command_line(
-    argv: Sequence[str], options: Sequence[CliOption], *, is_key: Callable[[str], bool]
+    argv: Sequence[str], options: Sequence[CliOption], *, value_hint: Callable[[str], str | None]
 ) -> CommandLine:
     """Split argv into the named options and ``--key=value``/``--key value`` settings.
 
     Every ``--name`` that is not a named option becomes a Setting; whether the
     key exists is checked later by resolve_settings (which suggests the
-    closest key). ``is_key`` only shapes the hint for a missing value. Raises
-    ConfigError for a malformed command line.
+    closest key). ``value_hint(name)`` is an example value for a key
+    (``example_value`` of its type) or None when ``name`` is no key: a key
+    given without a value is refused with that example (``--listenPort=<integer>``),
+    a name that is no key is passed on without a value, so that
+    resolve_settings reports it as an unknown key, naming the closest one.
+    Raises ConfigError for a malformed command line.
     """
     by_short = {option.short: option for option in options}
     by_long = {option.long: option for option in options}
@@ -522,8 +546,11 @@ def parse_command_line(
             if value_attached is None and (
                 position >= len(arguments) or arguments[position].startswith("--")
             ):
-                hint = f" (--{name}=true)" if is_key(name) else ""
-                raise ConfigError(name, f"command line {label}", f"needs a value{hint}")
+                example = value_hint(name)
+                if example is None:
+                    overrides.append(Setting(name, "", f"command line {label}", LAYER_COMMAND_LINE))
+                    continue
+                raise ConfigError(name, f"command line {label}", f"needs a value (--{name}={example})")
             value = take_value(label, value_attached)
             overrides.append(Setting(name, value, f"command line {label}", LAYER_COMMAND_LINE))
             continue

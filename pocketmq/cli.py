@@ -1,15 +1,33 @@
 """`pocketmq`: the project's front door.
 
-    pocketmq dev            a nameserver and a broker in one process (store in ./pocketmq-dev)
+    pocketmq dev            a nameserver and a broker in one process (store in ./pocketmq-dev),
+                            listening on 127.0.0.1 only (--bind 0.0.0.0: every interface)
     pocketmq dev --demo     the same, then send and consume a few messages and print them
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
+import ipaddress
 import os
 import sys
 import time
+
+# What `pocketmq dev` listens on unless --bind says otherwise: a development cluster is not
+# reachable from the network by default (mqnamesrv / mqbroker keep RocketMQ's 0.0.0.0).
+DEV_BIND = "127.0.0.1"
+
+
+class PortInUse(Exception):
+    """A port `pocketmq dev` wants is taken; the message names the flag that moves it."""
+
+
+def _ip(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an IP address: {text!r} (127.0.0.1, 0.0.0.0, ...)") from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -18,8 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     dev = sub.add_parser("dev", help="run a nameserver and a broker in one process")
     dev.add_argument("--dir", default="./pocketmq-dev", help="store directory (default ./pocketmq-dev)")
-    dev.add_argument("--namesrv-port", type=int, default=9876)
-    dev.add_argument("--broker-port", type=int, default=10911)
+    dev.add_argument("--namesrv-port", type=int, default=9876, help="nameserver port (default 9876)")
+    dev.add_argument("--broker-port", type=int, default=10911, help="broker port (default 10911)")
+    dev.add_argument("--bind", type=_ip, default=DEV_BIND, metavar="ADDR",
+                     help=f"address to listen on (default {DEV_BIND}; 0.0.0.0 = every interface, "
+                          "the broker then advertises this host's first non-loopback address)")
     dev.add_argument("--demo", action="store_true", help="send and consume a few messages, print them, exit")
     dev.add_argument("--sync-flush", action="store_true", help="flushDiskType=SYNC_FLUSH")
     return p
@@ -59,22 +80,28 @@ async def _dev(args) -> int:
     os.makedirs(store_dir, exist_ok=True)
     print(f"pocketmq dev: store in {store_dir}", flush=True)
     ns_cfg, _ = ns_args([f"--listenPort={args.namesrv_port}", f"--kvConfigPath={store_dir}/namesrv/kvConfig.json"])
-    namesrv_addr = f"127.0.0.1:{args.namesrv_port}"
-    b_cfg, _ = broker_args(["-n", namesrv_addr, f"--listenPort={args.broker_port}", "--brokerIP1=127.0.0.1",
+    every_interface = ipaddress.ip_address(args.bind).is_unspecified
+    # Where this process reaches its own nameserver, and the address the broker advertises:
+    # the bound address itself, or (bound to every interface) loopback and the default brokerIP1.
+    local_ip = "127.0.0.1" if every_interface else args.bind
+    namesrv_addr = f"{local_ip}:{args.namesrv_port}"
+    b_cfg, _ = broker_args(["-n", namesrv_addr, f"--listenPort={args.broker_port}",
                             f"--storePathRootDir={store_dir}/store",
                             "--mappedFileSizeCommitLog=134217728"]
+                           + ([] if every_interface else [f"--brokerIP1={args.bind}"])
                            + (["--flushDiskType=SYNC_FLUSH"] if args.sync_flush else []))
-    namesrv = NameServer(ns_cfg)
-    broker = Broker(b_cfg)
-    await namesrv.start()
+    namesrv = NameServer(ns_cfg, host=args.bind)
+    broker = Broker(b_cfg, host=args.bind)
+    await _start(namesrv, args.bind, args.namesrv_port, "--namesrv-port")
     try:
         try:
-            await broker.start()
+            await _start(broker, args.bind, args.broker_port, "--broker-port")
         except BaseException:
             await broker.close()
             raise
         try:
-            print(f"pocketmq dev: nameserver {namesrv_addr}, broker {broker.addr} "
+            where = "every interface" if every_interface else args.bind
+            print(f"pocketmq dev: nameserver {namesrv_addr}, broker {broker.addr}, listening on {where} "
                   f"(export NAMESRV_ADDR={namesrv_addr})", flush=True)
             if args.demo:
                 got = await _demo(namesrv_addr, broker.addr)
@@ -89,6 +116,18 @@ async def _dev(args) -> int:
     return 0
 
 
+async def _start(daemon, host: str, port: int, flag: str) -> None:
+    try:
+        await daemon.start()
+    except OSError as e:
+        if e.errno != errno.EADDRINUSE:
+            raise
+        role = "nameserver" if flag == "--namesrv-port" else "broker"
+        raise PortInUse(f"the {role} cannot listen on {host}:{port}: address already in use "
+                        f"(another pocketmq dev, mqnamesrv or mqbroker?); pick another port with "
+                        f"{flag} PORT") from None
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     from pocketmq.remoting.daemon import install_uvloop, setup_logging
@@ -99,7 +138,7 @@ def main(argv=None) -> int:
         from pocketmq.broker.store.api import StoreError
         try:
             return asyncio.run(_dev(args))
-        except (OSError, StoreError, MetadataError) as e:
+        except (PortInUse, OSError, StoreError, MetadataError) as e:
             print(f"pocketmq dev: {e}", file=sys.stderr)
             return 1
     return 2

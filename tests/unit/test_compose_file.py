@@ -1,0 +1,138 @@
+"""docker-compose.yml and conf/ without Docker: the compose specification's schema,
+the file's own promises (issue 12), and the runner's mapping rules.
+
+The cluster itself runs in tests/integration/test_compose.py.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+
+import jsonschema
+import pytest
+import yaml
+
+from pocketmq.broker import config as broker_config
+from pocketmq.nameserver import config as namesrv_config
+from tests.support.compose_runner import (
+    ComposeError,
+    ComposeRunner,
+    interpolate,
+    load_compose,
+    start_order,
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COMPOSE = os.path.join(ROOT, "docker-compose.yml")
+SCHEMA = os.path.join(ROOT, "tests", "support", "compose-spec.json")
+BROKERS = {"broker-a": 10911, "broker-b": 10921}
+
+
+@pytest.fixture(scope="module")
+def validator():
+    with open(SCHEMA) as f:
+        schema = json.load(f)
+    jsonschema.Draft7Validator.check_schema(schema)
+    return jsonschema.Draft7Validator(schema)
+
+
+@pytest.fixture(scope="module")
+def doc():
+    return load_compose(COMPOSE)
+
+
+def errors(validator, document) -> list[str]:
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(document)]
+
+
+def test_compose_file_follows_the_compose_specification(validator, doc):
+    assert errors(validator, doc) == []
+    # as written too, before variables are substituted (what `docker compose config` reads)
+    with open(COMPOSE) as f:
+        assert errors(validator, yaml.safe_load(f)) == []
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda d: d["services"]["ns1"].update(portz=["9876:9876"]),
+    lambda d: d["services"]["broker-a"]["healthcheck"].update(interval=10),
+    lambda d: d["services"]["broker-a"].update(depends_on={"ns1": {"condition": "when_ready"}}),
+    lambda d: d.update(volumes=["broker-a-store"]),
+])
+def test_the_schema_catches_a_broken_file(validator, doc, mutate):
+    broken = copy.deepcopy(doc)
+    mutate(broken)
+    assert errors(validator, broken) != []
+
+
+def test_two_nameservers_two_brokers_one_image(doc):
+    services = doc["services"]
+    assert set(services) == {"ns1", "ns2", *BROKERS}
+    for name, s in services.items():
+        assert s["build"] == "." and s["image"] == "pocketmq:local", name
+        assert s["healthcheck"]["test"][0] == "CMD", name
+        assert s["command"][0] == ("mqnamesrv" if name.startswith("ns") else "mqbroker")
+    assert services["ns1"]["ports"] == ["9876:9876"] and services["ns2"]["ports"] == ["9877:9876"]
+    for name, port in BROKERS.items():
+        s = services[name]
+        assert s["ports"] == [f"{port}:{port}"]       # the same port inside and out (see the conf)
+        assert f"{name}-store:/home/pocketmq/store" in s["volumes"]
+        assert f"./conf/{name}.conf:/etc/pocketmq/broker.conf:ro" in s["volumes"]
+        assert s["depends_on"] == {"ns1": {"condition": "service_healthy"},
+                                   "ns2": {"condition": "service_healthy"}}
+        assert f"--brokerIP1={name}" in s["command"]    # POCKETMQ_BROKER_IP unset
+    assert set(doc["volumes"]) == {"ns1-kv", "ns2-kv", "broker-a-store", "broker-b-store"}
+
+
+@pytest.mark.parametrize("name", sorted(BROKERS))
+def test_broker_conf_is_a_real_broker_conf(name):
+    """conf/broker-X.conf loads with mqbroker's own loader, every key known and acted on (brokerRole too)."""
+    config, report = broker_config.load_config(os.path.join(ROOT, "conf", f"{name}.conf"))
+    assert config.brokerName == name and config.brokerClusterName == "DefaultCluster"
+    assert config.brokerId == 0
+    assert config.namesrvAddr == "ns1:9876;ns2:9876"
+    assert config.brokerIP1 == name
+    assert config.listenPort == BROKERS[name]
+    assert config.storePathRootDir == "/home/pocketmq/store"
+    assert report.unused_keys == ()                  # every key is one pocketmq acts on
+
+
+def test_nameserver_command_line_loads(doc):
+    for ns in ("ns1", "ns2"):
+        config, _ = namesrv_config.parse_args(doc["services"][ns]["command"][1:])
+        assert config.listenPort == 9876
+        assert config.kvConfigPath == "/home/pocketmq/namesrv/kvConfig.json"
+
+
+def test_interpolation_follows_compose():
+    env = {"SET": "v", "EMPTY": ""}
+    assert interpolate("${SET:-d} ${UNSET:-d} ${EMPTY:-d} ${EMPTY-d} $SET $$SET", env) == "v d d  v $SET"
+    assert interpolate({"a": ["${UNSET}x"]}, env) == {"a": ["x"]}
+    with pytest.raises(ComposeError, match="REQUIRED"):
+        interpolate("${REQUIRED:?set it}", env)
+
+
+def test_runner_maps_addresses_ports_volumes_and_the_broker_ip_override(tmp_path):
+    runner = ComposeRunner(COMPOSE, str(tmp_path))
+    assert start_order(runner.services)[-2:] == ["broker-a", "broker-b"]
+    ns1, ns2 = runner.address("ns1", 9876), runner.address("ns2", 9876)
+    a_port = runner.services["broker-a"].local_ports[10911]
+    assert runner.local_command("ns1")[1:] == [f"--listenPort={ns1.split(':')[1]}",
+                                               f"--kvConfigPath={tmp_path}/volumes/ns1-kv/kvConfig.json"]
+    assert runner.local_command("broker-a")[-1] == "--brokerIP1=127.0.0.1"
+    assert runner.local_healthcheck("broker-a")[1:] == ["topicStatus", "-t", "broker-a", "-n", f"{ns1};{ns2}"]
+    assert runner.local_healthcheck("ns2")[-1] == ns2        # 127.0.0.1:9876 inside ns2 is ns2 itself
+    runner._materialise_mounts(runner.services["broker-a"])
+    conf = open(runner.local_command("broker-a")[2]).read()
+    assert f"namesrvAddr={ns1};{ns2}\n" in conf and f"listenPort={a_port}\n" in conf
+    assert f"storePathRootDir={tmp_path}/volumes/broker-a-store\n" in conf
+    assert "brokerIP1=127.0.0.1\n" in conf and "brokerName=broker-a\n" in conf
+    override = ComposeRunner(COMPOSE, str(tmp_path / "o"), env={"POCKETMQ_BROKER_IP": "127.0.0.1"})
+    assert override.local_command("broker-b")[-1] == "--brokerIP1=127.0.0.1"
+
+
+def test_runner_refuses_a_port_it_cannot_move(tmp_path):
+    compose = tmp_path / "docker-compose.yml"
+    compose.write_text("services:\n  ns:\n    command: [mqnamesrv]\n    ports: ['9876:9876']\n")
+    with pytest.raises(ComposeError, match="sets no listenPort=9876"):
+        ComposeRunner(str(compose), str(tmp_path))
