@@ -14,7 +14,9 @@ succeeded again (or was forgotten: the queue is no longer pulled):
   saw the warning sees the recovery), or no longer pulled.
 
 Nothing here logs: ``failed`` / ``succeeded`` / ``forget`` return the line as
-``(level, message)`` or None, and the caller (client/fetcher.py) logs it.
+``(level, message)`` or None, and the caller logs it: the fetcher (pulls and
+start-offset lookups per broker and queue), the offset store (commits per
+broker and queue) and the rebalancer (rounds per group and topic).
 """
 from __future__ import annotations
 
@@ -40,10 +42,15 @@ class _Episode:
 
 
 class FailureLog:
-    def __init__(self, what: str, summary_interval_ms: int = SUMMARY_INTERVAL_MS):
+    def __init__(self, what: str, summary_interval_ms: int = SUMMARY_INTERVAL_MS, *,
+                 via: str = "from", unit: str = "queue"):
+        """`what` failed `via` a source ("pull from broker-a", "rebalance of G"); the
+        summary counts the failing items as `unit`s."""
         if summary_interval_ms <= 0:
             raise ValueError("summary_interval_ms must be positive")
         self.what = what
+        self.via = via
+        self.unit = unit
         self.summary_interval_ms = summary_interval_ms
         self._episodes: dict[Hashable, _Episode] = {}
 
@@ -54,26 +61,30 @@ class FailureLog:
         ep = self._episodes.get(source)
         return ep is not None and item in ep.items
 
+    def failing_items(self, source: Hashable) -> frozenset:
+        ep = self._episodes.get(source)
+        return frozenset(ep.items) if ep is not None else frozenset()
+
     def failed(self, source: Hashable, item: Hashable, reason: str, kind: str, now_ms: int) -> Line | None:
         """One failure of `item` of `source`; the line to log, if any."""
         ep = self._episodes.get(source)
         if ep is None:
             ep = self._episodes[source] = _Episode(now_ms, kind, reason, self.summary_interval_ms)
             ep.failures, ep.items = 1, {item}
-            return logging.INFO, (f"{self.what} from {source} failed ({item}): {reason}; while it keeps "
+            return logging.INFO, (f"{self.what} {self.via} {source} failed ({item}): {reason}; while it keeps "
                                   f"failing, a summary every {self.summary_interval_ms // 1000} s")
         ep.failures += 1
         ep.items.add(item)
         ep.reason = reason
         if kind != ep.kind:
             ep.kind = kind
-            return logging.INFO, f"{self.what} from {source} now fails with another error ({item}): {reason}"
+            return logging.INFO, f"{self.what} {self.via} {source} now fails with another error ({item}): {reason}"
         if now_ms >= ep.next_summary_ms:
             ep.next_summary_ms = now_ms + self.summary_interval_ms
             ep.warned = True
-            return logging.WARNING, (f"{self.what} from {source} still failing after "
+            return logging.WARNING, (f"{self.what} {self.via} {source} still failing after "
                                      f"{_seconds(now_ms - ep.since_ms)}: {ep.failures} failures, "
-                                     f"{len(ep.items)} queue(s); last: {reason}")
+                                     f"{len(ep.items)} {self.unit}(s); last: {reason}")
         return None
 
     def succeeded(self, source: Hashable, item: Hashable, now_ms: int) -> Line | None:
@@ -82,15 +93,15 @@ class FailureLog:
         if ep is None:
             return None
         return (logging.WARNING if ep.warned else logging.INFO,
-                f"{self.what} from {source} works again after {_seconds(now_ms - ep.since_ms)} "
+                f"{self.what} {self.via} {source} works again after {_seconds(now_ms - ep.since_ms)} "
                 f"({ep.failures} failures)")
 
     def forget(self, source: Hashable, item: Hashable, now_ms: int) -> Line | None:
-        """`item` is no longer pulled (dropped, consumer closing): it cannot recover."""
+        """`item` is gone (a queue no longer pulled, a topic unsubscribed): it cannot recover."""
         ep = self._end(source, item)
         if ep is None:
             return None
-        return logging.INFO, (f"{self.what} from {source}: no failing queue is pulled any more "
+        return logging.INFO, (f"{self.what} {self.via} {source}: no failing {self.unit} is left "
                               f"({ep.failures} failures in {_seconds(now_ms - ep.since_ms)})")
 
     def _end(self, source: Hashable, item: Hashable) -> _Episode | None:

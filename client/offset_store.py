@@ -17,7 +17,9 @@ import logging
 import os
 
 from pocketmq.client.errors import MQClientError
+from pocketmq.client.log_throttle import FailureLog
 from pocketmq.protocol.bodies import MessageQueue
+from pocketmq.remoting.clock import monotonic_ms
 
 log = logging.getLogger("pocketmq.client.offset")
 
@@ -54,10 +56,18 @@ class OffsetTable:
 
 
 class RemoteOffsetStore:
-    def __init__(self, instance, group: str):
+    def __init__(self, instance, group: str, clock=monotonic_ms):
         self.instance = instance
         self.group = group
         self.table = OffsetTable()
+        # while a broker is down every commit round fails for each of its queues: log the
+        # first failure, a summary now and then, and the recovery (client/log_throttle.py)
+        self.clock = clock
+        self.commit_failures = FailureLog("offset commit", via="to")
+
+    def _log(self, line) -> None:
+        if line is not None:
+            log.log(line[0], "%s: %s", self.group, line[1])
 
     async def load(self) -> None:
         return None
@@ -88,8 +98,10 @@ class RemoteOffsetStore:
                 addr = await self.instance.master_addr_refreshing(mq.broker_name, mq.topic)
                 await self.instance.api.update_consumer_offset(addr, self.group, mq, off, oneway=oneway)
                 sent += 1
+                self._log(self.commit_failures.succeeded(mq.broker_name, _item(mq), self.clock()))
             except MQClientError as e:
-                log.warning("commit of %s@%d for %s failed: %s", mq, off, self.group, e)
+                self._log(self.commit_failures.failed(mq.broker_name, _item(mq), f"{e} (offset {off})",
+                                                      type(e).__name__, self.clock()))
                 if self.table.offsets.get(mq) == off:
                     self.table.dirty.add(mq)
         if todo:
@@ -98,6 +110,11 @@ class RemoteOffsetStore:
 
     def remove(self, mq: MessageQueue) -> None:
         self.table.remove(mq)
+        self._log(self.commit_failures.forget(mq.broker_name, _item(mq), self.clock()))
+
+
+def _item(mq: MessageQueue) -> str:
+    return f"{mq.topic}:{mq.queue_id}"
 
 
 def _mq_key(mq: MessageQueue) -> str:

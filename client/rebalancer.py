@@ -26,10 +26,12 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from pocketmq.client.errors import MQClientError
+from pocketmq.client.log_throttle import FailureLog
 from pocketmq.client.rebalance import AllocateStrategy, plan_broadcasting, plan_clustering
 from pocketmq.client.subscription_state import SubscriptionState
 from pocketmq.common.constants import is_retry_topic
 from pocketmq.protocol.bodies import MessageQueue
+from pocketmq.remoting.clock import monotonic_ms
 
 log = logging.getLogger("pocketmq.client.consumer")
 
@@ -95,6 +97,10 @@ class Rebalancer:
         self.instance = None          # set by the consumer's start()
         self.lock = asyncio.Lock()    # one round at a time; also held by drain/reset
         self.route_retry = RouteRetry()
+        # a round is retried soon after a failure: while it keeps failing (a broker or the
+        # nameserver down) log the first failure, a summary now and then, the recovery
+        self.clock = monotonic_ms
+        self.failures = FailureLog("rebalance", via="of", unit="topic")
 
     async def rebalance(self) -> None:
         if not self.running():
@@ -103,11 +109,15 @@ class Rebalancer:
             if not self.running():
                 return
             missing = False
+            for topic in self.failures.failing_items(self.group) - self.state.subscriptions.keys():
+                self._log(self.failures.forget(self.group, topic, self.clock()))    # unsubscribed
             for topic in list(self.state.subscriptions):
                 try:
                     missing |= await self._rebalance_topic(topic)
+                    self._log(self.failures.succeeded(self.group, topic, self.clock()))
                 except MQClientError as e:
-                    log.warning("%s: rebalance of %s failed (retrying soon): %s", self.group, topic, e)
+                    self._log(self.failures.failed(self.group, topic, f"{e} (retrying soon)",
+                                                   type(e).__name__, self.clock()))
                     missing = True
                 if not self.running():
                     return
@@ -115,6 +125,10 @@ class Rebalancer:
             if stale:
                 await self.remove_queues(stale)
             self.route_retry.schedule(missing, self.instance.rebalance_now)
+
+    def _log(self, line) -> None:
+        if line is not None:
+            log.log(line[0], "%s", line[1])
 
     async def _rebalance_topic(self, topic: str) -> bool:
         """One topic's round; True when it should be retried soon (no route / not listed yet)."""

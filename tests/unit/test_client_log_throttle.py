@@ -80,7 +80,7 @@ def test_brokers_are_separate_and_a_dropped_queue_ends_an_episode():
     assert log.failed("b", "T:0", "x", "E", 0) is not None
     assert log.failing_item("a", "T:0") and not log.failing_item("a", "T:1")
     assert log.forget("a", "T:1", 10) is None
-    assert log.forget("a", "T:0", 10) == (INFO, "pull from a: no failing queue is pulled any more "
+    assert log.forget("a", "T:0", 10) == (INFO, "pull from a: no failing queue is left "
                                                 "(1 failures in 0.0 s)")
     assert not log.failing("a") and log.failing("b")
     with pytest.raises(ValueError):
@@ -175,3 +175,84 @@ async def test_fetcher_logs_an_outage_of_4_queues_in_3_lines():
     assert first.startswith("G: pull from broker-a failed (T:0): at offset 0: cannot connect")
     assert summary.startswith("G: pull from broker-a still failing after 30 s:") and "4 queue(s)" in summary
     assert recovery.startswith("G: pull from broker-a works again after 5")    # 55-56 s of fake time
+
+
+# -- the offset store's commits and the rebalancer's rounds log through FailureLog too -----
+
+class _DownBroker:
+    """An instance whose broker answers every offset commit with a failure while `down`."""
+
+    def __init__(self):
+        self.down = True
+        self.api = self
+
+    async def master_addr_refreshing(self, broker_name, topic):
+        return "127.0.0.1:1"
+
+    async def update_consumer_offset(self, addr, group, mq, offset, oneway=False):
+        if self.down:
+            raise RemotingFailure("connect to 127.0.0.1:1 refused")
+
+
+async def test_offset_commits_to_a_down_broker_log_a_few_lines(caplog):
+    from pocketmq.client.offset_store import RemoteOffsetStore
+    inst, now = _DownBroker(), [0]
+    store = RemoteOffsetStore(inst, "G", clock=lambda: now[0])
+    mqs = [MessageQueue("T", "broker-a", q) for q in range(4)]
+    caplog.set_level(logging.INFO, logger="pocketmq.client.offset")
+    for second in range(55):                        # a commit round every second, 55 s down
+        now[0] = second * 1000
+        for i, mq in enumerate(mqs):
+            store.update(mq, second + i + 1)
+        assert await store.persist() == 0
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines                   # the first failure, one 30 s summary
+    assert "offset commit to broker-a failed" in lines[0] and "121 failures, 4 queue(s)" in lines[1]
+    inst.down = False
+    now[0] = 56_000
+    assert await store.persist() == 4               # the dirty offsets went on the first success
+    assert [r.getMessage() for r in caplog.records][2:] == [
+        "G: offset commit to broker-a works again after 56 s (220 failures)"]
+
+
+class _NoRouteInstance:
+    """A client instance that cannot reach the nameserver (every route lookup fails)."""
+
+    client_id = "cid-a"
+    routes: dict = {}
+
+    async def subscribe_queues(self, topic, refresh=False):
+        raise RemotingFailure("connect to 127.0.0.1:9876 refused")
+
+    def rebalance_now(self):
+        pass
+
+
+async def test_rebalance_failures_log_a_few_lines_and_forget_unsubscribed_topics(caplog):
+    from pocketmq.client.rebalance import AllocateAveragely
+    from pocketmq.client.rebalancer import Rebalancer
+
+    async def nothing(mqs):
+        pass
+    state = SubscriptionState()
+    state.subscribe("T", "*", 0)
+    reb = Rebalancer("G", state, message_model="CLUSTERING", allocate_strategy=AllocateAveragely(),
+                     handover_delay_ms=0, running=lambda: True, add_queues=nothing, remove_queues=nothing)
+    reb.instance = _NoRouteInstance()
+    now = [0]
+    reb.clock = lambda: now[0]
+    caplog.set_level(logging.INFO, logger="pocketmq.client.consumer")
+    try:
+        for second in range(40):                    # a round a second, the nameserver down 40 s
+            now[0] = second * 1000
+            await reb.rebalance()
+        lines = [r.getMessage() for r in caplog.records]
+        assert len(lines) == 2, lines               # the first failure, one 30 s summary
+        assert lines[0].startswith("rebalance of G failed (T): connect to 127.0.0.1:9876 refused")
+        assert "31 failures, 1 topic(s)" in lines[1]
+        state.unsubscribe("T")
+        await reb.rebalance()
+        assert caplog.records[-1].getMessage() == "rebalance of G: no failing topic is left (40 failures in 39 s)"
+        assert not reb.failures.failing("G")
+    finally:
+        reb.cancel()
