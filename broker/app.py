@@ -63,8 +63,10 @@ _write_atomic = write_file_atomic
 
 
 class Broker:
-    def __init__(self, config, *, clock=time.time):
+    def __init__(self, config, *, clock=time.time, config_path: str | None = None):
         self.config = config
+        # the -c file: UPDATE_BROKER_CONFIG writes changed keys back into it, as Java does
+        self.config_path = config_path
         self._clock = clock
         self.topics = TopicConfigManager(
             cluster_name=config.brokerClusterName, broker_name=config.brokerName,
@@ -194,7 +196,7 @@ class Broker:
             now_ms=self.now_ms, mono_ms=self.mono_ms, is_closing=self.is_closing, wake_hold=self._wake_hold,
             on_topics_changed=self.on_topics_changed, publish_topics=self.publish_topics,
             unpublished_topics=self.unpublished_topics, persist_groups=self.persist_groups,
-            transactions=self.transactions, store_host=self.store_host)
+            transactions=self.transactions, store_host=self.store_host, config_path=self.config_path)
 
     def is_closing(self) -> bool:
         return self.closing
