@@ -35,6 +35,11 @@ def queue_range(min_offset: int, max_offset: int, begin: int | None, end: int | 
     return first, max(first, stop), cut
 
 
+async def _pull(addr: str, api, req: PullRequest) -> PullResult:
+    """pull_message in session.call's shape (address first; the request carries it too)."""
+    return await api.pull_message(req)
+
+
 async def _pull_range(s: AdminSession, addr: str, group: str, mq: MessageQueue, first: int, stop: int,
                       out: Out) -> int:
     """Print the messages of [first, stop); returns how many were printed."""
@@ -44,7 +49,7 @@ async def _pull_range(s: AdminSession, addr: str, group: str, mq: MessageQueue, 
     while offset < stop:
         req = PullRequest(addr, group, mq, offset, min(PULL_BATCH, stop - offset), flag, 0, 0, "*", 0,
                           PULL_TIMEOUT_S)
-        result = await s.call(addr, s.api.pull_message, req, what=f"pull {mq_text} at {offset}",
+        result = await s.call(addr, _pull, s.api, req, what=f"pull {mq_text} at {offset}",
                               where=f"broker {mq.broker_name} {addr}")
         if result.status == PullResult.FOUND:
             msgs = [m for m in result.records if m.queue_offset < stop]
