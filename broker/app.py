@@ -16,6 +16,7 @@ checkpoint), persist metadata (unless the start failed before loading it).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -45,7 +46,7 @@ from pocketmq.common.constants import SCHEDULE_TOPIC
 from pocketmq.common.files import write_file_atomic
 from pocketmq.protocol import bodies
 from pocketmq.protocol import message as msgcodec
-from pocketmq.protocol.codes import RequestCode, ResponseCode
+from pocketmq.protocol.codes import PermName, RequestCode, ResponseCode
 from pocketmq.protocol.command import RemotingCommand
 from pocketmq.protocol.message import body_crc
 from pocketmq.remoting.client import RemotingClient
@@ -354,7 +355,15 @@ class Broker:
     # -- nameserver registration -------------------------------------------------------
     def _register_command(self) -> RemotingCommand:
         cfg = self.config
-        body = bodies.encode_register_broker_body(self.topics.topics, self.topics.data_version)
+        topics = self.topics.topics
+        rw = PermName.READ | PermName.WRITE
+        if cfg.brokerPermission & rw != rw:
+            # Java's registerBrokerAll: a broker without read or write permission registers
+            # its topics with those bits cleared, so clients route around it (topics.json
+            # keeps the topics' own perms)
+            topics = {name: dataclasses.replace(tc, perm=tc.perm & cfg.brokerPermission)
+                      for name, tc in topics.items()}
+        body = bodies.encode_register_broker_body(topics, self.topics.data_version)
         ext = {"brokerName": cfg.brokerName, "brokerAddr": self.addr, "clusterName": cfg.brokerClusterName,
                "haServerAddr": f"{cfg.brokerIP2 or cfg.brokerIP1}:{cfg.haListenPort}",
                "brokerId": str(cfg.brokerId), "compressed": "false",

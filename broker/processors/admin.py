@@ -397,6 +397,11 @@ def _apply_config(ctx, typed: dict) -> None:
             ctx.on_topics_changed()
     if "autoCreateSubscriptionGroup" in typed:
         ctx.groups.auto_create = cfg.autoCreateSubscriptionGroup
+    if "brokerPermission" in typed:
+        # registration masks the topics' perms with it: a new data version makes the
+        # nameservers take the changed queue datas (Java's updateBrokerConfig does the same)
+        ctx.topics.bump(now)
+        ctx.on_topics_changed()
 
 
 # -- consume queues and offsets ---------------------------------------------------------------

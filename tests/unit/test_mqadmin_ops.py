@@ -113,9 +113,12 @@ class TestBrokerConfigProcessors:
         conf.write_text("# mine\nbrokerClusterName=DefaultCluster\nbrokerPermission=6\n")
         env = with_config_path(Env(tmp_path / "s"), conf)
         assert env.call(send_cmd("T")).code == C.SUCCESS
+        changes, version = env.topic_changes, env.ctx.topics.data_version
         r = env.call(update_cmd(brokerPermission=4))
         assert (r.code, r.remark) == (C.SUCCESS, None)
         assert env.ctx.config.brokerPermission == 4
+        # re-registered with a new data version: the routes take the broker's perm
+        assert env.topic_changes == changes + 1 and env.ctx.topics.data_version != version
         assert conf.read_text() == "# mine\nbrokerClusterName=DefaultCluster\nbrokerPermission=4\n"
         # live: the next send is refused
         assert env.call(send_cmd("T")).code == C.NO_PERMISSION
@@ -237,3 +240,16 @@ class TestMqadminHelpers:
 
     def test_message_queue_string(self):
         assert tables.message_queue_string("T", "b", 3) == "MessageQueue [topic=T, brokerName=b, queueId=3]"
+
+
+def test_registration_masks_topic_perms_with_the_broker_permission(tmp_path):
+    from pocketmq.broker.app import Broker
+    from pocketmq.protocol.bodies import decode_register_broker_body
+    cfg = BrokerConfig(storePathRootDir=str(tmp_path), brokerIP1="127.0.0.1")
+    broker = Broker(cfg)
+    topics, _ = decode_register_broker_body(broker._register_command().body_bytes())
+    assert topics["TBW102"].perm == 7
+    cfg.brokerPermission = 4
+    topics, _ = decode_register_broker_body(broker._register_command().body_bytes())
+    assert topics["TBW102"].perm == 4 and all(not tc.perm & 2 for tc in topics.values())
+    assert broker.topics.get("TBW102").perm == 7       # the broker's own table keeps its perms
