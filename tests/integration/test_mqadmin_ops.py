@@ -12,7 +12,6 @@ import json
 import os
 import re
 import sys
-import time
 import uuid
 
 import pytest
@@ -24,7 +23,7 @@ from pocketmq.protocol.codes import RequestCode, ResponseCode
 from pocketmq.protocol.command import RemotingCommand
 from pocketmq.remoting.client import RemotingClient
 from tests.support.daemons import Cluster
-from tests.support.workloads import run_mqadmin
+from tests.support.workloads import poll_until, run_mqadmin
 
 TOPIC = "OpsTopic"
 CONF_COMMENT = "# written by the operator; updateBrokerConfig keeps this line"
@@ -50,13 +49,8 @@ def assert_clean_failure(r, *needles, code=1):
         assert n in lines[0], r.stderr
 
 
-def wait_for(predicate, timeout_s=20.0, interval_s=0.2):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval_s)
+def wait_for(predicate, timeout_s=20.0):
+    return poll_until(predicate, timeout_s)
 
 
 def raw(addr: str, code: int, ext: dict) -> RemotingCommand:
