@@ -355,10 +355,7 @@ def process_update_broker_config(ctx, conn, cmd):
     re-reads (broker.config.RUNTIME_UPDATABLE_KEYS); any other key, or a bad value, refuses
     the whole request with the reason. Accepted values are written into the -c file first
     (atomically; without one the change lasts until the broker stops, and the remark says
-    so), then applied."""
-    refused = _slave_refusal(ctx, cmd)
-    if refused is not None:
-        return refused
+    so), then applied. A slave takes it too (its brokerPermission, polling...), as in Java."""
     try:
         updates = {e.key: e.value for e in parse_properties(decode_properties(cmd.body_bytes() or b""),
                                                             source="request body")}
