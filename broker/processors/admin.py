@@ -8,7 +8,7 @@ from pocketmq.broker.config import ConfigError, parse_runtime_update, persist_co
 from pocketmq.broker.core.offsets import reset_table
 from pocketmq.broker.core.subscription_groups import validate_group_config
 from pocketmq.broker.core.topics import validate_topic
-from pocketmq.common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, retry_topic
+from pocketmq.common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, NAME_GROUP, name_error, retry_topic
 from pocketmq.common.properties_file import decode_properties, format_properties, parse_properties
 from pocketmq.protocol import bodies
 from pocketmq.protocol.bodies import MessageQueue, SubscriptionGroupConfig, TopicConfig, dumps_object_keyed
@@ -417,6 +417,11 @@ def process_clone_group_offset(ctx, conn, cmd):
     does not subscribe to any more is skipped (Java AdminBrokerProcessor.cloneGroupOffset)."""
     e = cmd.ext_fields
     src, dest = req_str(e, "srcGroup"), req_str(e, "destGroup")
+    for field, value in (("srcGroup", src), ("destGroup", dest)):
+        # not among the header fields checked for every request: dest becomes a stored name
+        bad = name_error(NAME_GROUP, field, value)
+        if bad:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, bad)
     topic = opt_str(e, "topic")
     offline = parse_bool(e.get("offline"), False)
     topics = [topic] if topic else sorted(ctx.offsets.topics_of_group(src))

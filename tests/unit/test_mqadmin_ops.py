@@ -209,6 +209,10 @@ class TestProducerConnectionAndClone:
         assert offsets.query("all", "T2", 0) == 3
         # nothing to clone is not an error on the broker: the count says 0
         assert self.clone(env, "nobody", "dest", "T1").ext_fields["clonedTopicCount"] == "0"
+        # a destination that breaks the name rules is refused before it is stored
+        r = self.clone(env, "src", "bad@group", "T1")
+        assert r.code == C.SYSTEM_ERROR and "destGroup" in r.remark
+        assert "bad@group" not in offsets.groups_of_topic("T1")
         # later commits of src do not leak into dest (a copy, not a shared table)
         offsets.commit("src", "T1", 0, 99)
         assert offsets.query("dest", "T1", 0) == 5
