@@ -257,3 +257,48 @@ def test_registration_masks_topic_perms_with_the_broker_permission(tmp_path):
     topics, _ = decode_register_broker_body(broker._register_command().body_bytes())
     assert topics["TBW102"].perm == 4 and all(not tc.perm & 2 for tc in topics.values())
     assert broker.topics.get("TBW102").perm == 7       # the broker's own table keeps its perms
+
+
+class TestFlagParsing:
+    """Java's flag letters land in the names the commands read."""
+
+    @pytest.mark.parametrize("argv, expected", [
+        (["producerConnection", "-g", "PG", "-t", "T"], {"group": "PG", "topic": "T"}),
+        (["getBrokerConfig", "-b", "1.2.3.4:10911"], {"brokerAddr": "1.2.3.4:10911", "clusterName": None}),
+        (["updateBrokerConfig", "-c", "C", "-k", "brokerPermission", "-v", " 4 "],
+         {"clusterName": "C", "key": "brokerPermission", "value": "4"}),
+        (["wipeWritePerm", "-b", "broker-a"], {"brokerName": "broker-a"}),
+        (["addWritePerm", "-b", "broker-a"], {"brokerName": "broker-a"}),
+        (["updateKvConfig", "-s", "NS", "-k", "K", "-v", "V"], {"namespace": "NS", "key": "K", "value": "V"}),
+        (["deleteKvConfig", "-s", "NS", "-k", "K"], {"namespace": "NS", "key": "K"}),
+        (["cleanExpiredCQ"], {"brokerAddr": None, "clusterName": None}),
+        (["cloneGroupOffset", "-s", "a", "-d", "b", "-t", "T", "-o", "true"],
+         {"srcGroup": "a", "destGroup": "b", "topic": "T", "offline": True}),
+        (["cloneGroupOffset", "-s", "a", "-d", "b", "-t", "T"], {"offline": False}),
+        (["consumeMessage", "-t", "T", "-b", "B", "-i", "1", "-o", "5", "-c", "3", "-s", "1700000000000"],
+         {"topic": "T", "brokerName": "B", "queueId": 1, "offset": 5, "messageNumber": 3,
+          "beginTimestamp": 1700000000000, "endTimestamp": None, "consumerGroup": None}),
+        (["consumeMessage", "-t", "T"], {"messageNumber": 128}),
+        (["updateTopicPerm", "-t", "T", "-c", "C", "-p", "4"], {"topic": "T", "clusterName": "C", "perm": 4}),
+        (["topicClusterList", "-t", "T"], {"topic": "T"}),
+        (["getNamesrvConfig", "-n", "1.2.3.4:9876"], {"namesrvAddr": "1.2.3.4:9876"}),
+    ])
+    def test_flags(self, argv, expected):
+        from pocketmq.tools.mqadmin.cli import COMMANDS, build_parser
+        args = build_parser(COMMANDS[argv[0]]).parse_args(argv[1:])
+        for k, v in expected.items():
+            assert getattr(args, k) == v, (k, args)
+
+    @pytest.mark.parametrize("argv", [
+        ["producerConnection", "-g", "PG"],
+        ["updateBrokerConfig", "-b", "a:1", "-k", "k"],
+        ["cloneGroupOffset", "-s", "a", "-t", "T"],
+        ["consumeMessage", "-t", "T", "-c", "0"],
+        ["consumeMessage", "-t", "T", "-i", "-1"],
+        ["updateTopicPerm", "-t", "T", "-c", "C", "-p", "3"],
+    ])
+    def test_bad_command_lines_are_usage_errors(self, argv):
+        from pocketmq.tools.mqadmin.cli import COMMANDS, build_parser
+        from pocketmq.tools.mqadmin.errors import UsageError
+        with pytest.raises(UsageError):
+            build_parser(COMMANDS[argv[0]]).parse_args(argv[1:])
