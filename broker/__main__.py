@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     from pocketmq.broker.app import MetadataError
     from pocketmq.broker.store.api import StoreError
     try:
-        asyncio.run(run_until_signal(Broker(config)))
+        asyncio.run(run_until_signal(Broker(config, config_path=report.config_file)))
     except (OSError, StoreError, MetadataError) as e:
         log.error("broker failed to start: %s", e)
         return 1

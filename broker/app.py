@@ -16,6 +16,7 @@ checkpoint), persist metadata (unless the start failed before loading it).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
@@ -46,7 +47,7 @@ from pocketmq.common.constants import SCHEDULE_TOPIC
 from pocketmq.common.files import write_file_atomic
 from pocketmq.protocol import bodies
 from pocketmq.protocol import message as msgcodec
-from pocketmq.protocol.codes import RequestCode, ResponseCode
+from pocketmq.protocol.codes import PermName, RequestCode, ResponseCode
 from pocketmq.protocol.command import RemotingCommand
 from pocketmq.protocol.message import body_crc
 from pocketmq.remoting.client import RemotingClient
@@ -85,11 +86,13 @@ async def resolve_store_host(host: str, port: int) -> tuple[bytes, int]:
 
 
 class Broker:
-    def __init__(self, config, *, clock=time.time, host: str = "0.0.0.0"):
+    def __init__(self, config, *, clock=time.time, host: str = "0.0.0.0", config_path: str | None = None):
         self.config = config
         # The listening address: every interface, as RocketMQ's broker; `pocketmq dev` passes
         # 127.0.0.1 (its --bind flag widens it).
         self.host = host
+        # the -c file: UPDATE_BROKER_CONFIG writes changed keys back into it, as Java does
+        self.config_path = config_path
         self._clock = clock
         self.topics = TopicConfigManager(
             cluster_name=config.brokerClusterName, broker_name=config.brokerName,
@@ -219,7 +222,7 @@ class Broker:
             now_ms=self.now_ms, mono_ms=self.mono_ms, is_closing=self.is_closing, wake_hold=self._wake_hold,
             on_topics_changed=self.on_topics_changed, publish_topics=self.publish_topics,
             unpublished_topics=self.unpublished_topics, persist_groups=self.persist_groups,
-            transactions=self.transactions, store_host=self.store_host)
+            transactions=self.transactions, store_host=self.store_host, config_path=self.config_path)
 
     def is_closing(self) -> bool:
         return self.closing
@@ -377,7 +380,15 @@ class Broker:
     # -- nameserver registration -------------------------------------------------------
     def _register_command(self) -> RemotingCommand:
         cfg = self.config
-        body = bodies.encode_register_broker_body(self.topics.topics, self.topics.data_version)
+        topics = self.topics.topics
+        rw = PermName.READ | PermName.WRITE
+        if cfg.brokerPermission & rw != rw:
+            # Java's registerBrokerAll: a broker without read or write permission registers
+            # its topics with those bits cleared, so clients route around it (topics.json
+            # keeps the topics' own perms)
+            topics = {name: dataclasses.replace(tc, perm=tc.perm & cfg.brokerPermission)
+                      for name, tc in topics.items()}
+        body = bodies.encode_register_broker_body(topics, self.topics.data_version)
         ext = {"brokerName": cfg.brokerName, "brokerAddr": self.addr, "clusterName": cfg.brokerClusterName,
                "haServerAddr": f"{cfg.brokerIP2 or cfg.brokerIP1}:{cfg.haListenPort}",
                "brokerId": str(cfg.brokerId), "compressed": "false",

@@ -55,7 +55,17 @@ from pocketmq.common.daemon_config import (
     cross_field_error,
     env,
 )
-from pocketmq.common.properties_file import CliOption, ConfigError, LoadReport, format_properties
+from pocketmq.common.files import read_file, write_file_atomic
+from pocketmq.common.properties_file import (
+    CliOption,
+    ConfigError,
+    LoadReport,
+    coerce_value,
+    decode_properties,
+    format_properties,
+    java_str,
+    set_properties,
+)
 from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
 
 __all__ = [
@@ -63,6 +73,7 @@ __all__ = [
     "IMPLEMENTED_KEYS",
     "IMPORTANT_KEYS",
     "LEGACY_IGNORED_KEYS",
+    "RUNTIME_UPDATABLE_KEYS",
     "BrokerConfig",
     "BrokerRole",
     "ConfigError",
@@ -71,6 +82,8 @@ __all__ = [
     "format_config",
     "load_config",
     "parse_args",
+    "parse_runtime_update",
+    "persist_config_update",
 ]
 
 _CPUS = os.cpu_count() or 1
@@ -566,3 +579,62 @@ _LOADER: DaemonConfigLoader[BrokerConfig] = DaemonConfigLoader(
 # ``mqbroker``'s entry points; see DaemonConfigLoader.load and .parse_args.
 load_config = _LOADER.load
 parse_args = _LOADER.parse_args
+
+
+# --- run-time updates (UPDATE_BROKER_CONFIG) ----------------------------------
+
+RUNTIME_UPDATABLE_KEYS: dict[str, str] = {
+    # key: where the running broker reads it (why a change takes effect without a restart)
+    "brokerPermission": "each send, pull and send-back checks it",
+    "autoCreateTopicEnable": "each send to an unknown topic checks it",
+    "autoCreateSubscriptionGroup": "each lookup of an unknown group checks it",
+    "longPollingEnable": "each pull that finds nothing reads it",
+    "shortPollingTimeMills": "each pull that finds nothing reads it",
+    "rejectTransactionMessage": "each transactional send checks it",
+    "deleteWhen": "the hourly clean-up reads it",
+    "serverChannelMaxIdleTimeSeconds": "the idle-connection sweep reads it",
+}
+"""Keys UPDATE_BROKER_CONFIG may change: those the running broker reads at each use.
+Every other key is read once at start (store geometry, ports, thread pools...) and is
+refused with that reason, so an operator never believes a change took effect when it
+did not (RocketMQ accepts any key and silently ignores most until a restart)."""
+
+
+def parse_runtime_update(config: BrokerConfig, updates: dict[str, str]) -> dict[str, Any]:
+    """The typed values of an UPDATE_BROKER_CONFIG's ``key=value`` pairs, checked against
+    a copy of ``config`` (cross-key rules included). Raises ConfigError naming the first
+    key refused: unknown, not changeable at run time, or a bad value."""
+    if not updates:
+        raise ConfigError(None, "request", "no key to update")
+    typed: dict[str, Any] = {}
+    for key, raw in updates.items():
+        field = BrokerConfig.model_fields.get(key)
+        if field is None:
+            raise ConfigError(key, "request", f"unknown broker config key {key!r}")
+        if key not in RUNTIME_UPDATABLE_KEYS:
+            changeable = ", ".join(sorted(RUNTIME_UPDATABLE_KEYS))
+            raise ConfigError(key, "request", f"{key} is read once at start and cannot be changed at run "
+                                              f"time (a restart with the new value in the config file "
+                                              f"applies it); changeable keys: {changeable}")
+        try:
+            typed[key] = coerce_value(raw, field.annotation)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(key, "request", f"bad value for {key}: {e}") from None
+    trial = config.model_copy()
+    for key, value in typed.items():
+        try:
+            setattr(trial, key, value)
+        except ValueError as e:     # pydantic's ValidationError is a ValueError
+            detail = e.errors()[0]["msg"] if hasattr(e, "errors") else str(e)
+            raise ConfigError(key, "request", f"bad value for {key}: {detail}") from None
+    return typed
+
+
+def persist_config_update(path: str, updates: dict[str, Any]) -> None:
+    """Set ``updates`` in the broker's ``-c`` file (comments and other lines kept), written
+    atomically; what RocketMQ does to ``brokerConfigPath`` on UPDATE_BROKER_CONFIG. Raises
+    OSError."""
+    data = read_file(path)
+    text = decode_properties(data) if data is not None else ""
+    text = set_properties(text, {k: java_str(v) for k, v in updates.items()})
+    write_file_atomic(path, text.encode("utf-8"))

@@ -46,6 +46,15 @@ registered).
 | all_subscription_groups     | GET_ALL_SUBSCRIPTIONGROUP_CONFIG      |
 | check_client_config         | CHECK_CLIENT_CONFIG                   |
 | end_transaction             | END_TRANSACTION                       |
+| producer_connection_list    | GET_PRODUCER_CONNECTION_LIST          |
+| broker_config               | GET_BROKER_CONFIG                     |
+| update_broker_config        | UPDATE_BROKER_CONFIG                  |
+| clean_expired_consume_queue | CLEAN_EXPIRED_CONSUMEQUEUE            |
+| clone_group_offset          | CLONE_GROUP_OFFSET                    |
+| wipe_write_perm             | WIPE_WRITE_PERM_OF_BROKER (nameserver)|
+| add_write_perm              | ADD_WRITE_PERM_OF_BROKER (nameserver) |
+| delete_kv_config            | DELETE_KV_CONFIG (nameserver)         |
+| namesrv_config              | GET_NAMESRV_CONFIG (nameserver)       |
 """
 from __future__ import annotations
 
@@ -57,6 +66,7 @@ from pocketmq.client.errors import (
     error_for,
     wrap_remoting,
 )
+from pocketmq.common.properties_file import ConfigError, decode_properties, format_properties, parse_properties
 from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.bodies import (
     DataVersion,
@@ -489,6 +499,50 @@ class ClientAPI:
         if resp.code != ResponseCode.SUCCESS:
             raise error_for(resp.code, resp.remark, namesrv_addr or "nameserver")
 
+    async def delete_kv_config(self, namespace: str, key: str, namesrv_addr: str | None = None) -> None:
+        resp = await self._namesrv(RequestCode.DELETE_KV_CONFIG, {"namespace": namespace, "key": key},
+                                   namesrv_addr)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, namesrv_addr or "nameserver")
+
+    async def _perm_of_broker(self, code: int, count_key: str, broker_name: str,
+                              namesrv_addr: str | None) -> int:
+        where = namesrv_addr or "nameserver"
+        resp = await self._namesrv(code, {"brokerName": broker_name}, namesrv_addr)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, where)
+        try:
+            return int(resp.ext_fields[count_key])
+        except (KeyError, ValueError):
+            raise error_for(ResponseCode.SYSTEM_ERROR, f"response without {count_key}: {resp.ext_fields}",
+                            where) from None
+
+    async def wipe_write_perm(self, broker_name: str, namesrv_addr: str | None = None) -> int:
+        """WIPE_WRITE_PERM_OF_BROKER: the nameserver drops the write permission of every
+        queue of `broker_name` in its routes; returns how many topics changed."""
+        return await self._perm_of_broker(RequestCode.WIPE_WRITE_PERM_OF_BROKER, "wipeTopicCount",
+                                          broker_name, namesrv_addr)
+
+    async def add_write_perm(self, broker_name: str, namesrv_addr: str | None = None) -> int:
+        """ADD_WRITE_PERM_OF_BROKER: every queue of `broker_name` becomes read-write again."""
+        return await self._perm_of_broker(RequestCode.ADD_WRITE_PERM_OF_BROKER, "addTopicCount",
+                                          broker_name, namesrv_addr)
+
+    async def namesrv_config(self, namesrv_addr: str | None = None) -> dict[str, str]:
+        """GET_NAMESRV_CONFIG: the nameserver's config as {key: value}."""
+        where = namesrv_addr or "nameserver"
+        resp = await self._namesrv(RequestCode.GET_NAMESRV_CONFIG, None, namesrv_addr)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, where)
+        return self._properties(resp, where, "nameserver config")
+
+    @staticmethod
+    def _properties(resp: RemotingCommand, addr: str, what: str) -> dict[str, str]:
+        try:
+            return {e.key: e.value for e in parse_properties(decode_properties(resp.body_bytes() or b""))}
+        except ConfigError as e:
+            raise error_for(ResponseCode.SYSTEM_ERROR, f"unreadable {what}: {e}", addr) from None
+
     async def delete_topic_in_namesrv(self, topic: str, namesrv_addr: str | None = None) -> None:
         resp = await self._namesrv(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic}, namesrv_addr)
         if resp.code != ResponseCode.SUCCESS:
@@ -532,6 +586,47 @@ class ClientAPI:
     async def consumer_connection_list(self, addr: str, group: str) -> dict:
         return self._json(await self._ok(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST,
                                          {"consumerGroup": group}), addr, "consumer connections")
+
+    async def producer_connection_list(self, addr: str, group: str) -> dict:
+        """GET_PRODUCER_CONNECTION_LIST: {"connectionSet": [{clientId, clientAddr, language,
+        version}]} of the group's producers connected to that broker."""
+        return self._json(await self._ok(addr, RequestCode.GET_PRODUCER_CONNECTION_LIST,
+                                         {"producerGroup": group}), addr, "producer connections")
+
+    async def broker_config(self, addr: str) -> tuple[dict[str, str], dict]:
+        """GET_BROKER_CONFIG -> ({key: value}, the config's dataVersion as JSON)."""
+        resp = await self._ok(addr, RequestCode.GET_BROKER_CONFIG)
+        version = {}
+        if resp.ext_fields and resp.ext_fields.get("version"):
+            try:
+                version = loads(resp.ext_fields["version"].encode())
+            except (BodyError, ValueError):
+                version = {}
+        return self._properties(resp, addr, "broker config"), version
+
+    async def update_broker_config(self, addr: str, properties: dict[str, str]) -> str | None:
+        """UPDATE_BROKER_CONFIG with `key=value` lines; returns the broker's remark (pocketmq
+        says there when the change could not be persisted)."""
+        resp = await self._ok(addr, RequestCode.UPDATE_BROKER_CONFIG, None,
+                              format_properties(properties.items()).encode("utf-8"))
+        return resp.remark
+
+    async def clean_expired_consume_queue(self, addr: str) -> str | None:
+        """CLEAN_EXPIRED_CONSUMEQUEUE; returns the broker's remark (what it deleted)."""
+        return (await self._ok(addr, RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE)).remark
+
+    async def clone_group_offset(self, addr: str, src_group: str, dest_group: str, topic: str | None,
+                                 offline: bool) -> int | None:
+        """CLONE_GROUP_OFFSET: dest_group's offsets on that broker become src_group's. Returns
+        how many topics had offsets to clone (None from a broker that does not say: Java's)."""
+        ext = {"srcGroup": src_group, "destGroup": dest_group, "offline": "true" if offline else "false"}
+        if topic:
+            ext["topic"] = topic
+        resp = await self._ok(addr, RequestCode.CLONE_GROUP_OFFSET, ext)
+        try:
+            return int(resp.ext_fields["clonedTopicCount"])
+        except (KeyError, TypeError, ValueError):
+            return None
 
     async def consumer_running_info(self, addr: str, group: str, client_id: str, jstack: bool = False) -> dict:
         """The client `client_id`'s ConsumerRunningInfo, relayed by the broker at `addr`

@@ -61,6 +61,7 @@ __all__ = [
     "parse_float",
     "parse_int",
     "parse_properties",
+    "set_properties",
     "resolve_settings",
     "usage",
 ]
@@ -153,6 +154,79 @@ def parse_properties(text: str, *, source: str = "<properties>") -> list[Propert
         value = _unescape(_rstrip_unescaped(raw_value), where, key)
         entries.append(PropertyLine(key, value, first_line))
     return entries
+
+
+def set_properties(text: str, updates: dict[str, str]) -> str:
+    """``text`` with each key of ``updates`` set to its value: the key's last entry
+    rewritten in place (continuation lines of that entry dropped, earlier duplicates
+    removed), keys not present appended. Comments, blank lines, other entries and the
+    file's line ending stay as they were. Values are written escaped so that
+    ``parse_properties`` reads them back unchanged.
+    """
+    text = text.removeprefix("\ufeff")
+    newline = m.group(0) if (m := _NEWLINE_RE.search(text)) else "\n"
+    lines = _NEWLINE_RE.split(text)
+    trailing = bool(lines) and lines[-1] == ""
+    if trailing:
+        lines.pop()
+    # (first, last) physical line of every entry, keyed by its unescaped key
+    spans: dict[str, list[tuple[int, int]]] = {}
+    index = 0
+    while index < len(lines):
+        first = index
+        natural = lines[index].lstrip(_BLANKS)
+        index += 1
+        if not natural or natural[0] in "#!":
+            continue
+        current = natural
+        while _continues(current) and index < len(lines):
+            current = lines[index]
+            index += 1
+        raw_key, _ = _split_key_value(natural[:-1] if _continues(natural) else natural)
+        key = _unescape(raw_key, "<properties>", None)
+        spans.setdefault(key, []).append((first, index - 1))
+    replace: dict[int, tuple[int, str | None]] = {}
+    appended = []
+    for key, value in updates.items():
+        line = f"{_escape(key, is_key=True)}={_escape(value, is_key=False)}"
+        found = spans.get(key)
+        if not found:
+            appended.append(line)
+            continue
+        for first, last in found[:-1]:
+            replace[first] = (last, None)
+        first, last = found[-1]
+        replace[first] = (last, line)
+    out = []
+    index = 0
+    while index < len(lines):
+        if index in replace:
+            last, line = replace[index]
+            if line is not None:
+                out.append(line)
+            index = last + 1
+            continue
+        out.append(lines[index])
+        index += 1
+    out.extend(appended)
+    return newline.join(out) + (newline if out else "")
+
+
+def _escape(text: str, *, is_key: bool) -> str:
+    """Properties.store's escaping: backslash, separators in keys, leading blanks, controls."""
+    out = []
+    for position, char in enumerate(text):
+        if char == "\\":
+            out.append("\\\\")
+        elif char in "\t\n\r\f":
+            out.append("\\" + {"\t": "t", "\n": "n", "\r": "r", "\f": "f"}[char])
+        elif char == " " and (is_key or position == 0):
+            out.append("\\ ")
+        elif char in "=:#!" and (is_key or position == 0):
+            out.append("\\" + char)
+        else:
+            out.append(char)
+    return "".join(out)
 
 
 def _continues(line: str) -> bool:

@@ -19,6 +19,8 @@ They are loaded on first use, so `import pocketmq.broker` does not import the cl
 """
 from __future__ import annotations
 
+# The one place the version is written: pyproject.toml reads it (dynamic version), installed
+# metadata carries it, `pocketmq --version` and `mqadmin --version` print it.
 __version__ = "0.1.0"
 
 # The client's public names, re-exported lazily (PEP 562): a daemon importing

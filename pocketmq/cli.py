@@ -31,8 +31,10 @@ def _ip(text: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from pocketmq import __version__
     p = argparse.ArgumentParser(prog="pocketmq", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"pocketmq {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     dev = sub.add_parser("dev", help="run a nameserver and a broker in one process")
     dev.add_argument("--dir", default="./pocketmq-dev", help="store directory (default ./pocketmq-dev)")

@@ -56,6 +56,16 @@ class ConsumerOffsetManager:
                 out.add(t)
         return out
 
+    def clone_group(self, src: str, dest: str, topic: str) -> bool:
+        """CLONE_GROUP_OFFSET: dest's offsets on `topic` become a copy of src's (False when
+        src committed none there)."""
+        table = self.table.get(self.key(topic, src))
+        if not table:
+            return False
+        self.table[self.key(topic, dest)] = dict(table)
+        self.dirty = True
+        return True
+
     def remove_topic(self, topic: str) -> None:
         for k in [k for k in self.table if k.partition("@")[0] == topic]:
             del self.table[k]

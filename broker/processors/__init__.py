@@ -57,6 +57,11 @@ def build_processor_table(ctx: BrokerContext) -> dict:
         R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.process_update_and_create_subscription_group,
         R.DELETE_SUBSCRIPTIONGROUP: admin.process_delete_subscription_group,
         R.INVOKE_BROKER_TO_RESET_OFFSET: admin.process_invoke_broker_to_reset_offset,
+        R.GET_PRODUCER_CONNECTION_LIST: admin.process_get_producer_connection_list,
+        R.GET_BROKER_CONFIG: admin.process_get_broker_config,
+        R.UPDATE_BROKER_CONFIG: admin.process_update_broker_config,
+        R.CLEAN_EXPIRED_CONSUMEQUEUE: admin.process_clean_expired_consume_queue,
+        R.CLONE_GROUP_OFFSET: admin.process_clone_group_offset,
     }
     return {int(code): partial(fn, ctx) if int(code) in _SEND_CODES else names_checked(partial(fn, ctx))
             for code, fn in table.items()}

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import logging
 
+from pocketmq.broker.config import ConfigError, parse_runtime_update, persist_config_update
 from pocketmq.broker.core.offsets import reset_table
 from pocketmq.broker.core.subscription_groups import validate_group_config
 from pocketmq.broker.core.topics import validate_topic
-from pocketmq.common.constants import retry_topic
+from pocketmq.common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, NAME_GROUP, name_error, retry_topic
+from pocketmq.common.properties_file import decode_properties, format_properties, parse_properties
 from pocketmq.protocol import bodies
 from pocketmq.protocol.bodies import MessageQueue, SubscriptionGroupConfig, TopicConfig, dumps_object_keyed
 from pocketmq.protocol.errors import BodyError
-from pocketmq.protocol.codes import LanguageCode, RequestCode, ResponseCode
+from pocketmq.protocol.codes import LanguageCode, PermName, RequestCode, ResponseCode
 from pocketmq.protocol.command import RemotingCommand
 from pocketmq.protocol.headers.typed import opt_int, opt_str, parse_bool, req_int, req_str
 from pocketmq.remoting.connection import RemotingError, RequestTimeout
@@ -141,13 +143,29 @@ def process_get_consumer_connection_list(ctx, conn, cmd):
     g = ctx.consumers.get(group)
     if g is None or not g.channels:
         return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
-    conns = [{"clientAddr": c.remote_addr, "clientId": c.client_id,
-              "language": LanguageCode(c.language).name if c.language in LanguageCode._value2member_map_ else "OTHER",
-              "version": c.version} for c in g.channels.values()]
+    conns = [_connection_json(c) for c in g.channels.values()]
     body = {"connectionSet": conns, "consumeFromWhere": g.consume_from_where, "consumeType": g.consume_type,
             "messageModel": g.message_model,
             "subscriptionTable": {t: s.to_json() for t, s in g.subscriptions.items()}}
     return cmd.response(ResponseCode.SUCCESS, body=bodies.dumps(body))
+
+
+def _connection_json(c) -> dict:
+    """Java's Connection: one client channel as GET_*_CONNECTION_LIST answers it."""
+    return {"clientAddr": c.remote_addr, "clientId": c.client_id,
+            "language": LanguageCode(c.language).name if c.language in LanguageCode._value2member_map_ else "OTHER",
+            "version": c.version}
+
+
+def process_get_producer_connection_list(ctx, conn, cmd):
+    """GET_PRODUCER_CONNECTION_LIST (204): the producers of a group that heartbeat to this
+    broker (Java's ProducerConnection body)."""
+    group = req_str(cmd.ext_fields, "producerGroup")
+    channels = ctx.producers.groups.get(group)
+    if not channels:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+    conns = sorted((_connection_json(c) for c in channels.values()), key=lambda c: c["clientId"])
+    return cmd.response(ResponseCode.SUCCESS, body=bodies.dumps({"connectionSet": conns}))
 
 
 # Java's Broker2Client.callClient timeout for requests relayed to a client.
@@ -320,3 +338,103 @@ def process_invoke_broker_to_reset_offset(ctx, conn, cmd):
     log.info("reset offsets of %s on %s to %s (force=%s): %s", group, topic, ts, force,
              {q: o for q, o in sorted(moved.items())})
     return cmd.response(ResponseCode.SUCCESS, body=bodies.encode_reset_offset_body(table))
+
+
+# -- broker config (GET_BROKER_CONFIG 26, UPDATE_BROKER_CONFIG 25) -------------------------
+
+def process_get_broker_config(ctx, conn, cmd):
+    """GET_BROKER_CONFIG: every key as `key=value` lines (Java's properties2String) and
+    the config's dataVersion JSON in the `version` header field."""
+    text = format_properties(ctx.config.config_items())
+    version = bodies.dumps(ctx.config_version[0].to_json()).decode()
+    return cmd.response(ResponseCode.SUCCESS, ext_fields={"version": version}, body=text.encode())
+
+
+def process_update_broker_config(ctx, conn, cmd):
+    """UPDATE_BROKER_CONFIG: the body's `key=value` lines, for keys the running broker
+    re-reads (broker.config.RUNTIME_UPDATABLE_KEYS); any other key, or a bad value, refuses
+    the whole request with the reason. Accepted values are written into the -c file first
+    (atomically; without one the change lasts until the broker stops, and the remark says
+    so), then applied. A slave takes it too (its brokerPermission, polling...), as in Java."""
+    try:
+        updates = {e.key: e.value for e in parse_properties(decode_properties(cmd.body_bytes() or b""),
+                                                            source="request body")}
+        typed = parse_runtime_update(ctx.config, updates)
+    except ConfigError as e:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, e.detail)
+    remark = None
+    if ctx.config_path:
+        try:
+            persist_config_update(ctx.config_path, typed)
+        except OSError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"cannot write {ctx.config_path}: {e}")
+    else:
+        remark = "applied; not persisted: the broker was started without a config file (-c)"
+    _apply_config(ctx, typed)
+    log.info("broker config updated by %s: %s%s", conn.remote_addr, typed,
+             f" (written to {ctx.config_path})" if ctx.config_path else " (not persisted: no -c file)")
+    return cmd.response(ResponseCode.SUCCESS, remark)
+
+
+def _apply_config(ctx, typed: dict) -> None:
+    """Set the keys on the live config, and on the tables that keep their own copy."""
+    cfg = ctx.config
+    for key, value in typed.items():
+        setattr(cfg, key, value)
+    now = ctx.now_ms()
+    ctx.config_version[0] = ctx.config_version[0].next_version(now)
+    if "autoCreateTopicEnable" in typed:
+        ctx.topics.auto_create_topic_enable = cfg.autoCreateTopicEnable
+        if cfg.autoCreateTopicEnable and ctx.topics.get(AUTO_CREATE_TOPIC_KEY_TOPIC) is None:
+            # the template is made at start only when enabled then; without it nothing inherits
+            n = cfg.defaultTopicQueueNums
+            ctx.topics.system_topics.add(AUTO_CREATE_TOPIC_KEY_TOPIC)
+            ctx.topics.update(TopicConfig(AUTO_CREATE_TOPIC_KEY_TOPIC, n, n, PermName.READ | PermName.WRITE
+                                          | PermName.INHERIT), now)
+            ctx.on_topics_changed()
+    if "autoCreateSubscriptionGroup" in typed:
+        ctx.groups.auto_create = cfg.autoCreateSubscriptionGroup
+    if "brokerPermission" in typed:
+        # registration masks the topics' perms with it: a new data version makes the
+        # nameservers take the changed queue datas (Java's updateBrokerConfig does the same)
+        ctx.topics.bump(now)
+        ctx.on_topics_changed()
+
+
+# -- consume queues and offsets ---------------------------------------------------------------
+
+def process_clean_expired_consume_queue(ctx, conn, cmd):
+    """CLEAN_EXPIRED_CONSUMEQUEUE (306): drop consume-queue files wholly below the commit
+    log's min offset now (mqadmin cleanExpiredCQ); the remark says how many."""
+    removed = ctx.store.clean_expired_consume_queues()
+    log.info("clean expired consume queues asked by %s: %d file(s) deleted", conn.remote_addr, removed)
+    return cmd.response(ResponseCode.SUCCESS, f"{removed} consume queue file(s) deleted")
+
+
+def process_clone_group_offset(ctx, conn, cmd):
+    """CLONE_GROUP_OFFSET (314): copy srcGroup's committed offsets to destGroup, on `topic`
+    or on every topic srcGroup committed on. Unless `offline`, a topic an online srcGroup
+    does not subscribe to any more is skipped (Java AdminBrokerProcessor.cloneGroupOffset)."""
+    e = cmd.ext_fields
+    src, dest = req_str(e, "srcGroup"), req_str(e, "destGroup")
+    for field, value in (("srcGroup", src), ("destGroup", dest)):
+        # not among the header fields checked for every request: dest becomes a stored name
+        bad = name_error(NAME_GROUP, field, value)
+        if bad:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, bad)
+    topic = opt_str(e, "topic")
+    offline = parse_bool(e.get("offline"), False)
+    topics = [topic] if topic else sorted(ctx.offsets.topics_of_group(src))
+    cloned = []
+    for t in topics:
+        if ctx.topics.get(t) is None:
+            continue
+        if not offline:
+            g = ctx.consumers.get(src)
+            if g is not None and g.subscriptions and t not in g.subscriptions:
+                continue
+        if ctx.offsets.clone_group(src, dest, t):
+            cloned.append(t)
+    log.info("offsets of %s cloned to %s by %s on %s", src, dest, conn.remote_addr, cloned)
+    # pocketmq's addition (Java answers nothing): how many topics had offsets to clone
+    return cmd.response(ResponseCode.SUCCESS, ext_fields={"clonedTopicCount": str(len(cloned))})

@@ -19,6 +19,7 @@ from pocketmq.broker.core.subscription_groups import SubscriptionGroupManager
 from pocketmq.broker.core.topics import TopicConfigManager
 from pocketmq.broker.core.transaction import DecidedTransactions
 from pocketmq.broker.store.api import PutMessageResult, Store
+from pocketmq.protocol.bodies import DataVersion
 
 if TYPE_CHECKING:
     from pocketmq.broker.config import BrokerConfig
@@ -82,3 +83,7 @@ class BrokerContext:
     # transactions decided so far (END_TRANSACTION, discards): rebuilt from the op queue at start
     transactions: DecidedTransactions = field(default_factory=DecidedTransactions)
     store_host: tuple[bytes, int] = (b"\x7f\x00\x00\x01", 0)   # born host of the broker's own records
+    # the -c file UPDATE_BROKER_CONFIG persists to (None: started without one)
+    config_path: str | None = None
+    # GET_BROKER_CONFIG's dataVersion: bumped by each UPDATE_BROKER_CONFIG
+    config_version: list[DataVersion] = field(default_factory=lambda: [DataVersion()])

@@ -51,10 +51,25 @@ class CleaningPart:
                 cl.delete_first_segments(victims)
                 log.info("deleted %d expired commit-log segment(s); min offset now %d",
                          victims, cl.min_offset)
-            cl_min = cl.min_offset
-            cq_files = 0
-            for table in self._cq_table.values():
-                for cq in table.values():
-                    cq_files += cq.clean(cl_min)
+            cq_files = self._clean_consume_queues()
             cl.reap()
         return CleanResult(victims, cq_files)
+
+    def clean_expired_consume_queues(self) -> int:
+        """Delete the consume-queue files (never a queue's last) whose units all point below
+        the commit log's min offset, and move each queue's min offset up to its first unit
+        still readable (Java's cleanExpiredConsumerQueue, mqadmin cleanExpiredCQ); what
+        clean_expired_files does after deleting segments, on demand. Returns the number of
+        files deleted."""
+        if not self._open:
+            return 0
+        with self._file_lock:
+            return self._clean_consume_queues()
+
+    def _clean_consume_queues(self) -> int:
+        cl_min = self._commitlog.min_offset
+        cq_files = 0
+        for table in self._cq_table.values():
+            for cq in table.values():
+                cq_files += cq.clean(cl_min)
+        return cq_files

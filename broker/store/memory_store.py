@@ -450,6 +450,9 @@ class MemoryStore:
             self.segment_mtime.pop(seg, None)
             self.min_segment += 1
             deleted += 1
+        return CleanResult(deleted, self.clean_expired_consume_queues())
+
+    def clean_expired_consume_queues(self) -> int:
         cl_min = self.commit_log_min_offset
         cq_files = 0
         for q in self.queues.values():
@@ -462,7 +465,7 @@ class MemoryStore:
                 cq_files += 1
             q.min_offset = max(q.min_offset, q.first_file)
             self._correct_min(q, cl_min)
-        return CleanResult(deleted, cq_files)
+        return cq_files
 
     # ------------------------------------------------------------------ test hooks
 

@@ -16,7 +16,7 @@ from pocketmq.tools.mqadmin import tables as T
 from pocketmq.tools.mqadmin.cli import main as admin_main
 from pocketmq.tools.mqadmin.errors import transport_reason
 from tests.support.daemons import Cluster, free_port
-from tests.support.workloads import run_mqadmin
+from tests.support.workloads import poll_until, run_mqadmin
 
 CLI_TIMEOUT_S = 30
 TOPIC = "MqadminTopic"
@@ -253,14 +253,7 @@ def ns(cluster):
     return ["-n", cluster.namesrv_addr]
 
 
-def wait_for(predicate, timeout_s=10.0, interval_s=0.2):
-    import time
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval_s)
+wait_for = poll_until
 
 
 class TestAgainstCluster:

@@ -27,6 +27,17 @@ async def produce_around_a_timestamp(namesrv_addr: str, topic: str, n: int = 10)
     return t_mid
 
 
+def poll_until(predicate, timeout_s: float = 10.0, interval_s: float = 0.2):
+    """predicate()'s first truthy value, or its last value after timeout_s: for state that
+    changes in another process (a route after a broker re-registers) with no event to await."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval_s)
+
+
 def run_mqadmin(*args: str, env_extra: dict | None = None, timeout_s: float = 30) -> subprocess.CompletedProcess:
     """`python -m pocketmq.tools.mqadmin ARGS` from the repository root, without the caller's
     NAMESRV_ADDR (pass it in env_extra to test it)."""

@@ -636,3 +636,30 @@ def test_contiguous_fast_path_agrees_with_the_general_loop(tmp_path):
                    (slow.status, slow.next_begin_offset, slow.message_count, slow.buffer_total_size), (offset, n)
             assert joined(fast) == joined(slow)
     s.close()
+
+
+def test_clean_expired_consume_queues_on_demand(tmp_path):
+    """cleanExpiredCQ: commit-log segments gone while the store was closed (removed by hand,
+    or a crash between deleting segments and cleaning the queues) leave consume-queue files
+    pointing nowhere; clean_expired_consume_queues drops them and moves min offsets up."""
+    cfg = config(tmp_path, mapped_file_size_consume_queue=20 * 8)
+    s = opened(cfg)
+    results = [s.put_message(msg(qid=0, body=b"q" * 300, now=i + 1)) for i in range(60)]
+    s.flush()
+    s.flush_consume_queues()
+    s.close()
+    segments = sorted(os.listdir(cfg.commit_log_dir))
+    assert len(segments) >= 5
+    for name in segments[:3]:
+        os.remove(os.path.join(cfg.commit_log_dir, name))
+    s = opened(cfg)
+    assert s.commit_log_min_offset == 3 * SEG
+    cq_dir = os.path.join(cfg.store_path_root_dir, "consumequeue", "TopicA", "0")
+    before = sorted(os.listdir(cq_dir))
+    removed = s.clean_expired_consume_queues()
+    after = sorted(os.listdir(cq_dir))
+    assert removed > 0 and len(after) == len(before) - removed
+    first = next(r for r in results if r.wrote_offset >= 3 * SEG)
+    assert s.get_min_offset_in_queue("TopicA", 0) == first.queue_offset
+    assert s.clean_expired_consume_queues() == 0          # nothing left to clean
+    s.close()

@@ -8,11 +8,16 @@ ClientAPI), never a second client:
     session.py    AdminSession: an unstarted ClientInstance + its ClientAPI, nameserver
                   order/failover, client errors -> AdminError, shared lookups
     errors.py     AdminError/UsageError, exit codes, transport reasons
-    topic.py      updateTopic, deleteTopic, topicList, topicRoute, topicStatus
+    topic.py      updateTopic, deleteTopic, topicList, topicRoute, topicStatus, updateTopicPerm,
+                  topicClusterList
     cluster.py    clusterList
-    consumer.py   consumerProgress
-    offset.py     resetOffsetByTime
+    broker.py     getBrokerConfig, updateBrokerConfig, cleanExpiredCQ
+    namesrv.py    wipeWritePerm, addWritePerm, updateKvConfig, deleteKvConfig, getNamesrvConfig
+    consumer.py   consumerProgress, consumerConnection, consumerStatus, producerConnection
+    subgroup.py   updateSubGroup, deleteSubGroup
+    offset.py     resetOffsetByTime, cloneGroupOffset
     message.py    sendMessage, queryMsgById
+    consume.py    consumeMessage
     tables.py     pure text formatting of what the commands print
 """
 from pocketmq.tools.mqadmin.cli import main

@@ -3,9 +3,9 @@
     mqadmin <command> [-n ip:port[;ip:port]] [flags]
     mqadmin help [<command>]
 
-Commands: updateTopic, deleteTopic, topicList, topicRoute, topicStatus,
-clusterList, consumerProgress, consumerConnection, consumerStatus, updateSubGroup,
-deleteSubGroup, resetOffsetByTime, sendMessage, queryMsgById.
+    mqadmin --version
+
+Commands: `mqadmin help` lists them (RocketMQ's names), one family module each.
 
 `-n` defaults to the NAMESRV_ADDR environment variable. Exit codes: 0 success,
 1 the operation failed (unreachable server, error response, not found),
@@ -13,7 +13,8 @@ deleteSubGroup, resetOffsetByTime, sendMessage, queryMsgById.
 set MQADMIN_DEBUG=1 to get tracebacks and remoting logs as well.
 
 This module is the argparse shell: the commands live in their families (topic.py,
-cluster.py, consumer.py, subgroup.py, offset.py, message.py) and talk through session.AdminSession.
+cluster.py, consumer.py, subgroup.py, offset.py, message.py, broker.py, namesrv.py,
+consume.py) and talk through session.AdminSession.
 """
 from __future__ import annotations
 
@@ -23,7 +24,18 @@ import logging
 import os
 import sys
 
-from pocketmq.tools.mqadmin import cluster, consumer, message, offset, subgroup, tables, topic
+from pocketmq.tools.mqadmin import (
+    broker,
+    cluster,
+    consume,
+    consumer,
+    message,
+    namesrv,
+    offset,
+    subgroup,
+    tables,
+    topic,
+)
 from pocketmq.tools.mqadmin.command import Command, Opt, Out
 from pocketmq.tools.mqadmin.errors import (
     EXIT_FAILED,
@@ -39,7 +51,8 @@ _N = Opt("n", "namesrvAddr", "Name server address list, eg: '192.168.0.1:9876;19
                              "(default: $NAMESRV_ADDR)", metavar="ip:port")
 
 # in the order `mqadmin help` lists them
-COMMANDS: dict[str, Command] = {c.name: c for family in (topic, cluster, consumer, subgroup, offset, message)
+COMMANDS: dict[str, Command] = {c.name: c for family in (topic, cluster, broker, namesrv, consumer, subgroup,
+                                                         offset, message, consume)
                                 for c in family.COMMANDS}
 
 
@@ -118,6 +131,9 @@ def _main(argv: list[str]) -> int:
         if not argv or argv[0] in ("-h", "--help"):
             print(command_list())
             return EXIT_OK
+        if argv[0] == "--version":
+            print(f"{PROG} (pocketmq) {pocketmq_version()}")
+            return EXIT_OK
         if argv[0] == "help":
             if len(argv) == 1:
                 print(command_list())
@@ -152,6 +168,16 @@ def _main(argv: list[str]) -> int:
             traceback.print_exc()
         print(f"{PROG}: internal error: {type(e).__name__}: {one_line(str(e))}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def pocketmq_version() -> str:
+    """The installed distribution's version (written once, in pocketmq/__init__.py: the
+    tools may not import the root package, the metadata carries it)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("pocketmq")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _flush_quietly() -> None:

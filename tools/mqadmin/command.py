@@ -70,6 +70,14 @@ def perm(s: str) -> int:
     return v
 
 
+def rw_perm(s: str) -> int:
+    """A topic permission as updateTopicPerm takes it: 2 (W), 4 (R) or 6 (RW)."""
+    v = _integer(s, " (2=W, 4=R, 6=RW)")
+    if v not in (2, 4, 6):
+        raise argparse.ArgumentTypeError(f"{s!r} is not a topic permission (2=W, 4=R, 6=RW)")
+    return v
+
+
 def java_bool(s: str) -> bool:
     """Boolean.parseBoolean: true only for "true" (any case)."""
     return s.strip().lower() == "true"

@@ -1,6 +1,7 @@
-"""Consumer commands: consumerProgress (one group's progress, or every group's summary),
-consumerConnection (the group's online clients and subscriptions) and consumerStatus
-(each client's ConsumerRunningInfo, relayed by the broker: GET_CONSUMER_RUNNING_INFO)."""
+"""Client commands: consumerProgress (one group's progress, or every group's summary),
+consumerConnection (the group's online clients and subscriptions), consumerStatus
+(each client's ConsumerRunningInfo, relayed by the broker: GET_CONSUMER_RUNNING_INFO)
+and producerConnection (a producer group's clients, from the brokers of a topic)."""
 from __future__ import annotations
 
 import time
@@ -130,8 +131,7 @@ def version_desc(version) -> str:
 async def consumer_connection(s: AdminSession, a, out: Out) -> None:
     cc, _ = await group_connections(s, a.groupName)
     for i, c in enumerate(cc["connectionSet"], 1):
-        out(f"{i:03d}  {str(c.get('clientId', '')):<32} {str(c.get('clientAddr', '')):<22} "
-            f"{str(c.get('language', '')):<8} {version_desc(c.get('version'))}")
+        out(connection_line(i, c))
     out("")
     out("Below is subscription:")
     subs = cc.get("subscriptionTable") or {}
@@ -142,6 +142,31 @@ async def consumer_connection(s: AdminSession, a, out: Out) -> None:
     out(f"ConsumeType: {cc.get('consumeType', '')}")
     out(f"MessageModel: {cc.get('messageModel', '')}")
     out(f"ConsumeFromWhere: {cc.get('consumeFromWhere', '')}")
+
+
+def connection_line(i: int, c: dict, index_width: int = 3) -> str:
+    """Java's `%03d  %-32s %-22s %-8s %s` connection line (index, clientId, address,
+    language, version); producerConnection numbers with 4 digits."""
+    return (f"{i:0{index_width}d}  {str(c.get('clientId', '')):<32} {str(c.get('clientAddr', '')):<22} "
+            f"{str(c.get('language', '')):<8} {version_desc(c.get('version'))}")
+
+
+async def producer_connection(s: AdminSession, a, out: Out) -> None:
+    """The group's producers merged over the topic's masters (Java asks the first one only:
+    a producer heartbeats to every broker it sends to, not necessarily the first)."""
+    masters = route_masters(await s.route(a.topic))
+    conns: dict[str, dict] = {}
+    for name, addr in masters.items():
+        try:
+            pc = await s.reach(addr, s.api.producer_connection_list, a.group)
+        except BrokerError:
+            continue        # the group has no producer connected to this broker
+        for c in (pc.get("connectionSet") or []) if isinstance(pc, dict) else []:
+            conns.setdefault(str(c.get("clientId", "")), c)
+    if not conns:
+        raise AdminError(f"the producer group[{a.group}] not online on the brokers of topic {a.topic}")
+    for i, cid in enumerate(sorted(conns), 1):
+        out(connection_line(i, conns[cid], index_width=4))
 
 
 def process_queue_info_line(pqi: dict) -> str:
@@ -259,6 +284,10 @@ COMMANDS = [
         Opt("i", "clientId", "the consumer's clientId (without it: every client of the group)", type=stripped),
         Opt("s", "jstack", "ask for the jstack (Java clients; pocketmq has none)", takes_value=False),
     ], consumer_status),
+    Command("producerConnection", "Query producer's socket connection and client version", [
+        Opt("g", "producerGroup", "producer group name", required=True, type=stripped, dest="group"),
+        Opt("t", "topic", "topic name", required=True, type=stripped),
+    ], producer_connection),
     Command("consumerProgress", "Query consumers's progress, speed", [
         Opt("g", "groupName", "consumer group name (without it: list the groups)", type=stripped),
         Opt("t", "topicName", "only this topic", type=stripped, dest="topic"),

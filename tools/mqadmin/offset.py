@@ -1,4 +1,4 @@
-"""Offset commands: resetOffsetByTime."""
+"""Offset commands: resetOffsetByTime, cloneGroupOffset."""
 from __future__ import annotations
 
 import argparse
@@ -50,6 +50,25 @@ async def reset_offset_by_time(s: AdminSession, a, out: Out) -> None:
     out(tables.format_table(["#brokerName", "#queueId", "#offset"], rows))
 
 
+async def clone_group_offset(s: AdminSession, a, out: Out) -> None:
+    """CLONE_GROUP_OFFSET on every master of the topic (Java's tool copies the broker offsets
+    through UPDATE_CONSUMER_OFFSET instead; the broker's own clone copies the group's
+    committed offsets, which is what the command promises)."""
+    masters = route_masters(await s.route(a.topic))
+    if not masters:
+        raise AdminError(f"topic {a.topic} has no master broker in its route")
+    cloned, known = 0, False
+    for name, addr in masters.items():
+        n = await s.call(addr, s.api.clone_group_offset, a.srcGroup, a.destGroup, a.topic, a.offline,
+                         what=f"clone offsets of {a.srcGroup} to {a.destGroup}", where=f"broker {name} {addr}")
+        if n is not None:
+            known = True
+            cloned += n
+    if known and not cloned:
+        raise AdminError(f"group {a.srcGroup} has no committed offset on topic {a.topic}: nothing to clone")
+    out(f"clone group offset success. srcGroup[{a.srcGroup}], destGroup=[{a.destGroup}], topic[{a.topic}]")
+
+
 COMMANDS = [
     Command("resetOffsetByTime", "Reset consumer offset by timestamp(without client restart).", [
         Opt("g", "group", "set the consumer group", required=True, type=stripped),
@@ -59,4 +78,12 @@ COMMANDS = [
         Opt("f", "force", "set the force rollback by timestamp switch[true|false] (default true; false only "
                           "moves offsets back)", type=java_bool, default=True),
     ], reset_offset_by_time),
+    Command("cloneGroupOffset", "clone offset from other group.", [
+        Opt("s", "srcGroup", "set source consumer group", required=True, type=stripped),
+        Opt("d", "destGroup", "set destination consumer group", required=True, type=stripped),
+        Opt("t", "topic", "set the topic", required=True, type=stripped),
+        Opt("o", "offline", "the group or the topic is offline: clone even a topic the online source "
+                            "group no longer subscribes to (true|false, default false)",
+            type=java_bool, default=False),
+    ], clone_group_offset),
 ]

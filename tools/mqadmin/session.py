@@ -110,12 +110,16 @@ class AdminSession:
     async def every_namesrv(self, method: Callable[..., Awaitable[None]], *args, what: str) -> None:
         """`method(*args, namesrv_addr=...)` on each nameserver (writes every one must see)."""
         for addr in self.namesrv_addrs:
-            try:
-                await method(*args, namesrv_addr=addr)
-            except RemotingFailure as e:
-                raise AdminError(f"cannot reach nameserver {addr} ({self.reason(e, addr)})") from None
-            except BrokerError as e:
-                raise failed(e, what, f"nameserver {addr}") from None
+            await self.one_namesrv(addr, method, *args, what=what)
+
+    async def one_namesrv(self, addr: str, method: Callable[..., Awaitable[T]], *args, what: str) -> T:
+        """`method(*args, namesrv_addr=addr)`; failures become AdminError lines."""
+        try:
+            return await method(*args, namesrv_addr=addr)
+        except RemotingFailure as e:
+            raise AdminError(f"cannot reach nameserver {addr} ({self.reason(e, addr)})") from None
+        except BrokerError as e:
+            raise failed(e, what, f"nameserver {addr}") from None
 
     # -- shared lookups --------------------------------------------------------------------
     async def find_route(self, topic: str) -> TopicRouteData | None:
@@ -159,6 +163,15 @@ class AdminSession:
         if not out:
             raise AdminError(f"cluster {cluster} has no master broker online")
         return out
+
+    async def broker_or_cluster(self, broker_addr: str | None, cluster: str | None, command: str) -> list[str]:
+        """The broker addresses a `-b brokerAddr | -c clusterName` command works on: the one
+        given, or every master of the cluster. UsageError when neither is given."""
+        if broker_addr:
+            return [broker_addr]
+        if cluster:
+            return list((await self.cluster_masters(cluster)).values())
+        raise UsageError(f"{command} needs -b brokerAddr or -c clusterName")
 
     async def all_masters(self) -> dict[str, str]:
         brokers, _ = await self.cluster_info()

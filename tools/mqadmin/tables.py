@@ -110,6 +110,24 @@ def format_message(msg, offset_msg_id: str, charset: str = "utf-8") -> str:
     ])
 
 
+def message_queue_string(topic: str, broker_name: str, queue_id: int) -> str:
+    """Java's MessageQueue.toString."""
+    return f"MessageQueue [topic={topic}, brokerName={broker_name}, queueId={queue_id}]"
+
+
+def message_line(msg, charset: str = "utf-8") -> str:
+    """One message as Java's printMessage prints it (consumeMessage, printMsg):
+    `MSGID: <id> MessageExt [...] BODY: <body>`; the body as text, not Java's byte array."""
+    props = format_properties(msg.properties)
+    return (f"MSGID: {msg.msg_id} MessageExt [brokerName={msg.broker_name}, queueId={msg.queue_id}, "
+            f"storeSize={msg.store_size}, queueOffset={msg.queue_offset}, sysFlag={msg.sys_flag}, "
+            f"bornTimestamp={msg.born_timestamp}, bornHost={msg.born_host}, "
+            f"storeTimestamp={msg.store_timestamp}, storeHost={msg.store_host}, msgId={msg.offset_msg_id}, "
+            f"commitLogOffset={msg.commit_log_offset}, bodyCRC={msg.body_crc}, "
+            f"reconsumeTimes={msg.reconsume_times}, preparedTransactionOffset={msg.prepared_transaction_offset}, "
+            f"topic={msg.topic}, flag={msg.flag}, properties={props}] BODY: {decode_body(msg.body, charset)}")
+
+
 def _json_ready(v):
     """Make lenient-parser output (tuple keys from object-keyed maps) dumpable."""
     if isinstance(v, dict):

@@ -1,4 +1,5 @@
-"""Topic commands: updateTopic, deleteTopic, topicList, topicRoute, topicStatus."""
+"""Topic commands: updateTopic, deleteTopic, topicList, topicRoute, topicStatus,
+updateTopicPerm, topicClusterList."""
 from __future__ import annotations
 
 from pocketmq.client.errors import BrokerError, TopicNotExistError
@@ -12,6 +13,7 @@ from pocketmq.tools.mqadmin.command import (
     java_bool,
     perm,
     positive_int,
+    rw_perm,
     stripped,
 )
 from pocketmq.tools.mqadmin.errors import AdminError, UsageError, failed
@@ -94,6 +96,49 @@ async def topic_status(s: AdminSession, a, out: Out) -> None:
     out(tables.format_table(["#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated"], rows))
 
 
+async def update_topic_perm(s: AdminSession, a, out: Out) -> None:
+    """Each target broker's queues of the topic keep their counts (from the route) and take
+    the new perm; the brokers re-register, so the route follows."""
+    route = await s.route(a.topic)
+    queue_datas = {qd.broker_name: qd for qd in route.queue_datas}
+    masters = route_masters(route)
+    if a.brokerAddr:
+        names = [n for n, addr in masters.items() if addr == a.brokerAddr]
+        if not names:
+            raise AdminError(f"broker {a.brokerAddr} is not a master of topic {a.topic} "
+                             f"(its masters: {', '.join(sorted(masters.values())) or 'none'})")
+        targets = {names[0]: a.brokerAddr}
+    elif a.clusterName:
+        in_cluster = await s.cluster_masters(a.clusterName)
+        targets = {n: addr for n, addr in in_cluster.items() if n in queue_datas}
+        if not targets:
+            raise AdminError(f"topic {a.topic} has no queues on cluster {a.clusterName}")
+    else:
+        raise UsageError("updateTopicPerm needs -b brokerAddr or -c clusterName")
+    for name, addr in targets.items():
+        qd = queue_datas.get(name)
+        if qd is None:
+            raise AdminError(f"topic {a.topic} has no queues on broker {name} {addr}")
+        if qd.perm == a.perm:
+            out(f"new perm equals to the old one! ({addr})")
+            continue
+        config = TopicConfig(a.topic, qd.read_queue_nums, qd.write_queue_nums, a.perm, TOPIC_FILTER_TYPE,
+                             qd.topic_sys_flag, False)
+        await s.call(addr, s.api.create_topic, config, AUTO_CREATE_TOPIC_KEY_TOPIC,
+                     what=f"update perm of topic {a.topic}", where=f"broker {name} {addr}")
+        out(f"update topic perm from {qd.perm} to {a.perm} in {addr} success.")
+        out(tables.topic_config_line(a.topic, qd.read_queue_nums, qd.write_queue_nums, a.perm,
+                                     TOPIC_FILTER_TYPE, qd.topic_sys_flag))
+
+
+async def topic_cluster_list(s: AdminSession, a, out: Out) -> None:
+    route = await s.route(a.topic)
+    names = {bd.broker_name for bd in route.broker_datas}
+    _, clusters = await s.cluster_info()
+    for cluster in sorted(c for c, members in clusters.items() if names & set(members)):
+        out(cluster)
+
+
 COMMANDS = [
     Command("updateTopic", "Update or create topic", [
         Opt("b", "brokerAddr", "create topic to which broker", metavar="ip:port"),
@@ -117,4 +162,13 @@ COMMANDS = [
     Command("topicStatus", "Examine topic Status info", [
         Opt("t", "topic", "topic name", required=True, type=stripped),
     ], topic_status),
+    Command("updateTopicPerm", "Update topic perm", [
+        Opt("b", "brokerAddr", "update the topic's perm on which broker", type=stripped, metavar="ip:port"),
+        Opt("c", "clusterName", "update the topic's perm on which cluster", type=stripped),
+        Opt("t", "topic", "topic name", required=True, type=stripped),
+        Opt("p", "perm", "set topic's permission(2|4|6), intro[2:W; 4:R; 6:RW]", required=True, type=rw_perm),
+    ], update_topic_perm),
+    Command("topicClusterList", "Get cluster info for topic", [
+        Opt("t", "topic", "topic name", required=True, type=stripped),
+    ], topic_cluster_list),
 ]
