@@ -203,6 +203,17 @@ class ConsumeQueue:
             mf = self.queue.create(mf.end)
         return mf
 
+    def has_room(self) -> bool:
+        """True when the file for the next unit exists (put's hot-path test)."""
+        mf = self.queue.last
+        return mf is not None and self.max_offset * CQ_UNIT_SIZE < mf.end
+
+    def make_room(self) -> None:
+        """Create the file for the next unit (only ever when the last one is full, so a
+        file never exists before the one ahead of it is full: what load() assumes).
+        Raises NotOpened (transient)."""
+        self._place(self.max_offset * CQ_UNIT_SIZE)
+
     def _write_fillers(self, count: int) -> None:
         while count > 0:
             byte = self.max_offset * CQ_UNIT_SIZE

@@ -125,7 +125,7 @@ class RecoveryPart:
                 self._release_files()
             if self._failed is None:
                 try:
-                    os.unlink(self.config.abort_path)
+                    self._ops.unlink(self.config.abort_path)
                     self._ops.fsync_dir(self.config.store_path_root_dir)
                 except FileNotFoundError:
                     pass
@@ -140,6 +140,8 @@ class RecoveryPart:
         self._release_lock()
 
     def _release_files(self) -> None:
+        self._checkpoint_ok = False      # the next open starts from the checkpoint it finds
+        self._dispatch_behind = False
         self._commitlog.close()
         for table in self._cq_table.values():
             for cq in table.values():
@@ -161,6 +163,6 @@ class RecoveryPart:
             self._lock_fd = -1
 
     def _create_abort_file(self) -> None:
-        fd = os.open(self.config.abort_path, os.O_WRONLY | os.O_CREAT, 0o644)
-        os.close(fd)
+        fd = self._ops.open(self.config.abort_path, os.O_WRONLY | os.O_CREAT, 0o644)
+        self._ops.close(fd)
         self._ops.fsync_dir(self.config.store_path_root_dir)
