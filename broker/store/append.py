@@ -65,7 +65,7 @@ class AppendPart:
         try:
             return self._commitlog.reserve(size)
         except NotOpened as e:
-            self._note_transient("commit-log segment", e)
+            self._note_transient("create commit-log segment", e)
             return -1
 
     def _cq_room(self, cq: ConsumeQueue) -> bool:
@@ -76,7 +76,7 @@ class AppendPart:
         try:
             cq.make_room()
         except NotOpened as e:
-            self._note_transient("consume-queue file", e)
+            self._note_transient("create consume-queue file", e)
             return False
         return True
 
@@ -87,7 +87,7 @@ class AppendPart:
         if isinstance(e, NotOpened):
             self._reput_from = phys
             self._dispatch_behind = True
-            self._note_transient("consume-queue file", e)
+            self._note_transient("create consume-queue file", e)
         else:
             self._fail(f"consume queue write failed: {e}")
 

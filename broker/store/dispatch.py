@@ -43,7 +43,7 @@ class DispatchPart:
             # transient: reput_from stays at the record (units are idempotent); puts retry
             # this first and are refused while it fails (AppendPart._catch_up)
             self._dispatch_behind = True
-            self._note_transient("consume-queue file", e)
+            self._note_transient("create consume-queue file", e)
         except OSError as e:
             self._fail(f"consume queue write failed: {e}")
         return n

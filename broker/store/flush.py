@@ -45,7 +45,7 @@ class FlushPart:
             try:
                 flushed = self._commitlog.flush()
             except NotOpened as e:
-                self._note_transient("a descriptor to fsync the commit-log directory", e)
+                self._note_transient("open the commit-log directory to fsync it", e)
                 return self._commitlog.flushed_offset
             except OSError as e:
                 self._fail(f"commit log fdatasync failed: {e}")
@@ -78,7 +78,7 @@ class FlushPart:
                     if cq.has_files:
                         count += 1
         except NotOpened as e:
-            self._note_transient("a descriptor to fsync a consume-queue directory", e)
+            self._note_transient("open a consume-queue directory to fsync it", e)
             return self._checkpoint_dispatched
         except OSError as e:
             self._fail(f"consume queue fdatasync failed: {e}")
@@ -88,7 +88,7 @@ class FlushPart:
             write_checkpoint(path, Checkpoint(
                 physic_ts, logics_ts, 0, self._commitlog.flushed_offset, dispatched, count), self._ops)
         except OSError as e:
-            self._note_transient("the checkpoint", e)
+            self._note_transient("write the checkpoint", e)
             if not self._checkpoint_ok:
                 # The checkpoint on disk is the one open() found; after a cut it may point
                 # past the new end, into offsets new records reuse. Without one, the next

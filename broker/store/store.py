@@ -112,7 +112,7 @@ class MessageStore(RecoveryPart, AppendPart, DispatchPart, ReadPart, SearchPart,
             entry = self._transient[what] = [0, -1e9]
         entry[0] += 1
         if now - entry[1] >= self.TRANSIENT_LOG_INTERVAL_S:
-            log.error("cannot create %s: %s (%d failures since the last report; retried by the next "
+            log.error("cannot %s: %s (%d failures since the last report; retried by the next "
                       "put or flush)", what, e, entry[0])
             entry[0] = 0
             entry[1] = now
