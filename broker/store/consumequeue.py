@@ -125,7 +125,7 @@ class ConsumeQueue:
         new_max = self.max_offset
         while new_max > self.min_offset:
             u = self.unit(new_max - 1)
-            if u is None or u[0] < phys_end:
+            if u is None or (u[0] < phys_end and u[1] != 0):     # (a zero unit: a lost page)
                 break
             new_max -= 1
         dropped = self.max_offset - new_max
@@ -136,15 +136,23 @@ class ConsumeQueue:
     def _cut_to(self, new_max: int) -> None:
         new_end = new_max * CQ_UNIT_SIZE
         files = self.queue.files
+        deleted = False
         while len(files) > 1 and files[-1].start >= new_end:
             self.queue.delete_last()
             files = self.queue.files
+            deleted = True
         mf = files[-1]
         pos = new_end - mf.start
         if pos < mf.wrote:
             mf.view[pos:mf.wrote] = bytes(mf.wrote - pos)
         mf.wrote = pos
         mf.flushed = min(mf.flushed, pos)
+        # Make the cut durable now: flush() only syncs files that grew, and units left
+        # behind by a lost cut would point into offsets new records reuse.
+        if mf.fd >= 0:
+            self.queue.ops.fdatasync(mf.fd)
+        if deleted:
+            self.queue.sync_dir()
         self.max_offset = new_max
         self.min_offset = min(self.min_offset, new_max)
 
@@ -259,6 +267,20 @@ class ConsumeQueue:
             return APPENDED
         if queue_offset < mo:
             u = self.unit(queue_offset)
+            if u is not None and (u[1] == 0 or (u[0] == phys and u != (phys, size, tags_code))):
+                # Only reput comes here, for records past the checkpoint's dispatch point,
+                # whose units were not synced: a crash may have lost them (a zero unit
+                # before later ones that reached the disk) or torn them at a sector
+                # boundary (right offset, wrong size). Repair those from the commit log.
+                # (A unit pointing at another record is kept: a topic deleted and created
+                # again has two records per queue offset, and a rebuild keeps the first.)
+                byte = queue_offset * CQ_UNIT_SIZE
+                mf = self.queue.find(byte)
+                CQ_UNIT.pack_into(mf.mm, byte - mf.start, phys, size, tags_code)
+                mf.flushed = min(mf.flushed, byte - mf.start)
+                log.warning("consume queue %s/%d unit %d was %s, record at %d claims it: repaired",
+                            self.topic, self.queue_id, queue_offset, u, phys)
+                return APPENDED
             if u is not None and u[0] != phys and u[1] != CQ_FILLER_SIZE:
                 log.error("consume queue %s/%d unit %d points at %d, record at %d claims it",
                           self.topic, self.queue_id, queue_offset, u[0], phys)

@@ -77,7 +77,9 @@ class MappedFile:
             actual = ops.fstat_size(fd)
             if actual != size:
                 raise StoreError(f"{path}: size {actual} != configured segment size {size}")
-            return cls(path, start, size, fd, dir_synced=True, ops=ops)
+            # dir_synced=False: the run that created it may have died before syncing its
+            # directory (the entry is then only in the page cache): the first flush does it
+            return cls(path, start, size, fd, dir_synced=False, ops=ops)
         except BaseException:
             ops.close(fd)
             raise
