@@ -132,7 +132,7 @@ class AppendPart:
         if sys_flag & _TRANSACTION_MASK in _INDEXED_TRAN:
             cq = self._cq(topic, queue_id)
             queue_offset = cq.max_offset
-            if not cq.has_room() and not self._cq_room(cq):
+            if queue_offset >= cq.room_until and not self._cq_room(cq):
                 return _CREATE_FAILED
         else:
             cq = None
@@ -204,7 +204,7 @@ class AppendPart:
         if total + BLANK_MARKER_SIZE > self._file_size:
             return _ILLEGAL
         cq = self._cq(batch.topic, batch.queue_id)
-        if not cq.has_room() and not self._cq_room(cq):
+        if cq.max_offset >= cq.room_until and not self._cq_room(cq):
             return _CREATE_FAILED
         phys0 = self._reserve(total)
         if phys0 < 0:
@@ -289,7 +289,7 @@ class AppendPart:
         total = phys - phys0
         if cq is None:
             cq = self._cq(topic, queue_id)
-        if not cq.has_room() and not self._cq_room(cq):
+        if cq.max_offset >= cq.room_until and not self._cq_room(cq):
             return _CREATE_FAILED
         at = cl.reserve(total)              # fits the active segment: never rolls, never raises
         assert at == phys0

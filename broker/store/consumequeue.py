@@ -83,7 +83,7 @@ def _find_end(view, size: int) -> tuple[int, bool]:
 
 class ConsumeQueue:
     __slots__ = ("topic", "queue_id", "directory", "queue", "file_size", "units_per_file",
-                 "min_offset", "max_offset", "needs_dir_sync")
+                 "min_offset", "max_offset", "needs_dir_sync", "room_until")
 
     def __init__(self, topic: str, queue_id: int, root: str, file_size: int, ops: FileOps) -> None:
         self.topic = topic
@@ -95,12 +95,18 @@ class ConsumeQueue:
         self.min_offset = 0          # logical, first readable unit
         self.max_offset = 0          # logical, one past the last unit
         self.needs_dir_sync = False
+        self.room_until = 0          # logical: units below it have a file (the last file's end)
+
+    def _set_room(self) -> None:
+        mf = self.queue.last
+        self.room_until = mf.end // CQ_UNIT_SIZE if mf is not None else 0
 
     # ------------------------------------------------------------------ recovery
 
     def load(self) -> int:
         """Map the files and find the end. Returns the number of garbage bytes zeroed."""
         self.queue.load()
+        self._set_room()
         files = self.queue.files
         if not files:
             return 0
@@ -141,6 +147,7 @@ class ConsumeQueue:
             self.queue.delete_last()
             files = self.queue.files
             deleted = True
+        self._set_room()
         mf = files[-1]
         pos = new_end - mf.start
         if pos < mf.wrote:
@@ -206,15 +213,13 @@ class ConsumeQueue:
         mf = self.queue.last
         if mf is None:
             self.needs_dir_sync = True
-            return self.queue.create(byte - byte % self.file_size)
-        if byte >= mf.end:
+            mf = self.queue.create(byte - byte % self.file_size)
+        elif byte >= mf.end:
             mf = self.queue.create(mf.end)
+        else:
+            return mf
+        self._set_room()
         return mf
-
-    def has_room(self) -> bool:
-        """True when the file for the next unit exists (put's hot-path test)."""
-        mf = self.queue.last
-        return mf is not None and self.max_offset * CQ_UNIT_SIZE < mf.end
 
     def make_room(self) -> None:
         """Create the file for the next unit (only ever when the last one is full, so a
