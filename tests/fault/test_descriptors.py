@@ -23,11 +23,11 @@ import pytest
 from pocketmq.broker.store.checkpoint import read_checkpoint
 from pocketmq.protocol.codes import ResponseCode as C
 from pocketmq.remoting.client import RemotingClient
-from pocketmq.remoting.server import connection_limit
+from pocketmq.remoting.server import connection_limit, reserved_descriptors_default
 from tests.integration.test_broker import pull_cmd, send_cmd
 from tests.support.daemons import READY_BROKER, Daemon, Cluster
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.fault]
+pytestmark = pytest.mark.fault
 
 NOFILE = 256
 IDLE_CONNECTIONS = 300
@@ -98,6 +98,7 @@ async def wait_log(daemon, needles, timeout_s: float = 15.0) -> str:
     return daemon.log_text()
 
 
+@pytest.mark.asyncio
 async def test_connections_past_the_limit_are_closed_and_the_store_keeps_working(tmp_path):
     root = str(tmp_path)
     limit = connection_limit(NOFILE)
@@ -141,6 +142,7 @@ async def test_connections_past_the_limit_are_closed_and_the_store_keeps_working
         assert "CRITICAL" not in cluster.broker.log_text()
 
 
+@pytest.mark.asyncio
 async def test_exhausted_descriptors_refuse_sends_until_they_are_back(tmp_path):
     # the pre-fix behaviour: the checkpoint write failed with EMFILE and the store refused
     # every send until restart
@@ -183,3 +185,15 @@ async def test_exhausted_descriptors_refuse_sends_until_they_are_back(tmp_path):
         text = cluster.broker.log_text()
         assert "store failed" not in text and "CRITICAL" not in text      # nothing sticky
         assert "cannot create" in text
+
+
+def test_connection_limit_leaves_the_reserve():
+    assert reserved_descriptors_default(256) == 128 and reserved_descriptors_default(100) == 64
+    assert reserved_descriptors_default(1 << 20) == 1024
+    assert connection_limit(256) == 128                 # ulimit -n 256
+    assert connection_limit(1024) == 512
+    assert connection_limit(65536) == 65536 - 1024
+    assert connection_limit(256, max_connections=50) == 50
+    assert connection_limit(256, max_connections=500) == 128     # never eats the reserve
+    assert connection_limit(256, reserved_fds=200) == 56
+    assert connection_limit(10, reserved_fds=100) == 1         # always serves someone
