@@ -197,3 +197,39 @@ def test_connection_limit_leaves_the_reserve():
     assert connection_limit(256, max_connections=500) == 128     # never eats the reserve
     assert connection_limit(256, reserved_fds=200) == 56
     assert connection_limit(10, reserved_fds=100) == 1         # always serves someone
+
+
+@pytest.mark.asyncio
+async def test_nameserver_applies_its_connection_limit(tmp_path):
+    from pocketmq.nameserver.app import NameServer
+    from pocketmq.nameserver.config import parse_args as ns_args
+    from pocketmq.protocol.codes import RequestCode as R
+    from pocketmq.protocol.command import RemotingCommand
+    cfg, _ = ns_args(["--listenPort=0", f"--kvConfigPath={tmp_path}/kv.json", "--maxConnections=3"])
+    ns = NameServer(cfg)
+    await ns.start()
+    addr = f"127.0.0.1:{ns.port}"
+    client = RemotingClient()
+    try:
+        assert (await client.invoke(addr, RemotingCommand(R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), 5)).code == C.SUCCESS
+        writers, closed = await open_idle(addr, 5)        # 2 fit, 3 are closed at once
+        while sum(t.done() for t in closed) < 3:
+            done, _ = await asyncio.wait([t for t in closed if not t.done()], timeout=10,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            assert done
+        assert sum(t.done() for t in closed) == 3 and ns._server.refused_total == 3
+        assert (await client.invoke(addr, RemotingCommand(R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), 5)).code == C.SUCCESS
+        await close_all(writers, closed)
+        for _ in range(500):             # the server notices the closes on its own loop turns
+            if len(ns._server.connections) <= 1:
+                break
+            await asyncio.sleep(0.01)
+        other = RemotingClient()         # room again
+        try:
+            r = await other.invoke(addr, RemotingCommand(R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), 5)
+            assert r.code == C.SUCCESS
+        finally:
+            await other.close()
+    finally:
+        await client.close()
+        await ns.close()
