@@ -13,13 +13,9 @@ the checkpoint does not move, one line per interval counts it, the next flush re
 """
 from __future__ import annotations
 
-import logging
-
 from pocketmq.broker.store.api import StoreError
 from pocketmq.broker.store.checkpoint import Checkpoint, write_checkpoint
 from pocketmq.broker.store.fileops import NotOpened
-
-log = logging.getLogger("pocketmq.store")
 
 
 class FlushPart:
