@@ -304,7 +304,8 @@ class Sim:
 
     # ---------------------------------------------------------------- lifecycle
 
-    def open(self) -> None:
+    def open(self):
+        """Open (recover) the store; returns the RecoveryReport."""
         self.files.enabled = False        # recovery itself runs without injected faults
         try:
             self.store = MessageStore(self.cfg, file_ops=self.files)
