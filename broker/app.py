@@ -160,7 +160,8 @@ class Broker:
         self.server = RemotingServer(self._processors, host=self.host, port=cfg.listenPort,
                                      frame_size_bytes_max=cfg.maxFrameSize, name="broker",
                                      on_connection_close=self._on_connection_close,
-                                     busy_poll_us=cfg.busyPollMicros)
+                                     busy_poll_us=cfg.busyPollMicros, max_connections=cfg.maxConnections,
+                                     reserved_fds=cfg.reservedFileDescriptors)
         port = await self.server.start(start_serving=False)
         self.addr = f"{cfg.brokerIP1}:{port}"
         self.store_host = await resolve_store_host(cfg.brokerIP1, port)

@@ -24,6 +24,10 @@ Where we differ from RocketMQ, on purpose:
 * ``busyPollMicros`` (pocketmq's own) keeps the loop polling briefly after a request.
 * ``maxHeldPulls`` and ``maxFrameSize`` are pocketmq's own bounds (RocketMQ's
   frame limit is the system property ``com.rocketmq.remoting.frameMaxLength``).
+* ``maxConnections`` and ``reservedFileDescriptors`` (pocketmq's own, 0 = derived):
+  connections past min(maxConnections, RLIMIT_NOFILE - reserved) are accepted and
+  closed, so the store always finds descriptors for its files (remoting/server.py
+  ``connection_limit``; docs/reliability.md "Descriptor limits").
 * Pre-4.5 spellings ``mapedFileSizeCommitLog``/``mapedFileSizeConsumeQueue`` are
   aliases (4.9 ignores them); a few keys that circulate in copied broker.conf
   templates but never existed in RocketMQ (``storePathConsumeQueue``...) are
@@ -322,6 +326,10 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     # this long, so the next request does not pay the idle-CPU wake-up (~40 µs per hop on
     # the VMs measured). CPU for latency; 0 turns it off. See docs/benchmarks.md.
     busyPollMicros: Annotated[int, Field(ge=0, le=100_000)] = 200
+    # pocketmq's own: the connection limit (0: RLIMIT_NOFILE minus the reserve) and the
+    # descriptors it leaves to the store (0: half the limit, 64..1024)
+    maxConnections: NonNegativeInt = 0
+    reservedFileDescriptors: NonNegativeInt = 0
     maxFrameSize: FrameSize = FRAME_SIZE_BYTES_MAX_DEFAULT
 
     # --- validation --------------------------------------------------------
@@ -524,6 +532,7 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "accessMessageInMemoryMaxRatio", "clusterTopicEnable", "brokerTopicEnable", "traceTopicEnable", "msgTraceTopicName",
     "regionId", "traceOn", "notifyConsumerIdsChangedEnable", "aclEnable",
     "rejectTransactionMessage", "serverChannelMaxIdleTimeSeconds", "maxHeldPulls", "maxFrameSize", "busyPollMicros",
+    "maxConnections", "reservedFileDescriptors",
     "enablePropertyFilter", "transactionTimeOut", "transactionCheckMax", "transactionCheckInterval",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""

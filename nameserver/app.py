@@ -109,7 +109,9 @@ class NameServer:
         server = RemotingServer(build_processor_table(state), host=self.host,
                                 port=int(config_value(self.config, "listenPort", DEFAULT_LISTEN_PORT)),
                                 name="namesrv", on_connection_close=self._on_connection_close,
-                                frame_size_bytes_max=self.frame_size_bytes_max)
+                                frame_size_bytes_max=self.frame_size_bytes_max,
+                                max_connections=int(config_value(self.config, "maxConnections", 0)),
+                                reserved_fds=int(config_value(self.config, "reservedFileDescriptors", 0)))
         self.port = await server.start()
         self._server = server
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-scan-not-active-broker")

@@ -17,6 +17,9 @@ pocketmq's own keys (RocketMQ 4.9 hard-codes these):
   is evicted (``RouteInfoManager.BROKER_CHANNEL_EXPIRED_TIME``).
 * ``maxFrameSize`` (bytes, default 16 MiB): the largest frame accepted
   (RocketMQ: system property ``com.rocketmq.remoting.frameMaxLength``).
+* ``maxConnections`` and ``reservedFileDescriptors`` (default 0 = derived): at most
+  min(maxConnections, RLIMIT_NOFILE - reserved) connections; more are accepted and
+  closed (remoting/server.py ``connection_limit``; docs/reliability.md).
 
 As in RocketMQ, ``-c FILE`` also sets ``configStorePath`` to FILE (a
 ``--configStorePath`` flag still wins). ``~`` is expanded in the paths.
@@ -36,6 +39,7 @@ from pocketmq.common.daemon_config import (
     FrameSize,
     Name,
     NettyServerConfig,
+    NonNegativeInt,
     Port,
     PositiveLong,
     cross_field_error,
@@ -89,6 +93,8 @@ class NamesrvConfig(NettyServerConfig, _NamesrvSection):
     scanNotActiveBrokerInterval: PositiveLong = 10_000
     brokerChannelExpiredTime: PositiveLong = 120_000
     maxFrameSize: FrameSize = FRAME_SIZE_BYTES_MAX_DEFAULT
+    maxConnections: NonNegativeInt = 0
+    reservedFileDescriptors: NonNegativeInt = 0
 
     @field_validator("kvConfigPath", "configStorePath")
     @classmethod
@@ -110,6 +116,7 @@ class NamesrvConfig(NettyServerConfig, _NamesrvSection):
 IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "listenPort", "kvConfigPath", "orderMessageEnable", "serverChannelMaxIdleTimeSeconds",
     "scanNotActiveBrokerInterval", "brokerChannelExpiredTime", "maxFrameSize",
+    "maxConnections", "reservedFileDescriptors",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""
 

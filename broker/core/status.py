@@ -32,9 +32,11 @@ PUT_STATUS_RESPONSE: dict[P, tuple[int, str | None]] = {
     P.SERVICE_NOT_AVAILABLE: (
         C.SERVICE_NOT_AVAILABLE,
         "service not available now. It may be caused by one of the following reasons: the broker's disk "
-        "is full, messages are put to the slave, message store has been shut down, or a write failed "
-        "earlier (the store refuses writes until restart)"),
-    P.CREATE_MAPEDFILE_FAILED: _failed(P.CREATE_MAPEDFILE_FAILED),
+        "is full, messages are put to the slave, message store has been shut down, or an fsync failed "
+        "(the store refuses writes until restart)"),
+    # Java's answer and remark; a transient failure (full disk, no descriptor): the next send
+    # retries the creation (docs/store.md "Storage faults")
+    P.CREATE_MAPEDFILE_FAILED: (C.SYSTEM_ERROR, "create mapped file failed, server is busy or broken."),
     P.MESSAGE_ILLEGAL: (C.MESSAGE_ILLEGAL, _ILLEGAL),
     P.PROPERTIES_SIZE_EXCEEDED: (C.MESSAGE_ILLEGAL, _ILLEGAL),
     P.OS_PAGECACHE_BUSY: (C.SYSTEM_BUSY, "[PC_SYNCHRONIZED]broker busy, start flow control for a while"),

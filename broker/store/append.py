@@ -12,7 +12,6 @@ The record layout is protocol.message's; nothing here knows a byte offset.
 from __future__ import annotations
 
 import logging
-import time
 
 from pocketmq.common.constants import SCHEDULE_TOPIC
 from pocketmq.protocol.message import (BATCH_ELEMENT_OVERHEAD, BLANK_MARKER_SIZE, HOST_V6_FLAGS, MAX_INT, PORT_MAX,
@@ -22,6 +21,7 @@ from pocketmq.protocol.message import (BATCH_ELEMENT_OVERHEAD, BLANK_MARKER_SIZE
 from pocketmq.broker.store.api import (MessageBatchToStore, MessageToStore, PutMessageResult, PutMessageStatus,
                                        schedule_tags_code, valid_topic)
 from pocketmq.broker.store.consumequeue import CQ_UNIT, ConsumeQueue
+from pocketmq.broker.store.fileops import NotOpened
 
 log = logging.getLogger("pocketmq.store")
 
@@ -64,20 +64,38 @@ class AppendPart:
         """CommitLog.reserve, or -1 when the next segment cannot be created (logged)."""
         try:
             return self._commitlog.reserve(size)
-        except OSError as e:
-            self._log_create_failed(e)
+        except NotOpened as e:
+            self._note_transient("create commit-log segment", e)
             return -1
 
-    def _log_create_failed(self, e: OSError) -> None:
-        # Every send fails the same way while the disk is full: one line per 10 s (with
-        # the count) instead of one per message, which would fill the disk with logs too.
-        now = time.monotonic()
-        self._create_failures += 1
-        if now - self._create_failed_logged_s >= 10.0:
-            log.error("cannot create commit-log segment: %s (%d sends refused since the last report)",
-                      e, self._create_failures)
-            self._create_failed_logged_s = now
-            self._create_failures = 0
+    def _cq_room(self, cq: ConsumeQueue) -> bool:
+        """Create the consume-queue file the next unit needs before the records go into
+        the commit log, so that a full disk refuses the send rather than leaving the queue
+        behind the log. False (logged) when it cannot be created. (A batch crossing into
+        a further file can still fail there: then dispatch is behind, see _behind.)"""
+        try:
+            cq.make_room()
+        except NotOpened as e:
+            self._note_transient("create consume-queue file", e)
+            return False
+        return True
+
+    def _behind(self, phys: int, e: OSError) -> None:
+        """A consume-queue file could not be created after the records from `phys` went into
+        the commit log: they stay stored (and acknowledged); dispatch restarts from there
+        (units are idempotent) before the next put, which is refused until it succeeds."""
+        if isinstance(e, NotOpened):
+            self._reput_from = phys
+            self._dispatch_behind = True
+            self._note_transient("create consume-queue file", e)
+        else:
+            self._fail(f"consume queue write failed: {e}")
+
+    def _catch_up(self) -> bool:
+        """Dispatch what a failed consume-queue file creation left undispatched; True when
+        dispatch is up to date (a put's queue offset is only right then)."""
+        self._reput()
+        return not self._dispatch_behind
 
     def put_message(self, msg: MessageToStore) -> PutMessageResult:
         return self.put(msg.topic, msg.queue_id, msg.flag, msg.body, msg.properties_str.encode(),
@@ -91,6 +109,8 @@ class AppendPart:
         (the broker's single-send hot path: no MessageToStore, no second encode)."""
         if self._failed is not None or not self._open:
             return _NOT_AVAILABLE
+        if self._dispatch_behind and not self._catch_up():
+            return _CREATE_FAILED
         topic_part = self._topic_parts.get(topic) or self._topic_part(topic)
         if topic_part is None:
             return _ILLEGAL
@@ -112,6 +132,8 @@ class AppendPart:
         if sys_flag & _TRANSACTION_MASK in _INDEXED_TRAN:
             cq = self._cq(topic, queue_id)
             queue_offset = cq.max_offset
+            if queue_offset >= cq.room_until and not self._cq_room(cq):
+                return _CREATE_FAILED
         else:
             cq = None
             queue_offset = 0
@@ -129,7 +151,7 @@ class AppendPart:
                 try:
                     cq.put(queue_offset, phys, size, code)
                 except OSError as e:
-                    self._fail(f"consume queue write failed: {e}")
+                    self._behind(phys, e)
                 else:
                     self._dispatched_ts = now
                     if self.on_dispatch is not None:
@@ -158,6 +180,8 @@ class AppendPart:
         """Store a batch as consecutive records of one queue in one segment."""
         if self._failed is not None or not self._open:
             return _NOT_AVAILABLE
+        if self._dispatch_behind and not self._catch_up():
+            return _CREATE_FAILED
         topic_part = self._topic_part(batch.topic)
         sys_flag = self._batch_sys_flag(topic_part, batch.queue_id, batch.sys_flag, batch.born_timestamp,
                                         batch.born_host, batch.now_ms, batch.reconsume_times)
@@ -180,6 +204,8 @@ class AppendPart:
         if total + BLANK_MARKER_SIZE > self._file_size:
             return _ILLEGAL
         cq = self._cq(batch.topic, batch.queue_id)
+        if cq.max_offset >= cq.room_until and not self._cq_room(cq):
+            return _CREATE_FAILED
         phys0 = self._reserve(total)
         if phys0 < 0:
             return _CREATE_FAILED
@@ -213,6 +239,8 @@ class AppendPart:
         Raises ValueError naming the malformed element; then nothing is stored."""
         if self._failed is not None or not self._open:
             return _NOT_AVAILABLE
+        if self._dispatch_behind and not self._catch_up():
+            return _CREATE_FAILED
         topic_part = self._topic_part(topic)
         sys_flag = self._batch_sys_flag(topic_part, queue_id, sys_flag, born_timestamp, born_host, now,
                                         reconsume_times)
@@ -261,6 +289,8 @@ class AppendPart:
         total = phys - phys0
         if cq is None:
             cq = self._cq(topic, queue_id)
+        if cq.max_offset >= cq.room_until and not self._cq_room(cq):
+            return _CREATE_FAILED
         at = cl.reserve(total)              # fits the active segment: never rolls, never raises
         assert at == phys0
         cl.append_reserved(join_records(queue_id, qo0, phys0, sys_flag, born_timestamp, born_host, now,
@@ -283,7 +313,7 @@ class AppendPart:
                     for code in codes:
                         self._notify(topic, queue_id, qo, code, now)
             except OSError as e:
-                self._fail(f"consume queue write failed: {e}")
+                self._behind(phys0, e)
             else:
                 self._dispatched_ts = now
         else:

@@ -21,7 +21,7 @@ import struct
 import zlib
 from typing import NamedTuple
 
-from pocketmq.common.files import read_file, write_file_atomic
+from pocketmq.common.files import OS_FILES, FileLayer, read_file, write_file_atomic
 
 __all__ = ["Checkpoint", "read_checkpoint", "write_checkpoint", "CHECKPOINT_FILE_SIZE"]
 
@@ -68,5 +68,6 @@ def read_checkpoint(path: str) -> Checkpoint | None:
     return Checkpoint.decode(data)
 
 
-def write_checkpoint(path: str, ck: Checkpoint) -> None:
-    write_file_atomic(path, ck.encode())
+def write_checkpoint(path: str, ck: Checkpoint, files: FileLayer = OS_FILES) -> None:
+    """Raises OSError; the old checkpoint then stays (a failed write is retried by the next flush)."""
+    write_file_atomic(path, ck.encode(), files)

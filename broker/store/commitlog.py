@@ -285,7 +285,8 @@ class CommitLog:
     def flush(self) -> int:
         """fdatasync every segment holding bytes below the current write position that are
         not yet durable; returns the new flushed offset. Raises OSError (the caller makes
-        the store sticky-failed: a failed fsync is never retried)."""
+        the store sticky-failed: a failed fsync is never retried), NotOpened when the
+        directory could not be opened for its fsync (transient: nothing moved)."""
         target = self.wrote_offset
         if target <= self.flushed_offset:
             return self.flushed_offset
@@ -297,7 +298,7 @@ class CommitLog:
             ops.fdatasync(mf.fd)
         new_files = [mf for mf in files if not mf.dir_synced]
         if new_files:
-            self.queue.sync_dir()
+            self.queue.sync_dir()       # NotOpened (transient): flushed_offset stays, retried next time
             for mf in new_files:
                 mf.dir_synced = True
         self.flushed_offset = target

@@ -83,7 +83,7 @@ def _find_end(view, size: int) -> tuple[int, bool]:
 
 class ConsumeQueue:
     __slots__ = ("topic", "queue_id", "directory", "queue", "file_size", "units_per_file",
-                 "min_offset", "max_offset", "needs_dir_sync")
+                 "min_offset", "max_offset", "needs_dir_sync", "room_until")
 
     def __init__(self, topic: str, queue_id: int, root: str, file_size: int, ops: FileOps) -> None:
         self.topic = topic
@@ -95,12 +95,18 @@ class ConsumeQueue:
         self.min_offset = 0          # logical, first readable unit
         self.max_offset = 0          # logical, one past the last unit
         self.needs_dir_sync = False
+        self.room_until = 0          # logical: units below it have a file (the last file's end)
+
+    def _set_room(self) -> None:
+        mf = self.queue.last
+        self.room_until = mf.end // CQ_UNIT_SIZE if mf is not None else 0
 
     # ------------------------------------------------------------------ recovery
 
     def load(self) -> int:
         """Map the files and find the end. Returns the number of garbage bytes zeroed."""
         self.queue.load()
+        self._set_room()
         files = self.queue.files
         if not files:
             return 0
@@ -125,7 +131,7 @@ class ConsumeQueue:
         new_max = self.max_offset
         while new_max > self.min_offset:
             u = self.unit(new_max - 1)
-            if u is None or u[0] < phys_end:
+            if u is None or (u[0] < phys_end and u[1] != 0):     # (a zero unit: a lost page)
                 break
             new_max -= 1
         dropped = self.max_offset - new_max
@@ -136,15 +142,24 @@ class ConsumeQueue:
     def _cut_to(self, new_max: int) -> None:
         new_end = new_max * CQ_UNIT_SIZE
         files = self.queue.files
+        deleted = False
         while len(files) > 1 and files[-1].start >= new_end:
             self.queue.delete_last()
             files = self.queue.files
+            deleted = True
+        self._set_room()
         mf = files[-1]
         pos = new_end - mf.start
         if pos < mf.wrote:
             mf.view[pos:mf.wrote] = bytes(mf.wrote - pos)
         mf.wrote = pos
         mf.flushed = min(mf.flushed, pos)
+        # Make the cut durable now: flush() only syncs files that grew, and units left
+        # behind by a lost cut would point into offsets new records reuse.
+        if mf.fd >= 0:
+            self.queue.ops.fdatasync(mf.fd)
+        if deleted:
+            self.queue.sync_dir()
         self.max_offset = new_max
         self.min_offset = min(self.min_offset, new_max)
 
@@ -198,10 +213,19 @@ class ConsumeQueue:
         mf = self.queue.last
         if mf is None:
             self.needs_dir_sync = True
-            return self.queue.create(byte - byte % self.file_size)
-        if byte >= mf.end:
+            mf = self.queue.create(byte - byte % self.file_size)
+        elif byte >= mf.end:
             mf = self.queue.create(mf.end)
+        else:
+            return mf
+        self._set_room()
         return mf
+
+    def make_room(self) -> None:
+        """Create the file for the next unit (only ever when the last one is full, so a
+        file never exists before the one ahead of it is full: what load() assumes).
+        Raises NotOpened (transient)."""
+        self._place(self.max_offset * CQ_UNIT_SIZE)
 
     def _write_fillers(self, count: int) -> None:
         while count > 0:
@@ -248,6 +272,20 @@ class ConsumeQueue:
             return APPENDED
         if queue_offset < mo:
             u = self.unit(queue_offset)
+            if u is not None and (u[1] == 0 or (u[0] == phys and u != (phys, size, tags_code))):
+                # Only reput comes here, for records past the checkpoint's dispatch point,
+                # whose units were not synced: a crash may have lost them (a zero unit
+                # before later ones that reached the disk) or torn them at a sector
+                # boundary (right offset, wrong size). Repair those from the commit log.
+                # (A unit pointing at another record is kept: a topic deleted and created
+                # again has two records per queue offset, and a rebuild keeps the first.)
+                byte = queue_offset * CQ_UNIT_SIZE
+                mf = self.queue.find(byte)
+                CQ_UNIT.pack_into(mf.mm, byte - mf.start, phys, size, tags_code)
+                mf.flushed = min(mf.flushed, byte - mf.start)
+                log.warning("consume queue %s/%d unit %d was %s, record at %d claims it: repaired",
+                            self.topic, self.queue_id, queue_offset, u, phys)
+                return APPENDED
             if u is not None and u[0] != phys and u[1] != CQ_FILLER_SIZE:
                 log.error("consume queue %s/%d unit %d points at %d, record at %d claims it",
                           self.topic, self.queue_id, queue_offset, u[0], phys)

@@ -13,6 +13,7 @@ from pocketmq.protocol.message import MessageSysFlag
 from pocketmq.broker.store.api import valid_topic
 from pocketmq.broker.store.commitlog import DispatchRequest
 from pocketmq.broker.store.consumequeue import EXISTS
+from pocketmq.broker.store.fileops import NotOpened
 
 log = logging.getLogger("pocketmq.store")
 
@@ -32,11 +33,17 @@ class DispatchPart:
     def _reput(self) -> int:
         n = 0
         dispatch = self._dispatch
+        self._dispatch_behind = False
         try:
             for nxt, req in self._commitlog.iter_dispatch(self._reput_from, self._delay_levels):
                 if req is not None:
                     n += dispatch(req)
                 self._reput_from = nxt
+        except NotOpened as e:
+            # transient: reput_from stays at the record (units are idempotent); puts retry
+            # this first and are refused while it fails (AppendPart._catch_up)
+            self._dispatch_behind = True
+            self._note_transient("create consume-queue file", e)
         except OSError as e:
             self._fail(f"consume queue write failed: {e}")
         return n

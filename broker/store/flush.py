@@ -3,12 +3,19 @@ writing the checkpoint (checkpoint.py's format) that bounds the next recovery.
 
 Runs on a flush thread concurrently with appends: it only fdatasyncs descriptors and
 writes the checkpoint, under `_file_lock` (which keeps it away from files being deleted).
-A failed fdatasync or checkpoint write makes the store sticky-failed (never retried).
+
+Failures (docs/store.md "Storage faults"): a failed fdatasync (or directory fsync) makes
+the store sticky-failed, never retried — the kernel may have dropped the dirty pages, so
+a retry that succeeds would claim durability for lost data. A directory that cannot be
+opened for its fsync, or a checkpoint that cannot be written (its temp file not created,
+written or synced: the old checkpoint stays valid), is transient: the flushed offset or
+the checkpoint does not move, one line per interval counts it, the next flush retries.
 """
 from __future__ import annotations
 
 from pocketmq.broker.store.api import StoreError
 from pocketmq.broker.store.checkpoint import Checkpoint, write_checkpoint
+from pocketmq.broker.store.fileops import NotOpened
 
 
 class FlushPart:
@@ -33,6 +40,9 @@ class FlushPart:
             ts = self._last_store_ts
             try:
                 flushed = self._commitlog.flush()
+            except NotOpened as e:
+                self._note_transient("open the commit-log directory to fsync it", e)
+                return self._commitlog.flushed_offset
             except OSError as e:
                 self._fail(f"commit log fdatasync failed: {e}")
                 raise StoreError(self._failed) from e
@@ -63,10 +73,31 @@ class FlushPart:
                     cq.flush()
                     if cq.has_files:
                         count += 1
-            write_checkpoint(self.config.checkpoint_path, Checkpoint(
-                physic_ts, logics_ts, 0, self._commitlog.flushed_offset, dispatched, count))
+        except NotOpened as e:
+            self._note_transient("open a consume-queue directory to fsync it", e)
+            return self._checkpoint_dispatched
         except OSError as e:
-            self._fail(f"consume queue / checkpoint flush failed: {e}")
+            self._fail(f"consume queue fdatasync failed: {e}")
             raise StoreError(self._failed) from e
+        path = self.config.checkpoint_path
+        try:
+            write_checkpoint(path, Checkpoint(
+                physic_ts, logics_ts, 0, self._commitlog.flushed_offset, dispatched, count), self._ops)
+        except OSError as e:
+            self._note_transient("write the checkpoint", e)
+            if not self._checkpoint_ok:
+                # The checkpoint on disk is the one open() found; after a cut it may point
+                # past the new end, into offsets new records reuse. Without one, the next
+                # recovery scans and rebuilds (slower, always right).
+                try:
+                    self._ops.unlink(path)
+                except FileNotFoundError:
+                    self._checkpoint_ok = True      # nothing stale left
+                except OSError:
+                    pass
+                else:
+                    self._checkpoint_ok = True
+            return self._checkpoint_dispatched
+        self._checkpoint_ok = True
         self._checkpoint_dispatched = dispatched
         return dispatched

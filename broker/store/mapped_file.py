@@ -19,14 +19,14 @@ close later; the mapping stays valid until then.
 """
 from __future__ import annotations
 
-import errno
 import logging
-import mmap
 import os
 import re
 
 from pocketmq.broker.store.api import StoreError
+from pocketmq.broker.store.fileops import FileOps, NotOpened
 
+# FileOps lives in fileops.py; re-exported here for the callers that import it from this module
 __all__ = ["FileOps", "MappedFile", "MappedFileQueue", "offset_file_name"]
 
 log = logging.getLogger("pocketmq.store")
@@ -38,54 +38,19 @@ def offset_file_name(offset: int) -> str:
     return "%020d" % offset
 
 
-class FileOps:
-    """The OS calls the store makes on its files; tests subclass it to inject failures."""
-
-    def __init__(self, preallocate: bool = True) -> None:
-        self.preallocate = preallocate
-
-    def create(self, path: str, size: int) -> int:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            os.ftruncate(fd, size)
-            if self.preallocate and hasattr(os, "posix_fallocate"):
-                try:
-                    os.posix_fallocate(fd, 0, size)
-                except OSError as e:
-                    if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                        raise
-        except BaseException:
-            os.close(fd)
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-            raise
-        return fd
-
-    def open(self, path: str) -> int:
-        return os.open(path, os.O_RDWR)
-
-    def fdatasync(self, fd: int) -> None:
-        os.fdatasync(fd)
-
-    def fsync_dir(self, path: str) -> None:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 class MappedFile:
-    __slots__ = ("path", "start", "size", "fd", "mm", "view", "wrote", "flushed", "dir_synced")
+    __slots__ = ("path", "start", "size", "fd", "mm", "view", "wrote", "flushed", "dir_synced", "ops")
 
-    def __init__(self, path: str, start: int, size: int, fd: int, dir_synced: bool) -> None:
+    def __init__(self, path: str, start: int, size: int, fd: int, dir_synced: bool, ops: FileOps) -> None:
         self.path = path
         self.start = start
         self.size = size
         self.fd = fd
-        self.mm = mmap.mmap(fd, size)
+        self.ops = ops
+        try:
+            self.mm = ops.mmap(fd, size)
+        except OSError as e:      # ENOMEM, or the map count limit: as transient as a failed open
+            raise NotOpened(e.errno, f"cannot map {path}: {e.strerror}") from None
         self.view = memoryview(self.mm)
         self.wrote = 0          # bytes written (in-memory write position)
         self.flushed = 0        # bytes known durable
@@ -93,23 +58,30 @@ class MappedFile:
 
     @classmethod
     def create(cls, path: str, start: int, size: int, ops: FileOps) -> "MappedFile":
-        fd = ops.create(path, size)
         try:
-            return cls(path, start, size, fd, dir_synced=False)
+            fd = ops.create(path, size)
+        except NotOpened:
+            raise
+        except OSError as e:        # whatever a layer raises while creating: nothing was written
+            raise NotOpened(e.errno, f"cannot create {path}: {e.strerror}") from None
+        try:
+            return cls(path, start, size, fd, dir_synced=False, ops=ops)
         except BaseException:
-            os.close(fd)
+            ops._discard(fd, path)       # a file left behind would make the retry fail (O_EXCL)
             raise
 
     @classmethod
     def open(cls, path: str, start: int, size: int, ops: FileOps) -> "MappedFile":
-        fd = ops.open(path)
+        fd = ops.open_existing(path)
         try:
-            actual = os.fstat(fd).st_size
+            actual = ops.fstat_size(fd)
             if actual != size:
                 raise StoreError(f"{path}: size {actual} != configured segment size {size}")
-            return cls(path, start, size, fd, dir_synced=True)
+            # dir_synced=False: the run that created it may have died before syncing its
+            # directory (the entry is then only in the page cache): the first flush does it
+            return cls(path, start, size, fd, dir_synced=False, ops=ops)
         except BaseException:
-            os.close(fd)
+            ops.close(fd)
             raise
 
     @property
@@ -120,7 +92,7 @@ class MappedFile:
         """Unmap and close; False (nothing done yet) while memoryviews of the mapping live."""
         if self.fd >= 0:
             # the mapping holds its own descriptor: ours is only for fdatasync
-            os.close(self.fd)
+            self.ops.close(self.fd)
             self.fd = -1
         if self.mm is None:
             return True
@@ -193,10 +165,14 @@ class MappedFileQueue:
         return None
 
     def create(self, start: int) -> MappedFile:
-        """Create the file starting at `start` (must continue the queue). Raises OSError."""
+        """Create the file starting at `start` (must continue the queue). Raises NotOpened
+        (transient: nothing was written, the next call tries again)."""
         if self.files and start != self.files[-1].end:
             raise ValueError(f"new file at {start} does not follow {self.files[-1].end}")
-        os.makedirs(self.directory, exist_ok=True)
+        try:
+            self.ops.makedirs(self.directory)
+        except OSError as e:
+            raise NotOpened(e.errno, f"cannot create {self.directory}: {e.strerror}") from None
         mf = MappedFile.create(os.path.join(self.directory, offset_file_name(start)), start,
                                self.file_size, self.ops)
         self.files.append(mf)
@@ -204,7 +180,7 @@ class MappedFileQueue:
 
     def _destroy(self, mf: MappedFile) -> None:
         try:
-            os.unlink(mf.path)
+            self.ops.unlink(mf.path)
         except FileNotFoundError:
             pass
         if not mf.close():

@@ -113,22 +113,27 @@ class RecoveryPart:
         store keeps its abort file so the next open runs the abnormal recovery."""
         if not self._open:
             return
+        clean = False
         try:
             if self._failed is None:
-                self.flush()
-                self.flush_consume_queues()
+                # a transient failure (a file not opened) leaves something unflushed or
+                # the checkpoint old: then the abort file stays too
+                clean = self.flush() == self._commitlog.wrote_offset and \
+                    self.flush_consume_queues() == self._reput_from
         except StoreError:
             pass                         # failed: the abort file stays
         finally:
             with self._file_lock:
                 self._open = False
                 self._release_files()
-            if self._failed is None:
+            if clean:
                 try:
-                    os.unlink(self.config.abort_path)
+                    self._ops.unlink(self.config.abort_path)
                     self._ops.fsync_dir(self.config.store_path_root_dir)
                 except FileNotFoundError:
                     pass
+                except OSError as e:     # not durably removed: the next open may recover needlessly
+                    log.warning("abort file: %s", e)
             self._release_lock()
 
     def abandon(self) -> None:
@@ -140,6 +145,8 @@ class RecoveryPart:
         self._release_lock()
 
     def _release_files(self) -> None:
+        self._checkpoint_ok = False      # the next open starts from the checkpoint it finds
+        self._dispatch_behind = False
         self._commitlog.close()
         for table in self._cq_table.values():
             for cq in table.values():
@@ -161,6 +168,6 @@ class RecoveryPart:
             self._lock_fd = -1
 
     def _create_abort_file(self) -> None:
-        fd = os.open(self.config.abort_path, os.O_WRONLY | os.O_CREAT, 0o644)
-        os.close(fd)
+        fd = self._ops.open(self.config.abort_path, os.O_WRONLY | os.O_CREAT, 0o644)
+        self._ops.close(fd)
         self._ops.fsync_dir(self.config.store_path_root_dir)

@@ -25,14 +25,20 @@ Threads: everything runs on the caller's (event-loop) thread except `flush()` an
 only fdatasync descriptors and write the checkpoint; `_file_lock` keeps them away from
 files being deleted (clean_expired_files, delete_topics, close).
 
-Failure policy: the first failed fdatasync, checkpoint write or file write makes the store
-sticky-failed (`failed` holds the reason); puts then answer SERVICE_NOT_AVAILABLE until a
-restart, whose recovery decides what survived. A failed fsync is never retried.
+Failure policy (docs/store.md "Storage faults"): the first failed fdatasync of a store
+file makes the store sticky-failed (`failed` holds the reason, one CRITICAL line); puts
+then answer SERVICE_NOT_AVAILABLE until a restart, whose recovery decides what survived.
+A failed fsync is never retried. Failing to create or open a file (a segment, a
+consume-queue file, the checkpoint's temp file, a directory to fsync) is transient: the
+affected puts answer CREATE_MAPEDFILE_FAILED with nothing written, a failed checkpoint
+write keeps the old one, one line per 10 s counts them, and the next put or flush
+retries by itself.
 """
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from pocketmq.protocol.message import BLANK_MARKER_SIZE, host_flags, offset_msg_id_prefix
 from pocketmq.broker.store.api import DispatchListener
@@ -42,7 +48,7 @@ from pocketmq.broker.store.commitlog import CommitLog
 from pocketmq.broker.store.consumequeue import ConsumeQueue
 from pocketmq.broker.store.dispatch import DispatchPart
 from pocketmq.broker.store.flush import FlushPart
-from pocketmq.broker.store.mapped_file import FileOps
+from pocketmq.broker.store.fileops import FileOps
 from pocketmq.broker.store.read import ReadPart
 from pocketmq.broker.store.recovery import RecoveryPart
 from pocketmq.broker.store.search import SearchPart
@@ -85,13 +91,31 @@ class MessageStore(RecoveryPart, AppendPart, DispatchPart, ReadPart, SearchPart,
         self._open = False
         self._file_lock = threading.Lock()
         self._lock_fd = -1
-        self._create_failures = 0
-        self._create_failed_logged_s = -1e9
+        self._dispatch_behind = False    # a consume-queue file could not be created: puts wait
+        self._checkpoint_ok = False      # a checkpoint was written since open
+        self._transient: dict[str, list] = {}    # what -> [failures not yet logged, last log (monotonic s)]
 
     def _fail(self, reason: str) -> None:
         if self._failed is None:
             self._failed = reason
-            log.error("store failed, refusing writes until restart: %s", reason)
+            log.critical("store failed, refusing writes until restart: %s", reason)
+
+    TRANSIENT_LOG_INTERVAL_S = 10.0
+
+    def _note_transient(self, what: str, e: OSError) -> None:
+        """A transient failure (a file not created): while it lasts every put or flush fails
+        the same way, so one line per interval with the count, not one per message (which
+        would fill a full disk with logs too)."""
+        now = time.monotonic()
+        entry = self._transient.get(what)
+        if entry is None:
+            entry = self._transient[what] = [0, -1e9]
+        entry[0] += 1
+        if now - entry[1] >= self.TRANSIENT_LOG_INTERVAL_S:
+            log.error("cannot %s: %s (%d failures since the last report; retried by the next "
+                      "put or flush)", what, e, entry[0])
+            entry[0] = 0
+            entry[1] = now
 
     @property
     def failed(self) -> str | None:

@@ -51,7 +51,7 @@ def test_status_responses():
                            "msg body length limit 4096B, msg properties length limit 32KB.")
     assert put_status_response(PutMessageStatus.OS_PAGECACHE_BUSY, 1)[0] == C.SYSTEM_BUSY
     assert put_status_response(PutMessageStatus.CREATE_MAPEDFILE_FAILED, 1) == (
-        C.SYSTEM_ERROR, "put message failed: CREATE_MAPEDFILE_FAILED")
+        C.SYSTEM_ERROR, "create mapped file failed, server is busy or broken.")      # Java's remark
     assert pull_status_response(GetMessageStatus.FOUND, 3) == (C.SUCCESS, "FOUND")
     assert pull_status_response(GetMessageStatus.OFFSET_TOO_SMALL, 3)[0] == C.PULL_OFFSET_MOVED
     # An empty queue: "not found" from offset 0, "offset moved" from anywhere else.
