@@ -309,6 +309,9 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     # this long, so the next request does not pay the idle-CPU wake-up (~40 µs per hop on
     # the VMs measured). CPU for latency; 0 turns it off. See docs/benchmarks.md.
     busyPollMicros: Annotated[int, Field(ge=0, le=100_000)] = 200
+    # pocketmq's own: the port of the Prometheus /metrics endpoint (docs/operations.md),
+    # on the listen address; 0 (the default) serves no metrics.
+    metricsPort: Port = 0
     maxFrameSize: FrameSize = FRAME_SIZE_BYTES_MAX_DEFAULT
 
     # --- validation --------------------------------------------------------
@@ -511,6 +514,7 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "accessMessageInMemoryMaxRatio", "clusterTopicEnable", "brokerTopicEnable", "traceTopicEnable", "msgTraceTopicName",
     "regionId", "traceOn", "notifyConsumerIdsChangedEnable", "aclEnable",
     "rejectTransactionMessage", "serverChannelMaxIdleTimeSeconds", "maxHeldPulls", "maxFrameSize", "busyPollMicros",
+    "metricsPort",
     "enablePropertyFilter", "transactionTimeOut", "transactionCheckMax", "transactionCheckInterval",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""
