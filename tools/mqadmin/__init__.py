@@ -10,6 +10,7 @@ ClientAPI), never a second client:
     errors.py     AdminError/UsageError, exit codes, transport reasons
     topic.py      updateTopic, deleteTopic, topicList, topicRoute, topicStatus
     cluster.py    clusterList
+    stats.py      brokerStatus, statsAll
     consumer.py   consumerProgress
     offset.py     resetOffsetByTime
     message.py    sendMessage, queryMsgById

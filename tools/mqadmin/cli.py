@@ -4,7 +4,7 @@
     mqadmin help [<command>]
 
 Commands: updateTopic, deleteTopic, topicList, topicRoute, topicStatus,
-clusterList, consumerProgress, consumerConnection, consumerStatus, updateSubGroup,
+clusterList, brokerStatus, statsAll, consumerProgress, consumerConnection, consumerStatus, updateSubGroup,
 deleteSubGroup, resetOffsetByTime, sendMessage, queryMsgById.
 
 `-n` defaults to the NAMESRV_ADDR environment variable. Exit codes: 0 success,
@@ -13,7 +13,7 @@ deleteSubGroup, resetOffsetByTime, sendMessage, queryMsgById.
 set MQADMIN_DEBUG=1 to get tracebacks and remoting logs as well.
 
 This module is the argparse shell: the commands live in their families (topic.py,
-cluster.py, consumer.py, subgroup.py, offset.py, message.py) and talk through session.AdminSession.
+cluster.py, stats.py, consumer.py, subgroup.py, offset.py, message.py) and talk through session.AdminSession.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import logging
 import os
 import sys
 
-from pocketmq.tools.mqadmin import cluster, consumer, message, offset, subgroup, tables, topic
+from pocketmq.tools.mqadmin import cluster, consumer, message, offset, stats, subgroup, tables, topic
 from pocketmq.tools.mqadmin.command import Command, Opt, Out
 from pocketmq.tools.mqadmin.errors import (
     EXIT_FAILED,
@@ -39,7 +39,7 @@ _N = Opt("n", "namesrvAddr", "Name server address list, eg: '192.168.0.1:9876;19
                              "(default: $NAMESRV_ADDR)", metavar="ip:port")
 
 # in the order `mqadmin help` lists them
-COMMANDS: dict[str, Command] = {c.name: c for family in (topic, cluster, consumer, subgroup, offset, message)
+COMMANDS: dict[str, Command] = {c.name: c for family in (topic, cluster, stats, consumer, subgroup, offset, message)
                                 for c in family.COMMANDS}
 
 
