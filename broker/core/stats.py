@@ -116,41 +116,39 @@ class StatsItem:
                 "statsDay": self.in_day().to_json()}
 
 
-class PutCounters:
-    """TOPIC_PUT_NUMS and TOPIC_PUT_SIZE of one topic."""
+class Counters:
+    """The running counts of one topic (its puts) or one topic@group (its gets): messages,
+    requests, bytes, added on the request path; and their windows (the NUMS and SIZE
+    StatsItems), brought up to the counts when sampled."""
 
-    __slots__ = ("nums", "size")
+    __slots__ = ("msgs", "times", "bytes", "nums", "size")
 
     def __init__(self) -> None:
+        self.msgs = self.times = self.bytes = 0
         self.nums = StatsItem()
         self.size = StatsItem()
 
-
-class GetCounters:
-    """GROUP_GET_NUMS and GROUP_GET_SIZE of one (topic, group)."""
-
-    __slots__ = ("nums", "size")
-
-    def __init__(self) -> None:
-        self.nums = StatsItem()
-        self.size = StatsItem()
+    def sync(self) -> None:
+        nums, size = self.nums, self.size
+        nums.value, nums.times = self.msgs, self.times
+        size.value, size.times = self.bytes, self.times
 
 
 class BrokerStats:
     """All of a broker's statistics. Counting (count_put, count_get, count_miss) is on the
-    request path; everything else is read by admin requests and scrapes."""
+    request path and only adds to a topic's or group's integers; totals are summed when
+    read (admin requests, scrapes, the tick)."""
 
-    __slots__ = ("boot_timestamp", "put", "get", "broker_put", "broker_get", "get_found", "get_miss",
+    __slots__ = ("boot_timestamp", "put", "get", "broker_put", "broker_get", "get_miss",
                  "_seconds", "_next_second", "_next_minute", "_next_hour", "_next_day", "_day",
                  "put_today_morning", "get_today_morning", "put_yesterday_morning", "get_yesterday_morning")
 
     def __init__(self) -> None:
         self.boot_timestamp = 0
-        self.put: dict[str, PutCounters] = {}                  # topic -> counters
-        self.get: dict[str, dict[str, GetCounters]] = {}       # topic -> group -> counters
-        self.broker_put = StatsItem()                          # BROKER_PUT_NUMS: messages stored
-        self.broker_get = StatsItem()                          # BROKER_GET_NUMS: messages pulled
-        self.get_found = 0                                     # pulls that found messages
+        self.put: dict[str, Counters] = {}                     # topic -> its puts
+        self.get: dict[str, dict[str, Counters]] = {}          # topic -> group -> its gets
+        self.broker_put = StatsItem()                          # BROKER_PUT_NUMS windows
+        self.broker_get = StatsItem()                          # BROKER_GET_NUMS windows
         self.get_miss = 0                                      # pulls that found none
         # (ms, put total, get total, found, miss) once a second
         self._seconds: deque = deque(maxlen=SECOND_SAMPLES_KEPT)
@@ -164,17 +162,10 @@ class BrokerStats:
         """A stored PutMessageResult (one message or a batch) of `topic`."""
         c = self.put.get(topic)
         if c is None:
-            c = self.put[topic] = PutCounters()
-        n = result.msg_count or 1
-        nums = c.nums
-        nums.value += n
-        nums.times += 1
-        size = c.size
-        size.value += result.wrote_bytes
-        size.times += 1
-        b = self.broker_put
-        b.value += n
-        b.times += 1
+            c = self.put[topic] = Counters()
+        c.msgs += result.msg_count or 1
+        c.times += 1
+        c.bytes += result.wrote_bytes
 
     def count_get(self, topic: str, group: str, n: int, size: int) -> None:
         """A pull that found `n` messages, `size` bytes."""
@@ -183,30 +174,36 @@ class BrokerStats:
             groups = self.get[topic] = {}
         c = groups.get(group)
         if c is None:
-            c = groups[group] = GetCounters()
-        nums = c.nums
-        nums.value += n
-        nums.times += 1
-        sz = c.size
-        sz.value += size
-        sz.times += 1
-        b = self.broker_get
-        b.value += n
-        b.times += 1
-        self.get_found += 1
+            c = groups[group] = Counters()
+        c.msgs += n
+        c.times += 1
+        c.bytes += size
 
     def count_miss(self) -> None:
         """A pull answered without messages (not found, offset moved, no match...)."""
         self.get_miss += 1
 
-    # -- totals ------------------------------------------------------------------------
+    # -- totals (summed when read) ---------------------------------------------------------
+    def _gets(self):
+        for groups in self.get.values():
+            yield from groups.values()
+
     @property
     def msg_put_total(self) -> int:
-        return self.broker_put.value
+        return sum(c.msgs for c in self.put.values())
 
     @property
     def msg_get_total(self) -> int:
-        return self.broker_get.value
+        return sum(c.msgs for c in self._gets())
+
+    @property
+    def put_size_total(self) -> int:
+        return sum(c.bytes for c in self.put.values())
+
+    @property
+    def get_found(self) -> int:
+        """Pulls that found messages."""
+        return sum(c.times for c in self._gets())
 
     # -- sampling (the shell's tick) -----------------------------------------------------
     def items(self):
@@ -220,16 +217,24 @@ class BrokerStats:
                 yield GROUP_GET_NUMS, key, c.nums
                 yield GROUP_GET_SIZE, key, c.size
 
-    def _all_items(self):
-        yield self.broker_put
-        yield self.broker_get
+    def _sync_all(self) -> list[StatsItem]:
+        """Every StatsItem, brought up to the counts."""
+        items = [self.broker_put, self.broker_get]
+        put_msgs = put_times = 0
         for c in self.put.values():
-            yield c.nums
-            yield c.size
-        for groups in self.get.values():
-            for c in groups.values():
-                yield c.nums
-                yield c.size
+            c.sync()
+            put_msgs += c.msgs
+            put_times += c.times
+            items += (c.nums, c.size)
+        get_msgs = get_times = 0
+        for c in self._gets():
+            c.sync()
+            get_msgs += c.msgs
+            get_times += c.times
+            items += (c.nums, c.size)
+        self.broker_put.value, self.broker_put.times = put_msgs, put_times
+        self.broker_get.value, self.broker_get.times = get_msgs, get_times
+        return items
 
     def tick(self, now_ms: int, local_day: int) -> None:
         """Take the samples that are due at `now_ms`; `local_day` (any number that changes
@@ -239,9 +244,11 @@ class BrokerStats:
         elif local_day != self._day:
             self._day = local_day
             self.put_yesterday_morning, self.get_yesterday_morning = self.put_today_morning, self.get_today_morning
-            self.put_today_morning, self.get_today_morning = self.broker_put.value, self.broker_get.value
+            self.put_today_morning, self.get_today_morning = self.msg_put_total, self.msg_get_total
+        items = None
         if self._next_second is None or now_ms >= self._next_second:
-            self._seconds.append((now_ms, self.broker_put.value, self.broker_get.value, self.get_found,
+            items = self._sync_all()
+            self._seconds.append((now_ms, self.broker_put.value, self.broker_get.value, self.broker_get.times,
                                   self.get_miss))
             self._next_second = now_ms + SECOND_SAMPLE_MS
         for attr, (period, _), sample in (("_next_minute", MINUTE_WINDOW, StatsItem.sample_minute),
@@ -249,7 +256,9 @@ class BrokerStats:
                                           ("_next_day", DAY_WINDOW, StatsItem.sample_day)):
             due = getattr(self, attr)
             if due is None or now_ms >= due:
-                for item in self._all_items():
+                if items is None:
+                    items = self._sync_all()
+                for item in items:
                     sample(item, now_ms)
                 setattr(self, attr, now_ms + period)
 
@@ -287,16 +296,16 @@ class BrokerStats:
 
     def runtime_counts(self) -> dict:
         """The GET_BROKER_RUNTIME_INFO keys this module owns (Java's names)."""
+        put_total, get_total, found = self.msg_put_total, self.msg_get_total, self.get_found
         return {
-            "msgPutTotalTodayNow": self.broker_put.value, "msgGetTotalTodayNow": self.broker_get.value,
+            "msgPutTotalTodayNow": put_total, "msgGetTotalTodayNow": get_total,
             "msgPutTotalTodayMorning": self.put_today_morning, "msgGetTotalTodayMorning": self.get_today_morning,
             "msgPutTotalYesterdayMorning": self.put_yesterday_morning,
             "msgGetTotalYesterdayMorning": self.get_yesterday_morning,
             "putTps": self.tps_text(1), "getTransferedTps": self.tps_text(2), "getFoundTps": self.tps_text(3),
             "getMissTps": self.tps_text(4),
             "getTotalTps": " ".join(f"{self.tps(3, w) + self.tps(4, w):.2f}" for w in TPS_WINDOWS_S),
-            "putMessageTimesTotal": self.broker_put.value,
-            "putMessageSizeTotal": sum(c.size.value for c in self.put.values()),
-            "getMessageTransferedMsgCount": self.broker_get.value,
-            "getMessageTimesTotalFound": self.get_found, "getMessageTimesTotalMiss": self.get_miss,
+            "putMessageTimesTotal": put_total, "putMessageSizeTotal": self.put_size_total,
+            "getMessageTransferedMsgCount": get_total,
+            "getMessageTimesTotalFound": found, "getMessageTimesTotalMiss": self.get_miss,
         }

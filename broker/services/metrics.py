@@ -40,8 +40,8 @@ class BrokerCollector:
             lv = [cluster, name, topic]
             put_tps.add_metric(lv, c.nums.in_minute().tps)
             put_size.add_metric(lv, c.size.in_minute().tps)
-            put_msgs.add_metric(lv, c.nums.value)
-            put_bytes.add_metric(lv, c.size.value)
+            put_msgs.add_metric(lv, c.msgs)
+            put_bytes.add_metric(lv, c.bytes)
         yield from (put_tps, put_size, put_msgs, put_bytes)
 
         get_tps = GaugeMetricFamily("rocketmq_consumer_tps", "Messages pulled per second, per topic and group "
@@ -57,15 +57,15 @@ class BrokerCollector:
                 lv = [cluster, name, topic, group]
                 get_tps.add_metric(lv, c.nums.in_minute().tps)
                 get_size.add_metric(lv, c.size.in_minute().tps)
-                get_msgs.add_metric(lv, c.nums.value)
-                get_bytes.add_metric(lv, c.size.value)
+                get_msgs.add_metric(lv, c.msgs)
+                get_bytes.add_metric(lv, c.bytes)
         yield from (get_tps, get_size, get_msgs, get_bytes)
 
         yield from self._offsets(cluster, name, store)
 
         totals = [
-            ("pocketmq_broker_put_messages", "Messages stored since start", stats.broker_put.value),
-            ("pocketmq_broker_get_messages", "Messages pulled since start", stats.broker_get.value),
+            ("pocketmq_broker_put_messages", "Messages stored since start", stats.msg_put_total),
+            ("pocketmq_broker_get_messages", "Messages pulled since start", stats.msg_get_total),
             ("pocketmq_pull_found", "Pull requests answered with messages", stats.get_found),
             ("pocketmq_pull_miss", "Pull requests answered without messages", stats.get_miss),
         ]

@@ -67,10 +67,15 @@ def test_put_and_get_counts_per_topic_and_group():
     st.count_get("T", "G", 7, 700)
     st.count_miss()
     c = st.put["T"]
-    assert (c.nums.value, c.nums.times, c.size.value, c.size.times) == (11, 2, 2120, 2)
-    assert st.msg_put_total == 12 and st.msg_get_total == 7
+    assert (c.msgs, c.times, c.bytes) == (11, 2, 2120)
+    assert st.msg_put_total == 12 and st.msg_get_total == 7 and st.put_size_total == 2170
     g = st.get["T"]["G"]
-    assert (g.nums.value, g.size.value, st.get_found, st.get_miss) == (7, 700, 1, 1)
+    assert (g.msgs, g.bytes, st.get_found, st.get_miss) == (7, 700, 1, 1)
+    # the windows are brought up to the counts when sampled
+    assert c.nums.value == 0
+    st.tick(0, DAY)
+    assert (c.nums.value, c.nums.times, c.size.value, c.size.times) == (11, 2, 2120, 2)
+    assert (st.broker_put.value, st.broker_put.times, st.broker_get.value) == (12, 3, 7)
     assert [(n, k) for n, k, _ in st.items()] == [
         (S.TOPIC_PUT_NUMS, "T"), (S.TOPIC_PUT_SIZE, "T"), (S.TOPIC_PUT_NUMS, "U"), (S.TOPIC_PUT_SIZE, "U"),
         (S.GROUP_GET_NUMS, "T@G"), (S.GROUP_GET_SIZE, "T@G")]
