@@ -24,13 +24,15 @@ from __future__ import annotations
 from collections import deque
 from typing import NamedTuple
 
-# Java's BrokerStatsManager stats names (the VIEW_BROKER_STATS_DATA statsName values)
-TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
-TOPIC_PUT_SIZE = "TOPIC_PUT_SIZE"
-GROUP_GET_NUMS = "GROUP_GET_NUMS"
-GROUP_GET_SIZE = "GROUP_GET_SIZE"
-BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
-BROKER_GET_NUMS = "BROKER_GET_NUMS"
+from pocketmq.common.constants import (
+    BROKER_GET_NUMS,
+    BROKER_PUT_NUMS,
+    GROUP_GET_NUMS,
+    GROUP_GET_SIZE,
+    TOPIC_PUT_NUMS,
+    TOPIC_PUT_SIZE,
+)
+
 STATS_NAMES = (TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, GROUP_GET_NUMS, GROUP_GET_SIZE, BROKER_PUT_NUMS, BROKER_GET_NUMS)
 
 # (sampling period ms, samples kept) of StatsItem's three windows, as Java's

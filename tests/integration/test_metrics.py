@@ -100,11 +100,26 @@ async def test_request_counters_match_the_requests_sent(cluster):
         before = await scrape(cluster.broker_metrics)
         sends_before = value(before, "pocketmq_request_latency_seconds_count", code=str(int(RequestCode.SEND_MESSAGE_V2)))
         n = 23
+        stop = asyncio.Event()
+        scrapes = []
+
+        async def scraper():   # /metrics is scraped while the traffic flows
+            while not stop.is_set():
+                scrapes.append(await scrape(cluster.broker_metrics))
+
+        task = asyncio.create_task(scraper())
         async with Producer(uniq("MetricsPG"), cluster.namesrv_addr, instance_name=uniq("p")) as p:
             for i in range(n):   # one at a time: concurrent sends would be coalesced into batches
                 r = await p.send(Message(topic, f"m{i}".encode()))
                 assert r.ok
+                await asyncio.sleep(0.01)
+            stop.set()
+            await task
             after = await scrape(cluster.broker_metrics)   # the producer's connection is open
+        assert scrapes
+        # what a scrape saw never goes backwards
+        seen = [value(x, "pocketmq_topic_put_messages_total", topic=topic) or 0 for x in scrapes]
+        assert seen == sorted(seen) and seen[-1] <= n
         sends = value(after, "pocketmq_request_latency_seconds_count", code=str(int(RequestCode.SEND_MESSAGE_V2)),
                       request="SEND_MESSAGE_V2")
         assert sends - (sends_before or 0) == n

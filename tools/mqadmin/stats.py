@@ -6,15 +6,16 @@ from __future__ import annotations
 import sys
 
 from pocketmq.client.errors import BrokerError
-from pocketmq.common.constants import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from pocketmq.common.constants import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    GROUP_GET_NUMS,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TOPIC_PUT_NUMS,
+)
 from pocketmq.tools.mqadmin import tables
 from pocketmq.tools.mqadmin.command import Command, Opt, Out, stripped
 from pocketmq.tools.mqadmin.errors import PROG, AdminError, UsageError
 from pocketmq.tools.mqadmin.session import AdminSession, object_keyed_table, route_masters, to_float, to_int
-
-# Java's BrokerStatsManager names (broker/core/stats.py owns them broker-side)
-TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
-GROUP_GET_NUMS = "GROUP_GET_NUMS"
 
 
 async def _runtime_table(s: AdminSession, addr: str, where: str) -> dict:
