@@ -17,9 +17,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pocketmq.client import LitePullConsumer, Message, Producer
-from pocketmq.client.instance import ClientInstance
-from pocketmq.protocol.bodies import TopicConfig
 from pocketmq.protocol.codes import RequestCode
+from tests.integration.test_client_cluster import create_topic
 from tests.support.daemons import Cluster, free_port
 
 pytestmark = pytest.mark.slow
@@ -77,20 +76,6 @@ async def scrape_until(url: str, pred, what: str, timeout_s: float = 20.0) -> di
         if loop.time() > end:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.1)
-
-
-async def create_topic(cluster, topic: str, queues: int) -> None:
-    inst = ClientInstance("127.0.0.1@metrics-it", cluster.namesrv_addr)
-    try:
-        await inst.api.create_topic(cluster.broker_addr, TopicConfig(topic, queues, queues), "TBW102")
-        for _ in range(200):
-            route = await inst.api.get_route(topic)
-            if route is not None:
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"no route for {topic}")
-    finally:
-        await inst.close()
 
 
 async def test_request_counters_match_the_requests_sent(cluster):

@@ -14,8 +14,7 @@ import time
 import pytest
 
 from pocketmq.client import LitePullConsumer, Message, Producer
-from pocketmq.client.instance import ClientInstance
-from pocketmq.protocol.bodies import TopicConfig
+from tests.integration.test_client_cluster import create_topic
 from tests.support.daemons import Cluster, free_port
 from tests.support.workloads import run_mqadmin
 
@@ -42,16 +41,8 @@ def assert_clean_failure(r, *needles, code=1):
 
 
 async def _traffic(c: Cluster) -> None:
-    inst = ClientInstance("127.0.0.1@stats-it", c.namesrv_addr)
-    try:
-        for t in (TOPIC, IDLE_TOPIC, NO_CONSUMER_TOPIC):
-            await inst.api.create_topic(c.broker_addr, TopicConfig(t, 2, 2), "TBW102")
-        for _ in range(200):
-            if all([await inst.api.get_route(t) for t in (TOPIC, IDLE_TOPIC, NO_CONSUMER_TOPIC)]):
-                break
-            await asyncio.sleep(0.05)
-    finally:
-        await inst.close()
+    for t in (TOPIC, IDLE_TOPIC, NO_CONSUMER_TOPIC):
+        await create_topic(c, t, 2)
     async with Producer("stats_pg", c.namesrv_addr) as p:
         for i in range(SENT):
             assert (await p.send(Message(TOPIC, f"s{i}".encode()))).ok

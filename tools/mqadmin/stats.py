@@ -80,46 +80,35 @@ class _Stats:
         self.s = s
         self.down: dict[str, str] = {}
 
-    async def read(self, masters: dict[str, str], stats_name: str, key: str) -> tuple[float, int]:
-        tps, day = 0.0, 0
-        for name, addr in masters.items():
+    async def _answers(self, masters: dict[str, str], method, *args):
+        """method(addr, *args) on each master: an error answer is skipped, an unreachable
+        broker remembered (and no longer asked)."""
+        for addr in masters.values():
             if addr in self.down:
                 continue
             try:
-                bsd = await self.s.reach(addr, self.s.api.view_broker_stats_data, stats_name, key)
+                yield addr, await self.s.reach(addr, method, *args)
             except BrokerError:
                 continue
             except AdminError as e:
                 self.down[addr] = str(e)
-                continue
+
+    async def read(self, masters: dict[str, str], stats_name: str, key: str) -> tuple[float, int]:
+        tps, day = 0.0, 0
+        async for _, bsd in self._answers(masters, self.s.api.view_broker_stats_data, stats_name, key):
             tps += minute_tps(bsd)
             day += sum_24h(bsd)
         return tps, day
 
     async def groups(self, masters: dict[str, str], topic: str) -> list[str]:
         out: set[str] = set()
-        for name, addr in masters.items():
-            if addr in self.down:
-                continue
-            try:
-                out.update(await self.s.call(addr, self.s.api.query_topic_consume_by_who, topic,
-                                             what=f"consumers of topic {topic}", where=f"broker {name} {addr}"))
-            except AdminError as e:
-                self.down.setdefault(addr, str(e))
+        async for _, groups in self._answers(masters, self.s.api.query_topic_consume_by_who, topic):
+            out.update(groups)
         return sorted(out)
 
     async def accumulation(self, masters: dict[str, str], group: str, topic: str) -> int:
         total = 0
-        for name, addr in masters.items():
-            if addr in self.down:
-                continue
-            try:
-                d = await self.s.reach(addr, self.s.api.consume_stats, group, topic)
-            except BrokerError:
-                continue
-            except AdminError as e:
-                self.down[addr] = str(e)
-                continue
+        async for addr, d in self._answers(masters, self.s.api.consume_stats, group, topic):
             for v in object_keyed_table(d, "consume stats", f"broker {addr}").values():
                 total += to_int(v.get("brokerOffset")) - to_int(v.get("consumerOffset"))
         return max(0, total)
