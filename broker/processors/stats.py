@@ -15,6 +15,7 @@ from pocketmq.broker.processors.admin import VERSION_DESC
 from pocketmq.protocol import bodies
 from pocketmq.protocol.codes import ResponseCode
 from pocketmq.protocol.headers.typed import req_str
+from pocketmq.protocol.message import store_timestamp_at
 
 
 def disk_used_ratio(path: str) -> float:
@@ -37,6 +38,13 @@ def format_runtime(ms: int) -> str:
     return f"[ {s // 86400} days, {s % 86400 // 3600} hours, {s % 3600 // 60} minutes, {s % 60} seconds ]"
 
 
+def earliest_message_time(store) -> int:
+    """Store timestamp of the first record still in the commit log, -1 when there is none
+    (Java's getEarliestMessageTime)."""
+    raw = store.look_message_by_offset(store.commit_log_min_offset)
+    return store_timestamp_at(raw) if raw else -1
+
+
 def runtime_info(ctx) -> dict:
     """Every GET_BROKER_RUNTIME_INFO key (values before str())."""
     st, stats = ctx.store, ctx.stats
@@ -45,6 +53,7 @@ def runtime_info(ctx) -> dict:
     info = {"brokerVersionDesc": VERSION_DESC, "brokerVersion": 401,
             "bootTimestamp": stats.boot_timestamp, "runtime": format_runtime(now - stats.boot_timestamp),
             "commitLogMinOffset": st.commit_log_min_offset, "commitLogMaxOffset": max_offset,
+            "earliestMessageTimeStamp": earliest_message_time(st),
             "commitLogDiskRatio": disk_used_ratio(commit_log_dir(ctx.config)),
             "consumeQueueDiskRatio": disk_used_ratio(ctx.config.storePathRootDir),
             "dispatchBehindBytes": max(0, max_offset - st.reput_from_offset),

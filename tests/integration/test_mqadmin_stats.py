@@ -154,6 +154,7 @@ def test_broker_status_by_address(cluster):
     assert 0 < float(t["commitLogDiskRatio"]) < 1
     assert int(t["commitLogMaxOffset"]) > 0
     assert t["runtime"].startswith("[ 0 days, ")
+    assert int(t["bootTimestamp"]) <= int(t["earliestMessageTimeStamp"]) <= time.time() * 1000
     for key in ("getTransferedTps", "getFoundTps", "getMissTps", "bootTimestamp", "brokerVersionDesc",
                 "dispatchBehindBytes", "remainHowManyDataToFlush"):
         assert key in t, key

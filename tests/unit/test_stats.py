@@ -173,3 +173,9 @@ async def test_timed_table_times_sync_async_parked_and_failing_processors():
     with pytest.raises(ValueError):
         table[4](None, None)
     assert {code: h.count for code, h in latency.by_code.items()} == {1: 1, 2: 1, 3: 1, 4: 1}
+
+
+def test_runtime_is_javas_format():
+    from pocketmq.broker.processors.stats import format_runtime
+    assert format_runtime(90_061_999) == "[ 1 days, 1 hours, 1 minutes, 1 seconds ]"
+    assert format_runtime(-5) == "[ 0 days, 0 hours, 0 minutes, 0 seconds ]"
