@@ -218,6 +218,13 @@ def test_cluster_list_shows_real_tps_and_todays_counts(cluster):
         poll_cli(["clusterList", *ns(cluster)], lambda o: float(row_of(o)[5]) > 0, "InTPS to show the traffic")
     r = run_cli("clusterList", *ns(cluster), "-c", "DefaultCluster")
     assert r.returncode == 0 and cluster.broker_addr in r.stdout, r.stderr
+    r = run_cli("clusterList", *ns(cluster), "-m")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0].split()[-4:] == ["#InTotalYest", "#OutTotalYest", "#InTotalToday",
+                                                     "#OutTotalToday"]
+    (more,) = rows(r.stdout, "#Cluster Name")
+    assert more[:2] == ["DefaultCluster", "broker-a"] and more[2:4] == ["0", "0"]
+    assert int(more[4]) > SENT + SENT_NO_CONSUMER      # the background sends came on top
 
 
 def test_cluster_list_errors(cluster):

@@ -68,12 +68,18 @@ async def cluster_list(s: AdminSession, a, out: Out) -> None:
                 except AdminError as e:
                     # one broker down must not hide the others: a row of '-' and a warning
                     warnings.append(str(e))
-                rows.append((cluster, name, bid, addr, n.version, _cell(n.in_tps, "{:.2f}"),
-                             _cell(n.out_tps, "{:.2f}"), _cell(n.in_yesterday), _cell(n.out_yesterday),
-                             _cell(n.in_today), _cell(n.out_today)))
-    out(tables.format_table(["#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTPS",
-                             "#OutTPS", "#InTotalYest", "#OutTotalYest", "#InTotalToday", "#OutTotalToday"],
-                            rows))
+                totals = (_cell(n.in_yesterday), _cell(n.out_yesterday), _cell(n.in_today), _cell(n.out_today))
+                if a.moreStats:   # Java's -m view: the day totals only
+                    rows.append((cluster, name) + totals)
+                else:
+                    rows.append((cluster, name, bid, addr, n.version, _cell(n.in_tps, "{:.2f}"),
+                                 _cell(n.out_tps, "{:.2f}")) + totals)
+    totals_head = ["#InTotalYest", "#OutTotalYest", "#InTotalToday", "#OutTotalToday"]
+    if a.moreStats:
+        out(tables.format_table(["#Cluster Name", "#Broker Name"] + totals_head, rows))
+    else:
+        out(tables.format_table(["#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTPS",
+                                 "#OutTPS"] + totals_head, rows))
     for w in warnings:
         print(f"{PROG}: warning: {w}", file=sys.stderr)
 
@@ -81,5 +87,6 @@ async def cluster_list(s: AdminSession, a, out: Out) -> None:
 COMMANDS = [
     Command("clusterList", "List all of clusters", [
         Opt("c", "clusterName", "which cluster", type=stripped),
+        Opt("m", "moreStats", "Print more stats (the day totals only, as Java's -m)", takes_value=False),
     ], cluster_list),
 ]
