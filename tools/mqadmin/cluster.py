@@ -40,15 +40,27 @@ def runtime_numbers(t: dict) -> RuntimeNumbers:
                           diff("msgGetTotalTodayMorning", "msgGetTotalYesterdayMorning"))
 
 
+def check_cluster(clusters: dict, cluster: str) -> None:
+    """AdminError naming the known clusters when `cluster` is not one of them."""
+    if cluster not in clusters:
+        known = ", ".join(sorted(clusters)) or "none"
+        raise AdminError(f"cluster {cluster} not found on the nameserver (known clusters: {known})")
+
+
+def print_warnings(warnings) -> None:
+    """One `mqadmin: warning:` line each on stderr (a broker that did not answer)."""
+    for w in warnings:
+        print(f"{PROG}: warning: {w}", file=sys.stderr)
+
+
 def _cell(v, fmt: str = "{}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
 async def cluster_list(s: AdminSession, a, out: Out) -> None:
     brokers, clusters = await s.cluster_info()
-    if a.clusterName and a.clusterName not in clusters:
-        known = ", ".join(sorted(clusters)) or "none"
-        raise AdminError(f"cluster {a.clusterName} not found on the nameserver (known clusters: {known})")
+    if a.clusterName:
+        check_cluster(clusters, a.clusterName)
     rows = []
     warnings = []
     for cluster in sorted(clusters):
@@ -80,8 +92,7 @@ async def cluster_list(s: AdminSession, a, out: Out) -> None:
     else:
         out(tables.format_table(["#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTPS",
                                  "#OutTPS"] + totals_head, rows))
-    for w in warnings:
-        print(f"{PROG}: warning: {w}", file=sys.stderr)
+    print_warnings(warnings)
 
 
 COMMANDS = [

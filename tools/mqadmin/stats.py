@@ -3,7 +3,6 @@ lines sorted by key) and statsAll (per topic and consuming group: accumulation, 
 TPS of the last minute and messages of the last 24 hours, from VIEW_BROKER_STATS_DATA)."""
 from __future__ import annotations
 
-import sys
 
 from pocketmq.client.errors import BrokerError
 from pocketmq.common.constants import (
@@ -13,8 +12,9 @@ from pocketmq.common.constants import (
     TOPIC_PUT_NUMS,
 )
 from pocketmq.tools.mqadmin import tables
+from pocketmq.tools.mqadmin.cluster import check_cluster, print_warnings
 from pocketmq.tools.mqadmin.command import Command, Opt, Out, stripped
-from pocketmq.tools.mqadmin.errors import PROG, AdminError, UsageError
+from pocketmq.tools.mqadmin.errors import AdminError, UsageError
 from pocketmq.tools.mqadmin.session import AdminSession, object_keyed_table, route_masters, to_float, to_int
 
 
@@ -35,9 +35,7 @@ async def broker_status(s: AdminSession, a, out: Out) -> None:
         out("\n".join(f"{k:<32}: {v}" for k, v in sorted(table.items())))
         return
     brokers, clusters = await s.cluster_info()
-    if a.clusterName not in clusters:
-        known = ", ".join(sorted(clusters)) or "none"
-        raise AdminError(f"cluster {a.clusterName} not found on the nameserver (known clusters: {known})")
+    check_cluster(clusters, a.clusterName)
     lines, warnings = [], []
     for name in sorted(clusters[a.clusterName]):
         bd = brokers.get(name)
@@ -50,8 +48,7 @@ async def broker_status(s: AdminSession, a, out: Out) -> None:
             lines.extend(f"{addr:<24} {k:<32}: {v}" for k, v in sorted(table.items()))
     if lines:
         out("\n".join(lines))
-    for w in warnings:
-        print(f"{PROG}: warning: {w}", file=sys.stderr)
+    print_warnings(warnings)
     if not lines:
         raise AdminError(f"no broker of cluster {a.clusterName} answered")
 
@@ -141,8 +138,7 @@ async def stats_all(s: AdminSession, a, out: Out) -> None:
                 rows.append((topic, group, acc, f"{in_tps:.2f}", f"{out_tps:.2f}", in_day, out_day))
     out(tables.format_table(["#Topic", "#Consumer Group", "#Accumulation", "#InTPS", "#OutTPS", "#InMsg24Hour",
                              "#OutMsg24Hour"], rows, right=(2, 3, 4, 5, 6)))
-    for w in st.down.values():
-        print(f"{PROG}: warning: {w}", file=sys.stderr)
+    print_warnings(st.down.values())
 
 
 COMMANDS = [
