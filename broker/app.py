@@ -212,9 +212,9 @@ class Broker:
     async def _serve_metrics(self) -> None:
         from prometheus_client import CollectorRegistry
 
+        from pocketmq.broker.processors.stats import commit_log_dir, disk_used_ratio
         from pocketmq.broker.services.metrics import BrokerCollector
         registry = CollectorRegistry(auto_describe=False)
-        from pocketmq.broker.processors.stats import commit_log_dir, disk_used_ratio
         registry.register(BrokerCollector(self, self.request_latency, self.flush_latency,
                                           partial(disk_used_ratio, commit_log_dir(self.config))))
         self.metrics_server = await serve_metrics(self.server.host, self.config.metricsPort, registry)
