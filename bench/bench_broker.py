@@ -4,7 +4,7 @@ Starts mqnamesrv + mqbroker as real processes (store in a temp dir), then runs
 the load from this process:
 
     python bench/bench_broker.py [--seconds 5] [--flush ASYNC_FLUSH|SYNC_FLUSH] [--codec json|msgpack]
-                                 [--pull-batch 32] [--busy-poll-us N]
+                                 [--pull-batch 32] [--busy-poll-us N] [--metrics-port N]
 
 Reports: sync sends/s and p50/p99 latency (one in flight), sends/s with 64 in
 flight, batched sends (64 x 128 B per request) msgs/s, pull consumption
@@ -230,6 +230,8 @@ def main():
     ap.add_argument("--pull-batch", type=int, default=32)
     ap.add_argument("--busy-poll-us", type=int, default=None,
                     help="broker busyPollMicros (default: the broker's default, 200)")
+    ap.add_argument("--metrics-port", type=int, default=0,
+                    help="broker metricsPort: serve Prometheus /metrics (times every request; 0: off)")
     ap.add_argument("--codec", choices=["json", "msgpack"], default="json",
                     help="request header codec (replies use the same; msgpack is pocketmq's own)")
     args = ap.parse_args()
@@ -241,6 +243,8 @@ def main():
              f"--maxTransferBytesOnMessageInMemory={max(262144, args.pull_batch * 300)}"]
     if args.busy_poll_us is not None:
         extra.append(f"--busyPollMicros={args.busy_poll_us}")
+    if args.metrics_port:
+        extra.append(f"--metricsPort={args.metrics_port}")
     cluster = Cluster(root, broker_args=extra).start()
     try:
         try:

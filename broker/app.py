@@ -42,6 +42,7 @@ from pocketmq.broker.processors.pull import replay
 from pocketmq.broker.services.flush import FlushService
 from pocketmq.broker.services.hold import HoldService
 from pocketmq.broker.services.schedule import ScheduleService
+from pocketmq.broker.services.stats import run_stats_ticks
 from pocketmq.broker.services.transaction_check import TransactionCheckService
 from pocketmq.common.constants import SCHEDULE_TOPIC
 from pocketmq.common.files import write_file_atomic
@@ -52,6 +53,7 @@ from pocketmq.protocol.command import RemotingCommand
 from pocketmq.protocol.message import body_crc
 from pocketmq.remoting.client import RemotingClient
 from pocketmq.remoting.clock import monotonic_ms
+from pocketmq.remoting.metrics import LatencyHistogram, RequestLatency, bound_port, serve_metrics, timed_table
 from pocketmq.remoting.server import RemotingServer
 
 log = logging.getLogger("pocketmq.broker")
@@ -118,6 +120,11 @@ class Broker:
         self.hold_service: HoldService | None = None
         self.ns_client = RemotingClient()
         self.stats = BrokerStats()
+        # Prometheus (metricsPort): request latency per code, flush latency, the endpoint
+        self.request_latency = RequestLatency()
+        self.flush_latency = LatencyHistogram()
+        self.metrics_server: asyncio.AbstractServer | None = None
+        self.metrics_port: int | None = None
         # The processors' view of the broker; built by start() once the store is open.
         self.ctx: BrokerContext | None = None
         self._processors: dict = {}
@@ -171,10 +178,13 @@ class Broker:
         self.flush_service = FlushService(self.store, sync=self.sync_flush,
                                           # SYNC: woken by each waiting send (group commit); the
                                           # interval is only a fallback.
-                                          interval_ms=50 if self.sync_flush else cfg.flushIntervalCommitLog)
+                                          interval_ms=50 if self.sync_flush else cfg.flushIntervalCommitLog,
+                                          latency=self.flush_latency)
         self.flush_service.start()
         self.ctx = ctx = self._context()
-        self._processors.update(build_processor_table(ctx))
+        table = build_processor_table(ctx)
+        # timed only when metrics are served: no cost on the request path otherwise
+        self._processors.update(timed_table(table, self.request_latency) if cfg.metricsPort else table)
         self.hold_service = HoldService(self.held_pulls, partial(replay, ctx), mono_ms=self.mono_ms,
                                         max_offset_of=self.store.get_max_offset_in_queue,
                                         rescan_interval_ms=5000 if cfg.longPollingEnable
@@ -198,12 +208,15 @@ class Broker:
         self.transaction_service.start()
         self.stats.boot_timestamp = self.now_ms()
         await self.server.start_serving()
+        if cfg.metricsPort:
+            await self._serve_metrics()
         if cfg.namesrvAddr:
             self.ns_client.set_namesrv_addr(cfg.namesrvAddr)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._register_loop(), name="register-namesrv"),
                        loop.create_task(self._persist_loop(), name="persist"),
-                       loop.create_task(self._housekeeping_loop(), name="housekeeping")]
+                       loop.create_task(self._housekeeping_loop(), name="housekeeping"),
+                       loop.create_task(run_stats_ticks(self.stats, self.now_ms), name="stats")]
         if cfg.namesrvAddr:
             await self.register_all()
         log.info("The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
@@ -224,6 +237,18 @@ class Broker:
             on_topics_changed=self.on_topics_changed, publish_topics=self.publish_topics,
             unpublished_topics=self.unpublished_topics, persist_groups=self.persist_groups,
             transactions=self.transactions, store_host=self.store_host, config_path=self.config_path)
+
+    async def _serve_metrics(self) -> None:
+        from prometheus_client import CollectorRegistry
+
+        from pocketmq.broker.processors.stats import commit_log_dir, disk_used_ratio
+        from pocketmq.broker.services.metrics import BrokerCollector
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(BrokerCollector(self, self.request_latency, self.flush_latency,
+                                          partial(disk_used_ratio, commit_log_dir(self.config))))
+        self.metrics_server = await serve_metrics(self.server.host, self.config.metricsPort, registry)
+        self.metrics_port = bound_port(self.metrics_server)
+        log.info("metrics served at http://%s:%d/metrics", self.server.host, self.metrics_port)
 
     def is_closing(self) -> bool:
         return self.closing
@@ -309,6 +334,10 @@ class Broker:
             except (asyncio.CancelledError, Exception):
                 pass
         self._tasks = []
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+            await self.metrics_server.wait_closed()
+            self.metrics_server = None
         if self.config.namesrvAddr:
             await self.unregister_all()
         if self.server is not None:

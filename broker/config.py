@@ -330,6 +330,9 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     # descriptors it leaves to the store (0: half the limit, 64..1024)
     maxConnections: NonNegativeInt = 0
     reservedFileDescriptors: NonNegativeInt = 0
+    # pocketmq's own: the port of the Prometheus /metrics endpoint (docs/operations.md),
+    # on the listen address; 0 (the default) serves no metrics.
+    metricsPort: Port = 0
     maxFrameSize: FrameSize = FRAME_SIZE_BYTES_MAX_DEFAULT
 
     # --- validation --------------------------------------------------------
@@ -533,6 +536,7 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "regionId", "traceOn", "notifyConsumerIdsChangedEnable", "aclEnable",
     "rejectTransactionMessage", "serverChannelMaxIdleTimeSeconds", "maxHeldPulls", "maxFrameSize", "busyPollMicros",
     "maxConnections", "reservedFileDescriptors",
+    "metricsPort",
     "enablePropertyFilter", "transactionTimeOut", "transactionCheckMax", "transactionCheckInterval",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""

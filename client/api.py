@@ -36,6 +36,8 @@ registered).
 | delete_topic_in_broker      | DELETE_TOPIC_IN_BROKER                |
 | topic_stats                 | GET_TOPIC_STATS_INFO                  |
 | broker_runtime_info         | GET_BROKER_RUNTIME_INFO               |
+| view_broker_stats_data      | VIEW_BROKER_STATS_DATA                |
+| query_topic_consume_by_who  | QUERY_TOPIC_CONSUME_BY_WHO            |
 | consume_stats               | GET_CONSUME_STATS                     |
 | consumer_connection_list    | GET_CONSUMER_CONNECTION_LIST          |
 | consumer_running_info       | GET_CONSUMER_RUNNING_INFO (via broker)|
@@ -576,6 +578,22 @@ class ClientAPI:
         if resp.code != ResponseCode.SUCCESS:
             raise error_for(resp.code, resp.remark, addr)
         return self._json(resp, addr, "runtime info")
+
+    async def view_broker_stats_data(self, addr: str, stats_name: str, stats_key: str) -> dict:
+        """VIEW_BROKER_STATS_DATA: Java's BrokerStatsData {statsMinute, statsHour, statsDay:
+        {sum, tps, avgpt}} of one stats item (e.g. TOPIC_PUT_NUMS + topic, GROUP_GET_NUMS +
+        "topic@group"); a broker that has no such item answers SYSTEM_ERROR."""
+        resp = await self._ok(addr, RequestCode.VIEW_BROKER_STATS_DATA,
+                              {"statsName": stats_name, "statsKey": stats_key})
+        return self._json(resp, addr, "broker stats data")
+
+    async def query_topic_consume_by_who(self, addr: str, topic: str) -> list[str]:
+        """QUERY_TOPIC_CONSUME_BY_WHO: the groups that consume `topic` on the broker at `addr`
+        (subscribed now or with committed offsets)."""
+        d = self._json(await self._ok(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic}),
+                       addr, "topic consumers")
+        groups = d.get("groupList") if isinstance(d, dict) else None
+        return sorted(str(g) for g in groups or ())
 
     async def consume_stats(self, addr: str, group: str, topic: str | None = None) -> dict:
         ext = {"consumerGroup": group}

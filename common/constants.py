@@ -65,6 +65,15 @@ def is_dlq_topic(topic: str) -> bool:
 CQ_UNIT_SIZE = 20                 # one consume-queue unit: commit_log_offset q, size i, tags_code q
 CQ_FILLER_SIZE = 0x7FFFFFFF       # size field of a filler unit (a hole left by a truncated queue)
 
+# --- broker statistics: Java's BrokerStatsManager names (VIEW_BROKER_STATS_DATA statsName) -------
+# Keys: a topic for TOPIC_*, "topic@group" for GROUP_*, the cluster name for BROKER_*.
+TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
+TOPIC_PUT_SIZE = "TOPIC_PUT_SIZE"
+GROUP_GET_NUMS = "GROUP_GET_NUMS"
+GROUP_GET_SIZE = "GROUP_GET_SIZE"
+BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
+BROKER_GET_NUMS = "BROKER_GET_NUMS"
+
 # --- delay levels ---------------------------------------------------------------------------
 DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _DELAY_LEVEL_RE = re.compile(r"(\d+)([smhd])")

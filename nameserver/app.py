@@ -50,6 +50,7 @@ from pocketmq.nameserver.route import (
 from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
 from pocketmq.protocol.errors import BodyError
 from pocketmq.remoting.clock import monotonic_ms
+from pocketmq.remoting.metrics import RequestLatency, bound_port, serve_metrics, timed_table
 from pocketmq.remoting.server import RemotingServer
 from pocketmq.remoting.tasks import cancel_and_wait
 
@@ -95,6 +96,10 @@ class NameServer:
         self._kv_flush_task: asyncio.Task | None = None
         self._kv_persisted_version = 0
         self._closed = False
+        # Prometheus (metricsPort): request latency per code, the endpoint
+        self.request_latency = RequestLatency()
+        self.metrics_server: asyncio.AbstractServer | None = None
+        self.metrics_port: int | None = None
 
     def _kv_path(self) -> str | None:
         path = config_value(self.config, "kvConfigPath", None)
@@ -106,7 +111,11 @@ class NameServer:
         self.kv = await asyncio.to_thread(load_kv_config, self.kv_config_path)
         self._kv_persisted_version = self.kv.version
         state = NamesrvState(self.routes, self.kv, self.config, self.clock, self._on_kv_changed)
-        server = RemotingServer(build_processor_table(state), host=self.host,
+        metrics_port = int(config_value(self.config, "metricsPort", 0))
+        table = build_processor_table(state)
+        if metrics_port:   # timed only when metrics are served: no cost on the request path otherwise
+            table = timed_table(table, self.request_latency)
+        server = RemotingServer(table, host=self.host,
                                 port=int(config_value(self.config, "listenPort", DEFAULT_LISTEN_PORT)),
                                 name="namesrv", on_connection_close=self._on_connection_close,
                                 frame_size_bytes_max=self.frame_size_bytes_max,
@@ -115,6 +124,15 @@ class NameServer:
         self.port = await server.start()
         self._server = server
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-scan-not-active-broker")
+        if metrics_port:
+            from prometheus_client import CollectorRegistry
+
+            from pocketmq.nameserver.metrics import NamesrvCollector
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(NamesrvCollector(self, self.request_latency))
+            self.metrics_server = await serve_metrics(self.host, metrics_port, registry)
+            self.metrics_port = bound_port(self.metrics_server)
+            log.info("metrics served at http://%s:%d/metrics", self.host, self.metrics_port)
         log.info("The Name Server boot success. serializeType=JSON, address %s:%d", self.host, self.port)
         return self
 
@@ -124,6 +142,10 @@ class NameServer:
         self._closed = True
         await cancel_and_wait(self._scan_task)
         self._scan_task = None
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+            await self.metrics_server.wait_closed()
+            self.metrics_server = None
         if self._server is not None:
             await self._server.close()
         # A flush in a worker thread cannot be cancelled: let it finish, then write the last state.
@@ -140,6 +162,9 @@ class NameServer:
         await self.close()
 
     # -- broker liveness -------------------------------------------------------------------
+    def connection_count(self) -> int:
+        return len(self._server.connections) if self._server is not None else 0
+
     def _on_connection_close(self, conn) -> None:
         for removed in self.routes.remove_by_channel(conn):
             log.info("broker %s removed: its connection closed%s", removed.broker_addr,

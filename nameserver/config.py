@@ -92,6 +92,9 @@ class NamesrvConfig(NettyServerConfig, _NamesrvSection):
     # --- pocketmq's own ----------------------------------------------------
     scanNotActiveBrokerInterval: PositiveLong = 10_000
     brokerChannelExpiredTime: PositiveLong = 120_000
+    # the port of the Prometheus /metrics endpoint (docs/operations.md), on the listen
+    # address; 0 (the default) serves no metrics.
+    metricsPort: Port = 0
     maxFrameSize: FrameSize = FRAME_SIZE_BYTES_MAX_DEFAULT
     maxConnections: NonNegativeInt = 0
     reservedFileDescriptors: NonNegativeInt = 0
@@ -117,6 +120,7 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "listenPort", "kvConfigPath", "orderMessageEnable", "serverChannelMaxIdleTimeSeconds",
     "scanNotActiveBrokerInterval", "brokerChannelExpiredTime", "maxFrameSize",
     "maxConnections", "reservedFileDescriptors",
+    "metricsPort",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""
 

@@ -22,7 +22,7 @@ _SEND_CODES = frozenset({int(R.SEND_MESSAGE), int(R.SEND_MESSAGE_V2), int(R.SEND
 
 
 def build_processor_table(ctx: BrokerContext) -> dict:
-    from pocketmq.broker.processors import admin, client_manage as cm, end_transaction, pull, send, send_back
+    from pocketmq.broker.processors import admin, client_manage as cm, end_transaction, pull, send, send_back, stats
     table = {
         R.SEND_MESSAGE: send.process_send,
         R.SEND_MESSAGE_V2: send.process_send,
@@ -50,7 +50,8 @@ def build_processor_table(ctx: BrokerContext) -> dict:
         R.GET_CONSUME_STATS: admin.process_get_consume_stats,
         R.GET_CONSUMER_CONNECTION_LIST: admin.process_get_consumer_connection_list,
         R.GET_CONSUMER_RUNNING_INFO: admin.process_get_consumer_running_info,
-        R.GET_BROKER_RUNTIME_INFO: admin.process_get_broker_runtime_info,
+        R.GET_BROKER_RUNTIME_INFO: stats.process_get_broker_runtime_info,
+        R.VIEW_BROKER_STATS_DATA: stats.process_view_broker_stats_data,
         R.QUERY_TOPIC_CONSUME_BY_WHO: admin.process_query_topic_consume_by_who,
         R.GET_ALL_CONSUMER_OFFSET: admin.process_get_all_consumer_offset,
         R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.process_get_all_subscription_group,

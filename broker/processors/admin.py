@@ -202,20 +202,6 @@ async def _call_client(channel, cmd, request, client_id: str, group: str):
     return cmd.response(resp.code, resp.remark, body=resp.body)
 
 
-def runtime_info(ctx) -> dict:
-    st, stats = ctx.store, ctx.stats
-    return {"brokerVersionDesc": VERSION_DESC, "brokerVersion": 401,
-            "msgPutTotalTodayNow": stats.msg_put_total, "msgGetTotalTodayNow": stats.msg_get_total,
-            "commitLogMinOffset": st.commit_log_min_offset, "commitLogMaxOffset": st.commit_log_max_offset,
-            "bootTimestamp": stats.boot_timestamp, "heldPulls": ctx.held_pulls.count,
-            "flushDiskType": ctx.config.flushDiskType}
-
-
-def process_get_broker_runtime_info(ctx, conn, cmd):
-    table = {k: str(v) for k, v in runtime_info(ctx).items()}
-    return cmd.response(ResponseCode.SUCCESS, body=bodies.dumps({"table": table}))
-
-
 def process_query_topic_consume_by_who(ctx, conn, cmd):
     topic = req_str(cmd.ext_fields, "topic")
     groups = ctx.consumers.groups_subscribing(topic) | ctx.offsets.groups_of_topic(topic)

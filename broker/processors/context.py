@@ -15,10 +15,11 @@ from pocketmq.broker.core.clients import ConsumerManager, ProducerManager
 from pocketmq.broker.core.held_pulls import HeldPullTable
 from pocketmq.broker.core.locks import RebalanceLockManager
 from pocketmq.broker.core.offsets import ConsumerOffsetManager
+from pocketmq.broker.core.stats import BrokerStats
 from pocketmq.broker.core.subscription_groups import SubscriptionGroupManager
 from pocketmq.broker.core.topics import TopicConfigManager
 from pocketmq.broker.core.transaction import DecidedTransactions
-from pocketmq.broker.store.api import PutMessageResult, Store
+from pocketmq.broker.store.api import Store
 from pocketmq.protocol.bodies import DataVersion
 
 if TYPE_CHECKING:
@@ -32,23 +33,6 @@ class FlushWaiter(Protocol):
         """True when flushed, False on timeout, None when the store failed."""
 
 
-class BrokerStats:
-    """Counters reported by GET_BROKER_RUNTIME_INFO."""
-
-    __slots__ = ("msg_put_total", "msg_get_total", "boot_timestamp")
-
-    def __init__(self) -> None:
-        self.msg_put_total = 0
-        self.msg_get_total = 0
-        self.boot_timestamp = 0
-
-    def count_put(self, result: PutMessageResult) -> None:
-        self.msg_put_total += result.msg_count or 1
-
-    def count_get(self, n: int) -> None:
-        self.msg_get_total += n
-
-
 @dataclass(frozen=True, slots=True)
 class BrokerContext:
     config: BrokerConfig
@@ -60,7 +44,7 @@ class BrokerContext:
     producers: ProducerManager
     locks: RebalanceLockManager
     held_pulls: HeldPullTable
-    stats: BrokerStats
+    stats: BrokerStats                     # counters and windows (broker/core/stats.py)
     # SYNC_FLUSH: a send waits for flush_service.wait_flushed
     flush_service: FlushWaiter | None
     sync_flush: bool

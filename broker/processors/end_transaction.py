@@ -129,7 +129,7 @@ def process_end_transaction(ctx, conn, cmd):
         if result.status is not PutMessageStatus.PUT_OK:
             code, remark = put_status_response(result.status, ctx.config.maxMessageSize)
             return cmd.response(code, remark)   # undecided: a later check asks again
-        ctx.stats.count_put(result)
+        ctx.stats.count_put(real.topic, result)
     write_op(ctx, rec.queue_offset, origin)
     return cmd.response(ResponseCode.SUCCESS)
 

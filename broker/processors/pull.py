@@ -119,8 +119,9 @@ def pull(ctx, conn, cmd, h, allow_suspend: bool, sub=None):
         ctx.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
     ext = _offsets_ext(r.next_begin_offset, r.min_offset, r.max_offset)
     if code == ResponseCode.SUCCESS:
-        ctx.stats.count_get(r.message_count)
+        ctx.stats.count_get(h.topic, h.consumer_group, r.message_count, r.buffer_total_size)
         return cmd.response(code, status, ext_fields=ext, body=r.buffers)
+    ctx.stats.count_miss()
     if (code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & PullSysFlag.SUSPEND
             and not ctx.is_closing()):
         timeout = h.suspend_timeout_millis if cfg.longPollingEnable else cfg.shortPollingTimeMills

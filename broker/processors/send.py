@@ -25,6 +25,7 @@ from pocketmq.common.constants import DLQ_GROUP_TOPIC_PREFIX as DLQ_PREFIX
 from pocketmq.common.constants import (
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
+    TRANS_HALF_TOPIC,
     dlq_topic,
 )
 from pocketmq.protocol import message as msgcodec
@@ -158,7 +159,7 @@ def process_send(ctx, conn, cmd):
     region, trace_on = ctx.send_ext_region_trace
     ext = {"MSG_REGION": region, "TRACE_ON": trace_on, "msgId": result.msg_id, "queueId": str(queue_id),
            "queueOffset": str(result.queue_offset)}
-    ctx.stats.count_put(result)
+    ctx.stats.count_put(topic, result)
     if wait and ctx.sync_flush:
         return _await_flush(ctx, cmd, ext, result.wrote_offset + result.wrote_bytes)
     return cmd.response(_SUCCESS, None, ext)
@@ -183,7 +184,7 @@ def _send_half(ctx, cmd, conn, group, topic, queue_id, flag, body, p, sys_flag, 
     region, trace_on = ctx.send_ext_region_trace
     ext = {"MSG_REGION": region, "TRACE_ON": trace_on, "msgId": result.msg_id, "queueId": str(queue_id),
            "queueOffset": str(result.queue_offset)}
-    ctx.stats.count_put(result)
+    ctx.stats.count_put(TRANS_HALF_TOPIC, result)
     if "WAIT\x01false" not in p and ctx.sync_flush:
         return _await_flush(ctx, cmd, ext, result.wrote_offset + result.wrote_bytes)
     return cmd.response(_SUCCESS, None, ext)

@@ -83,5 +83,5 @@ def process_send_back(ctx, conn, cmd):
     code, remark = put_status_response(result.status, ctx.config.maxMessageSize)
     if code != ResponseCode.SUCCESS:
         return cmd.response(ResponseCode.SYSTEM_ERROR, remark)
-    ctx.stats.count_put(result)
+    ctx.stats.count_put(topic, result)
     return cmd.response(ResponseCode.SUCCESS)

@@ -14,13 +14,15 @@ import heapq
 import itertools
 import logging
 import threading
+import time
 
 log = logging.getLogger("pocketmq.broker.flush")
 
 
 class FlushService:
-    def __init__(self, store, *, sync: bool, interval_ms: int = 500, waiters_max: int = 100_000):
+    def __init__(self, store, *, sync: bool, interval_ms: int = 500, waiters_max: int = 100_000, latency=None):
         self.store = store
+        self.latency = latency   # a LatencyHistogram (remoting/metrics.py) observing each flush, or None
         self.sync = sync
         self.interval_s = max(0.001, interval_ms / 1000)
         self.waiters_max = waiters_max
@@ -73,7 +75,6 @@ class FlushService:
     CQ_FLUSH_INTERVAL_S = 1.0   # consume queues are rebuilt from the commit log; flush them lazily
 
     def _run(self) -> None:
-        import time
         next_cq_flush = time.monotonic() + self.CQ_FLUSH_INTERVAL_S
         while not self._stop:
             self._wake.wait(self.interval_s)
@@ -92,7 +93,10 @@ class FlushService:
         if self.failed:
             return   # never retry a failed fsync; the store refuses writes until restart
         try:
+            t0 = time.perf_counter()
             flushed = self.store.flush()
+            if self.latency is not None:
+                self.latency.observe(time.perf_counter() - t0)
             failed = False
         except Exception:
             log.exception("commit log flush failed; the store stops accepting writes until restart")

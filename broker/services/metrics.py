@@ -1,0 +1,141 @@
+"""The broker's Prometheus metrics: a collector reading the live tables at scrape time.
+
+Nothing here runs per message: the send and pull processors only add integers to
+broker/core/stats.py's counters; this collector turns those, the store's offsets, the
+committed offsets and the server's connection and latency tables into metric families
+when /metrics is scraped (on the event loop, remoting/metrics.serve_metrics).
+rocketmq-exporter's names and labels are used where the meaning is the same; the rest
+are pocketmq_*. The list, with a scrape config: docs/operations.md.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from pocketmq.remoting.metrics import LatencyHistogram, RequestLatency, RequestLatencyCollector
+
+
+class BrokerCollector:
+    def __init__(self, broker, latency: RequestLatency, flush_latency: LatencyHistogram,
+                 disk_ratio: Callable[[], float]) -> None:
+        self.broker = broker
+        self.disk_ratio = disk_ratio   # used fraction of the commit log's partition
+        self.latency = RequestLatencyCollector(latency, "broker")
+        self.flush_latency = flush_latency
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+        b = self.broker
+        cfg, stats, store = b.config, b.stats, b.store
+        cluster, name = cfg.brokerClusterName, cfg.brokerName
+        tl = ["cluster", "broker", "topic"]
+        gl = ["cluster", "broker", "topic", "group"]
+
+        put_tps = GaugeMetricFamily("rocketmq_producer_tps", "Messages stored per second, per topic (last minute)", labels=tl)
+        put_size = GaugeMetricFamily("rocketmq_producer_message_size",
+                                     "Bytes stored per second, per topic (last minute)", labels=tl)
+        put_msgs = CounterMetricFamily("pocketmq_topic_put_messages", "Messages stored since start, per topic",
+                                       labels=tl)
+        put_bytes = CounterMetricFamily("pocketmq_topic_put_bytes", "Bytes stored since start, per topic", labels=tl)
+        for topic, c in sorted(stats.put.items()):
+            lv = [cluster, name, topic]
+            put_tps.add_metric(lv, c.nums.in_minute().tps)
+            put_size.add_metric(lv, c.size.in_minute().tps)
+            put_msgs.add_metric(lv, c.msgs)
+            put_bytes.add_metric(lv, c.bytes)
+        yield from (put_tps, put_size, put_msgs, put_bytes)
+
+        get_tps = GaugeMetricFamily("rocketmq_consumer_tps", "Messages pulled per second, per topic and group "
+                                    "(last minute)", labels=gl)
+        get_size = GaugeMetricFamily("rocketmq_consumer_message_size", "Bytes pulled per second, per topic and "
+                                     "group (last minute)", labels=gl)
+        get_msgs = CounterMetricFamily("pocketmq_group_get_messages", "Messages pulled since start, per topic and "
+                                       "group", labels=gl)
+        get_bytes = CounterMetricFamily("pocketmq_group_get_bytes", "Bytes pulled since start, per topic and group",
+                                        labels=gl)
+        for topic, groups in sorted(stats.get.items()):
+            for group, c in sorted(groups.items()):
+                lv = [cluster, name, topic, group]
+                get_tps.add_metric(lv, c.nums.in_minute().tps)
+                get_size.add_metric(lv, c.size.in_minute().tps)
+                get_msgs.add_metric(lv, c.msgs)
+                get_bytes.add_metric(lv, c.bytes)
+        yield from (get_tps, get_size, get_msgs, get_bytes)
+
+        yield from self._offsets(cluster, name, store)
+
+        totals = [
+            ("pocketmq_broker_put_messages", "Messages stored since start", stats.msg_put_total),
+            ("pocketmq_broker_get_messages", "Messages pulled since start", stats.msg_get_total),
+            ("pocketmq_pull_found", "Pull requests answered with messages", stats.get_found),
+            ("pocketmq_pull_miss", "Pull requests answered without messages", stats.get_miss),
+        ]
+        for metric, doc, value in totals:
+            f = CounterMetricFamily(metric, doc, labels=["cluster", "broker"])
+            f.add_metric([cluster, name], value)
+            yield f
+        max_offset = store.commit_log_max_offset
+        gauges = [
+            ("rocketmq_broker_tps", "Messages stored per second (last 10 s)", stats.tps(1, 10)),
+            ("rocketmq_broker_qps", "Messages pulled per second (last 10 s)", stats.tps(2, 10)),
+            ("rocketmq_brokeruntime_commitlog_disk_ratio", "Used fraction of the commit log's disk partition",
+             self.disk_ratio()),
+            ("pocketmq_commitlog_min_offset", "First byte of the commit log still on disk", store.commit_log_min_offset),
+            ("pocketmq_commitlog_max_offset", "End of the commit log (bytes ever written)", max_offset),
+            ("pocketmq_store_size_bytes", "Commit log bytes on disk (max offset - min offset)",
+             max_offset - store.commit_log_min_offset),
+            ("pocketmq_dispatch_behind_bytes", "Commit log bytes not yet in the consume queues",
+             max(0, max_offset - store.reput_from_offset)),
+            ("pocketmq_flush_behind_bytes", "Commit log bytes not yet flushed",
+             max(0, max_offset - store.flushed_offset)),
+            ("pocketmq_held_pulls", "Pull requests parked for long polling", b.held_pulls.count),
+            ("pocketmq_connections", "Open client connections",
+             len(b.server.connections) if b.server is not None else 0),
+        ]
+        for metric, doc, value in gauges:
+            f = GaugeMetricFamily(metric, doc, labels=["cluster", "broker"])
+            f.add_metric([cluster, name], value)
+            yield f
+        h = self.flush_latency
+        flush = HistogramMetricFamily("pocketmq_flush_latency_seconds", "Time one commit log flush (fdatasync) took",
+                                      labels=["cluster", "broker"])
+        flush.add_metric([cluster, name], h.buckets(), h.sum)
+        yield flush
+        yield from self.latency.collect()
+
+    def _offsets(self, cluster, name, store):
+        """Topic offsets and consumer lag: broker max offset - committed offset per queue."""
+        from prometheus_client.core import GaugeMetricFamily
+        b = self.broker
+        produced = GaugeMetricFamily("rocketmq_producer_offset", "Sum of the topic's queue max offsets",
+                                     labels=["cluster", "broker", "topic"])
+        for topic in sorted(b.topics.topics):
+            tc = b.topics.get(topic)
+            produced.add_metric([cluster, name, topic],
+                                sum(max(0, store.get_max_offset_in_queue(topic, q)) for q in range(tc.read_queue_nums)))
+        yield produced
+        diff = GaugeMetricFamily("rocketmq_group_diff", "Messages not consumed yet (committed offset to max offset), "
+                                 "per group and topic", labels=["group", "topic", "countOfOnlineConsumers", "msgModel"])
+        queue_lag = GaugeMetricFamily("pocketmq_consumer_queue_lag", "Messages not consumed yet, per queue",
+                                      labels=["cluster", "broker", "group", "topic", "queue"])
+        consumed = GaugeMetricFamily("rocketmq_consumer_offset", "Sum of the group's committed offsets",
+                                     labels=["cluster", "broker", "topic", "group"])
+        for key, queues in sorted(b.offsets.table.items()):
+            topic, _, group = key.partition("@")   # topic@group; topic names cannot hold '@'
+            tc = b.topics.get(topic)
+            if tc is None:
+                continue
+            g = b.consumers.get(group)
+            online = len(g.channels) if g is not None else 0
+            model = g.message_model if g is not None else "CLUSTERING"
+            total_lag = total_offset = 0
+            for q in range(tc.read_queue_nums):
+                committed = queues.get(q, -1)
+                if committed < 0:
+                    continue
+                lag = max(0, store.get_max_offset_in_queue(topic, q) - committed)
+                total_lag += lag
+                total_offset += committed
+                queue_lag.add_metric([cluster, name, group, topic, str(q)], lag)
+            diff.add_metric([group, topic, str(online), model], total_lag)
+            consumed.add_metric([cluster, name, topic, group], total_offset)
+        yield from (diff, queue_lag, consumed)
