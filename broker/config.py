@@ -464,6 +464,10 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
             "max_transfer_bytes_on_message_in_disk": self.maxTransferBytesOnMessageInDisk,
             "max_transfer_count_on_message_in_disk": self.maxTransferCountOnMessageInDisk,
             "access_message_in_memory_max_ratio": self.accessMessageInMemoryMaxRatio,
+            "message_index_enable": self.messageIndexEnable,
+            "max_hash_slot_num": self.maxHashSlotNum,
+            "max_index_num": self.maxIndexNum,
+            "max_msgs_num_batch": self.maxMsgsNumBatch,
         }
 
     def config_items(self, *, important_only: bool = False) -> list[tuple[str, object]]:

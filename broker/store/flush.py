@@ -63,8 +63,9 @@ class FlushPart:
                     cq.flush()
                     if cq.has_files:
                         count += 1
+            index_ts = self._flush_index()
             write_checkpoint(self.config.checkpoint_path, Checkpoint(
-                physic_ts, logics_ts, 0, self._commitlog.flushed_offset, dispatched, count))
+                physic_ts, logics_ts, index_ts, self._commitlog.flushed_offset, dispatched, count))
         except OSError as e:
             self._fail(f"consume queue / checkpoint flush failed: {e}")
             raise StoreError(self._failed) from e
