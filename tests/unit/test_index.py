@@ -87,6 +87,7 @@ def test_golden_bytes(tmp_path):
     f.unmap()
     data = open(path, "rb").read()
     assert len(data) == index_file_size(4, 8) == 40 + 16 + 160
+    assert INDEX_HEADER_SIZE == 40
     assert data[:40] == struct.pack(">qqqqii", 5_000, 7_500, 1000, 2000, 1, 3)
     slot = 40 + (h1 % 4) * 4
     assert data[slot:slot + 4] == struct.pack(">i", 2)

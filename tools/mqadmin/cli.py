@@ -5,7 +5,8 @@
 
 Commands: updateTopic, deleteTopic, topicList, topicRoute, topicStatus,
 clusterList, consumerProgress, consumerConnection, consumerStatus, updateSubGroup,
-deleteSubGroup, resetOffsetByTime, sendMessage, queryMsgById.
+deleteSubGroup, resetOffsetByTime, sendMessage, queryMsgById, queryMsgByKey,
+queryMsgByUniqueKey, queryMsgByOffset, printMsg.
 
 `-n` defaults to the NAMESRV_ADDR environment variable. Exit codes: 0 success,
 1 the operation failed (unreachable server, error response, not found),
