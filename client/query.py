@@ -56,7 +56,9 @@ async def _query_broker(api, addr: str, topic: str, key: str, max_num: int, begi
     found: dict[int, object] = {}
     hi = end_ms
     while len(found) < max_num and hi >= begin_ms:
-        header = QueryMessageRequestHeader(topic, key, max_num - len(found), begin_ms, hi, unique)
+        # ask for the whole max_num every time: a page starts with the records already
+        # seen in its newest millisecond (hi is inclusive), the new ones come after them
+        header = QueryMessageRequestHeader(topic, key, max_num, begin_ms, hi, unique)
         page, _progress = await api.query_message(addr, header)
         if not page:
             break
