@@ -28,9 +28,13 @@ the index's one-second resolution never show in results.
 Who builds it: not the put path (it stays as fast as without an index). Like Java's
 reput thread, the index lags a little and catches up in batches: `_index_catch_up`
 walks the records the dispatcher has passed (below `reput_from`) from the index's own
-progress point, on each `flush_consume_queues` (the flush thread, every second), before
-each query (so a query sees every dispatched record) and at open. Prepared and
-rolled-back transaction halves are not indexed (Java's rule).
+progress point, at most `index_build_batch` (broker key indexBuildBatchNums, 20,000)
+records per call, on each `flush_consume_queues` (the flush thread, every second) and
+before each query; at open it indexes everything missing. The bound keeps the index
+to a bounded share of the one interpreter the broker has (it costs about twice a put
+per message); under a sustained load above that rate the index lags, and a query sees
+what is indexed so far, as with Java (the answer's indexLastUpdatePhyoffset says how
+far). Prepared and rolled-back transaction halves are not indexed (Java's rule).
 
 Durability: the files are mmapped and fdatasync'ed before each checkpoint, which records
 the last file's endTimestamp as RocketMQ's indexMsgTimestamp. After a crash, files whose
@@ -49,13 +53,14 @@ import mmap
 import os
 import struct
 import threading
+from operator import mul
 from datetime import datetime
 from typing import Iterator
 
 from pocketmq.broker.store.api import QueryMessageResult
-from pocketmq.broker.store.commitlog import BLANK, RECORD, check_record
-from pocketmq.protocol.message import (KEY_SEPARATOR, KEYS, MAX_INT, UNIQ_KEY, MessageSysFlag, decode_record,
-                                       java_string_hash, properties_at, property_value)
+from pocketmq.protocol.message import (BLANK_MAGIC_CODE, KEY_SEPARATOR, KEYS, MAX_INT, MESSAGE_MAGIC_CODE, UNIQ_KEY,
+                                       MessageSysFlag, decode_record, index_fields_at, java_string_hash,
+                                       property_getter, property_value, unpack_size_magic)
 
 __all__ = ["INDEX_HEADER_SIZE", "INDEX_SLOT_SIZE", "INDEX_ENTRY_SIZE", "IndexFile", "IndexService",
            "IndexPart", "index_key_hash", "index_file_size", "index_file_name", "message_index_keys"]
@@ -76,6 +81,68 @@ def index_key_hash(key: str) -> int:
     """Java IndexFile.indexKeyHashMethod: abs(String.hashCode()), Integer.MIN_VALUE -> 0."""
     h = java_string_hash(key)
     return 0 if h == _MIN_INT else abs(h)
+
+
+# String.hashCode is the polynomial sum(c[i] * 31^(n-1-i)) mod 2^32: for ASCII bytes it
+# is a dot product with precomputed powers, which map/sum run in C (the per-character
+# Python loop cost more than everything else the index does per message).
+_MASK = 0xFFFFFFFF
+_POW_N = 256
+_POWERS_DESC = [pow(31, _POW_N - 1 - i, 1 << 32) for i in range(_POW_N)]   # 31^255 .. 31^0
+
+
+def _poly_hash(b: bytes) -> int:
+    """Unsigned Java hashCode of ASCII bytes."""
+    n = len(b)
+    if n <= _POW_N:
+        return sum(map(mul, b, _POWERS_DESC[_POW_N - n:])) & _MASK
+    h = 0
+    for c in b:
+        h = (31 * h + c) & _MASK
+    return h
+
+
+_SUFFIX = 12                # the part of a long key hashed per record (a UNIQ_KEY's time + counter)
+_PREFIX_CACHE_MAX = 4096    # distinct long-key prefixes remembered per topic (producers)
+_P31_SUFFIX = pow(31, _SUFFIX, 1 << 32)
+
+
+class _KeyHasher:
+    """index_key_hash(topic + "#" + key) for raw key bytes, the topic's part computed once:
+    hash(p + k) = hash(p) * 31^len(k) + hash(k) (mod 2^32). A long key's head is cached
+    too: a client msgId (UNIQ_KEY) is 20 hex digits naming the producer (address,
+    pid, class loader) then 12 that change per message, so per record only those 12 are
+    hashed (the per-character loop is most of the index's cost)."""
+
+    __slots__ = ("prefix", "prefix_hash", "heads")
+
+    def __init__(self, topic: str) -> None:
+        self.prefix = topic + "#"
+        self.prefix_hash = java_string_hash(self.prefix) & _MASK
+        self.heads: dict[bytes, int] = {}
+
+    def __call__(self, key: bytes) -> int:
+        if not key.isascii():
+            return index_key_hash(self.prefix + key.decode("utf-8", "replace"))
+        n = len(key)
+        if n > _SUFFIX + 4:
+            head = key[:n - _SUFFIX]
+            h = self.heads.get(head)
+            if h is None:
+                if len(self.heads) >= _PREFIX_CACHE_MAX:
+                    self.heads.clear()
+                h = self.heads[head] = (self.prefix_hash * _POWERS_DESC[_POW_N - 1 - len(head)]
+                                        + _poly_hash(head)) & _MASK if len(head) < _POW_N else \
+                    java_string_hash(self.prefix + head.decode()) & _MASK
+            for c in key[n - _SUFFIX:]:
+                h = (31 * h + c) & _MASK
+        else:
+            h = self.prefix_hash
+            for c in key:
+                h = (31 * h + c) & _MASK
+        if h & 0x80000000:
+            h -= 0x100000000
+        return 0 if h == _MIN_INT else abs(h)
 
 
 def index_file_size(slot_num: int, index_num: int) -> int:
@@ -101,6 +168,23 @@ def message_index_keys(topic: str, props: str) -> list[str]:
         for k in keys.split(KEY_SEPARATOR):
             if k:
                 out.append(f"{topic}#{k}")
+    return out
+
+
+_uniq_of = property_getter(UNIQ_KEY)
+_keys_of = property_getter(KEYS)
+_KEY_SEPARATOR_B = KEY_SEPARATOR.encode()
+
+
+def _raw_keys(props: bytes) -> list[bytes]:
+    """message_index_keys without the topic, on the properties as stored."""
+    out = []
+    uniq = _uniq_of(props)
+    if uniq:
+        out.append(uniq)
+    keys = _keys_of(props)
+    if keys:
+        out.extend(k for k in keys.split(_KEY_SEPARATOR_B) if k)
     return out
 
 
@@ -188,36 +272,40 @@ class IndexFile:
 
     # ------------------------------------------------------------------ entries
 
-    def put_keys(self, hashes: list[int], phy: int, store_ts: int) -> int:
+    def put_keys(self, hashes: list[int], phy: int, store_ts: int,
+                 _slot_unpack=_SLOT.unpack_from, _slot_pack=_SLOT.pack_into, _entry_pack=_ENTRY.pack_into) -> int:
         """Add one record's keys (Java putKey, per key); returns how many fit. The header
         is written once, after the last entry, so a reader never sees a count beyond the
         entries written."""
         mm = self.mm
-        slots_base = INDEX_HEADER_SIZE
-        entries_base = INDEX_HEADER_SIZE + self.slot_num * INDEX_SLOT_SIZE
-        if self.index_count <= 1:
+        slot_num = self.slot_num
+        idx = self.index_count
+        if idx <= 1:
             self.begin_ts = store_ts
             self.begin_phy = phy
-        diff = 0 if self.begin_ts <= 0 else (store_ts - self.begin_ts) // 1000
-        diff = 0 if diff < 0 else min(diff, MAX_INT)
+        begin_ts = self.begin_ts
+        diff = 0 if begin_ts <= 0 else (store_ts - begin_ts) // 1000
+        diff = 0 if diff < 0 else (diff if diff <= MAX_INT else MAX_INT)
+        entries_base = INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE
+        room = self.index_num - idx
         n = 0
         for h in hashes:
-            if self.index_count >= self.index_num:
+            if n >= room:
                 break
-            slot_pos = slots_base + (h % self.slot_num) * INDEX_SLOT_SIZE
-            prev = _SLOT.unpack_from(mm, slot_pos)[0]
-            if prev <= 0 or prev > self.index_count:
+            slot_pos = INDEX_HEADER_SIZE + (h % slot_num) * INDEX_SLOT_SIZE
+            prev = _slot_unpack(mm, slot_pos)[0]
+            if prev <= 0 or prev > idx:
                 prev = 0
                 self.slot_count += 1
-            idx = self.index_count
-            _ENTRY.pack_into(mm, entries_base + idx * INDEX_ENTRY_SIZE, h, phy, diff, prev)
-            _SLOT.pack_into(mm, slot_pos, idx)
-            self.index_count = idx + 1
+            _entry_pack(mm, entries_base + idx * INDEX_ENTRY_SIZE, h, phy, diff, prev)
+            _slot_pack(mm, slot_pos, idx)
+            idx += 1
             n += 1
         if n:
+            self.index_count = idx
             self.end_ts = store_ts
             self.end_phy = phy
-            self._write_header()
+            _HEADER.pack_into(mm, 0, begin_ts, store_ts, self.begin_phy, phy, self.slot_count, idx)
         return n
 
     def select(self, key_hash: int, begin_ms: int, end_ms: int) -> Iterator[int]:
@@ -325,7 +413,16 @@ class IndexService:
     # ------------------------------------------------------------------ writing
 
     def put(self, keys: list[str], phy: int, store_ts: int) -> None:
-        hashes = [index_key_hash(k) for k in keys]
+        self.put_hashes([index_key_hash(k) for k in keys], phy, store_ts)
+
+    def put_hashes(self, hashes: list[int], phy: int, store_ts: int) -> None:
+        files = self.files
+        f = files[-1] if files else None
+        if f is not None and f.index_count + len(hashes) <= f.index_num:
+            f.put_keys(hashes, phy, store_ts)        # the common case: the record fits the active file
+            if f not in self._dirty:
+                self._dirty.append(f)
+            return
         while hashes:
             f = self._active(store_ts)
             n = f.put_keys(hashes, phy, store_ts)
@@ -433,6 +530,7 @@ class IndexPart:
         cl = self._commitlog
         resume, done_through = svc.load(abnormal, index_checkpoint_ts, cl.min_offset, cl.wrote_offset)
         self._index = svc
+        self._index_hashers = {}
         self._index_done_through = done_through
         self._index_from = max(resume, cl.min_offset)
         n = self._index_catch_up()
@@ -444,9 +542,10 @@ class IndexPart:
             with self._index.lock:
                 self._index.close()
 
-    def _index_catch_up(self) -> int:
-        """Index the records between the index's progress point and the dispatch point.
-        Returns the number of records walked."""
+    def _index_catch_up(self, max_records: int = 0) -> int:
+        """Index the records between the index's progress point and the dispatch point,
+        at most `max_records` of them (0: all). Returns the number of records walked. Records below the dispatch point were
+        checked by recovery or written by this process, so only their frame is read here."""
         svc = self._index
         if svc is None:
             return 0
@@ -455,26 +554,38 @@ class IndexPart:
             start = max(self._index_from, self._commitlog.min_offset)
             done_through = self._index_done_through
             n = 0
-            queue = self._commitlog.queue
-            while start < limit:
-                mf = queue.find(start)
+            find = self._commitlog.queue.find
+            hashers = self._index_hashers
+            put = svc.put_hashes
+            tran_mask = MessageSysFlag.TRANSACTION_MASK
+            prepared_or_rollback = MessageSysFlag.TRANSACTION_PREPARED_TYPE   # 4 and 12 both have bit 4
+            if max_records > 0:
+                stop_at = max_records
+            else:
+                stop_at = -1
+            while start < limit and n != stop_at:
+                mf = find(start)
                 if mf is None:
                     break
+                view = mf.view
                 pos = start - mf.start
-                kind, size, req = check_record(mf.view, pos, mf.size, start, self._delay_levels, full=False)
-                if kind == BLANK:
-                    start = mf.end
-                    continue
-                if kind != RECORD:
-                    log.error("index build stopped at %d: %s", start, req or kind)
+                total, magic = unpack_size_magic(view, pos)
+                if magic != MESSAGE_MAGIC_CODE:
+                    if magic == BLANK_MAGIC_CODE:
+                        start = mf.end
+                        continue
+                    log.error("index build stopped at %d: no record there", start)
                     break
-                if start > done_through and _indexed(req.sys_flag):
-                    props = properties_at(mf.view, pos)
-                    if props:
-                        keys = message_index_keys(req.topic, props.decode("utf-8", "replace"))
+                if start > done_through:
+                    sys_flag, store_ts, topic_b, props = index_fields_at(view, pos)
+                    if props and not sys_flag & tran_mask & prepared_or_rollback:
+                        keys = _raw_keys(props)
                         if keys:
-                            svc.put(keys, start, req.store_timestamp)
-                start += size
+                            hasher = hashers.get(topic_b)
+                            if hasher is None:
+                                hasher = hashers[topic_b] = _KeyHasher(topic_b.decode("utf-8", "replace"))
+                            put([hasher(k) for k in keys], start, store_ts)
+                start += total
                 n += 1
             self._index_from = start
             svc.expire(self._commitlog.min_offset)
@@ -484,7 +595,7 @@ class IndexPart:
         """Flush's hook: catch up, fdatasync; the checkpoint's indexMsgTimestamp."""
         if self._index is None:
             return 0
-        self._index_catch_up()
+        self._index_catch_up(self.config.index_build_batch)
         with self._index.lock:
             return self._index.flush()
 
@@ -495,7 +606,7 @@ class IndexPart:
         svc = self._index
         if svc is None or not self._open:
             return QueryMessageResult([], 0, 0)
-        self._index_catch_up()
+        self._index_catch_up(self.config.index_build_batch)
         max_num = min(max_num, self.config.max_msgs_num_batch)
         out: list[int] = []
         with svc.lock:

@@ -88,6 +88,7 @@ class MessageStore(RecoveryPart, AppendPart, DispatchPart, ReadPart, SearchPart,
         self._index: IndexService | None = None
         self._index_from = 0
         self._index_done_through = -1
+        self._index_hashers: dict = {}               # topic bytes -> index._KeyHasher
         # lifecycle
         self._failed: str | None = None
         self._open = False

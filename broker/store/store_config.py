@@ -49,6 +49,7 @@ class StoreConfig:
     max_hash_slot_num: int = 5_000_000                   # index slots per file (Java's maxHashSlotNum)
     max_index_num: int = 5_000_000 * 4                   # index entries per file (Java's maxIndexNum)
     max_msgs_num_batch: int = 64                         # most offsets one query answers (Java's maxMsgsNumBatch)
+    index_build_batch: int = 20_000                      # records indexed per flush_consume_queues / query; 0: all
 
     def __post_init__(self) -> None:
         if self.mapped_file_size_consume_queue <= 0 or self.mapped_file_size_consume_queue % CQ_UNIT_SIZE:
@@ -62,6 +63,8 @@ class StoreConfig:
         parse_delay_levels(self.message_delay_level)
         if self.max_hash_slot_num <= 0 or self.max_index_num <= 1 or self.max_msgs_num_batch <= 0:
             raise ValueError("maxHashSlotNum and maxMsgsNumBatch must be > 0, maxIndexNum > 1")
+        if self.index_build_batch < 0:
+            raise ValueError("index_build_batch must be >= 0")
 
     @property
     def commit_log_dir(self) -> str:

@@ -175,6 +175,24 @@ def test_bounded_open_mappings(tmp_path):
     s.close()
 
 
+def test_build_batch_bounds_each_catch_up(tmp_path):
+    cfg = config(tmp_path, index_build_batch=4, max_index_num=1000)
+    s = opened(cfg)
+    offs = [put(s, keys="k", now=1_000_000 + i) for i in range(10)]
+    assert q(s, "k") == offs[:4][::-1]                  # a query indexes at most 4 more records
+    res = s.query_message("T", "k", 64, *ALL)
+    assert res.offsets == offs[:8][::-1] and res.index_last_update_phyoffset == offs[7]
+    s.flush_consume_queues()                             # and so does each flush
+    assert q(s, "k") == offs[::-1]
+    s.close()
+    s = opened(cfg)                                      # open indexes everything missing
+    more = [put(s, keys="k", now=2_000_000 + i) for i in range(6)]
+    s.abandon()
+    s = opened(cfg)
+    assert s.query_message("T", "k", 64, *ALL).offsets == (offs + more)[::-1]
+    s.close()
+
+
 def test_disabled_index(tmp_path):
     cfg = config(tmp_path, message_index_enable=False)
     s = opened(cfg)
