@@ -60,7 +60,7 @@ from typing import Iterator
 from pocketmq.broker.store.api import QueryMessageResult
 from pocketmq.protocol.message import (BLANK_MAGIC_CODE, KEY_SEPARATOR, KEYS, MAX_INT, MESSAGE_MAGIC_CODE, UNIQ_KEY,
                                        MessageSysFlag, decode_record, index_fields_at, java_string_hash,
-                                       property_getter, property_value, unpack_size_magic)
+                                       property_getter, unpack_size_magic)
 
 __all__ = ["INDEX_HEADER_SIZE", "INDEX_SLOT_SIZE", "INDEX_ENTRY_SIZE", "IndexFile", "IndexService",
            "IndexPart", "index_key_hash", "index_file_size", "index_file_name", "message_index_keys"]
@@ -84,8 +84,8 @@ def index_key_hash(key: str) -> int:
 
 
 # String.hashCode is the polynomial sum(c[i] * 31^(n-1-i)) mod 2^32: for ASCII bytes it
-# is a dot product with precomputed powers, which map/sum run in C (the per-character
-# Python loop cost more than everything else the index does per message).
+# is a dot product with precomputed powers, which map/sum run in C (used for the parts
+# hashed once and cached; the per-record part is short).
 _MASK = 0xFFFFFFFF
 _POW_N = 256
 _POWERS_DESC = [pow(31, _POW_N - 1 - i, 1 << 32) for i in range(_POW_N)]   # 31^255 .. 31^0
@@ -104,7 +104,6 @@ def _poly_hash(b: bytes) -> int:
 
 _SUFFIX = 12                # the part of a long key hashed per record (a UNIQ_KEY's time + counter)
 _PREFIX_CACHE_MAX = 4096    # distinct long-key prefixes remembered per topic (producers)
-_P31_SUFFIX = pow(31, _SUFFIX, 1 << 32)
 
 
 class _KeyHasher:
@@ -131,9 +130,7 @@ class _KeyHasher:
             if h is None:
                 if len(self.heads) >= _PREFIX_CACHE_MAX:
                     self.heads.clear()
-                h = self.heads[head] = (self.prefix_hash * _POWERS_DESC[_POW_N - 1 - len(head)]
-                                        + _poly_hash(head)) & _MASK if len(head) < _POW_N else \
-                    java_string_hash(self.prefix + head.decode()) & _MASK
+                h = self.heads[head] = self._head_hash(head)
             for c in key[n - _SUFFIX:]:
                 h = (31 * h + c) & _MASK
         else:
@@ -143,6 +140,13 @@ class _KeyHasher:
         if h & 0x80000000:
             h -= 0x100000000
         return 0 if h == _MIN_INT else abs(h)
+
+    def _head_hash(self, head: bytes) -> int:
+        """Unsigned hash of prefix + head (ASCII)."""
+        m = len(head)
+        if m < _POW_N:
+            return (self.prefix_hash * _POWERS_DESC[_POW_N - 1 - m] + _poly_hash(head)) & _MASK   # 31^m
+        return java_string_hash(self.prefix + head.decode("ascii")) & _MASK
 
 
 def index_file_size(slot_num: int, index_num: int) -> int:
@@ -156,28 +160,14 @@ def index_file_name(timestamp_ms: int) -> str:
                                              timestamp_ms % 1000)
 
 
-def message_index_keys(topic: str, props: str) -> list[str]:
-    """The index keys of one record: `topic#UNIQ_KEY` then `topic#k` for each KEYS word
-    (Java's buildIndex order)."""
-    out = []
-    uniq = property_value(props, UNIQ_KEY)
-    if uniq:
-        out.append(f"{topic}#{uniq}")
-    keys = property_value(props, KEYS)
-    if keys:
-        for k in keys.split(KEY_SEPARATOR):
-            if k:
-                out.append(f"{topic}#{k}")
-    return out
-
-
 _uniq_of = property_getter(UNIQ_KEY)
 _keys_of = property_getter(KEYS)
 _KEY_SEPARATOR_B = KEY_SEPARATOR.encode()
 
 
 def _raw_keys(props: bytes) -> list[bytes]:
-    """message_index_keys without the topic, on the properties as stored."""
+    """The index keys of one record, on its properties as stored, without the topic:
+    UNIQ_KEY then each KEYS word (Java's buildIndex order)."""
     out = []
     uniq = _uniq_of(props)
     if uniq:
@@ -186,6 +176,11 @@ def _raw_keys(props: bytes) -> list[bytes]:
     if keys:
         out.extend(k for k in keys.split(_KEY_SEPARATOR_B) if k)
     return out
+
+
+def message_index_keys(topic: str, props: str) -> list[str]:
+    """The `topic#key` strings a record with these properties is indexed under."""
+    return [f"{topic}#{k.decode('utf-8', 'replace')}" for k in _raw_keys(props.encode())]
 
 
 class IndexFile:
@@ -411,9 +406,6 @@ class IndexService:
         self._dirty = []
 
     # ------------------------------------------------------------------ writing
-
-    def put(self, keys: list[str], phy: int, store_ts: int) -> None:
-        self.put_hashes([index_key_hash(k) for k in keys], phy, store_ts)
 
     def put_hashes(self, hashes: list[int], phy: int, store_ts: int) -> None:
         files = self.files

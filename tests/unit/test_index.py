@@ -67,6 +67,20 @@ def test_key_hash_is_javas_abs_hashcode():
     assert index_key_hash("polygenelubricants") == 0
 
 
+def test_fast_key_hash_equals_javas():
+    # the build path hashes raw key bytes with cached topic / key-head hashes
+    from pocketmq.broker.store.index import _KeyHasher
+    rnd = random.Random(7)
+    for _ in range(3000):
+        topic = "".join(rnd.choice("abXY%_-09") for _ in range(rnd.randint(1, 30)))
+        n = rnd.choice([0, 1, 12, 16, 17, 32, 255, 256, 270])
+        alphabet = "ABCDEF0123456789" if rnd.random() < 0.5 else "abc 09é中"
+        key = "".join(rnd.choice(alphabet) for _ in range(n))
+        hasher = _KeyHasher(topic)
+        for _twice in range(2):                          # the second time from the cache
+            assert hasher(key.encode()) == index_key_hash(f"{topic}#{key}"), (topic, key)
+
+
 def test_file_name_is_javas_human_string():
     name = index_file_name(1_700_000_000_123)
     assert len(name) == 17 and name.endswith("123") and name.isdigit()
