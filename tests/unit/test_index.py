@@ -53,6 +53,13 @@ def put(s, topic="T", keys=None, uniq=None, now=1_000_000, sys_flag=0, qid=0):
 ALL = (0, 1 << 62)
 
 
+def filled(cfg, n, step=1, start=1_000_000, uniq=False):
+    """An open store holding n messages with key "k" (and UNIQ_KEY U<i> if asked), stored
+    `step` ms apart; returns (store, offsets)."""
+    s = opened(cfg)
+    return s, [put(s, keys="k", uniq=f"U{i}" if uniq else None, now=start + i * step) for i in range(n)]
+
+
 def q(s, key, topic="T", max_num=64, begin=ALL[0], end=ALL[1]):
     return s.query_message(topic, key, max_num, begin, end).offsets
 
@@ -164,8 +171,7 @@ def test_time_range_filter_is_exact(tmp_path):
 
 def test_rollover_to_new_files_keeps_every_key(tmp_path):
     cfg = config(tmp_path, max_index_num=6)              # 5 entries per file
-    s = opened(cfg)
-    offs = [put(s, keys="k", uniq=f"U{i}", now=1_000_000 + i * 10) for i in range(12)]   # 24 entries
+    s, offs = filled(cfg, 12, step=10, uniq=True)        # 24 entries
     s.flush_consume_queues()
     files = sorted(os.listdir(cfg.index_dir))
     assert len(files) == 5 and all(len(n) == 17 for n in files)
@@ -180,8 +186,7 @@ def test_rollover_to_new_files_keeps_every_key(tmp_path):
 
 def test_bounded_open_mappings(tmp_path):
     cfg = config(tmp_path, max_index_num=3)
-    s = opened(cfg)
-    offs = [put(s, keys="k", now=1_000_000 + i) for i in range(40)]
+    s, offs = filled(cfg, 40)
     assert q(s, "k") == offs[::-1][:64]
     idx = s._index
     mapped = [f for f in idx.files if f.mm is not None]
@@ -191,8 +196,7 @@ def test_bounded_open_mappings(tmp_path):
 
 def test_build_batch_bounds_each_catch_up(tmp_path):
     cfg = config(tmp_path, index_build_batch=4, max_index_num=1000)
-    s = opened(cfg)
-    offs = [put(s, keys="k", now=1_000_000 + i) for i in range(10)]
+    s, offs = filled(cfg, 10)
     assert q(s, "k") == offs[:4][::-1]                  # a query indexes at most 4 more records
     res = s.query_message("T", "k", 64, *ALL)
     assert res.offsets == offs[:8][::-1] and res.index_last_update_phyoffset == offs[7]
@@ -221,8 +225,7 @@ def test_disabled_index(tmp_path):
 
 def test_index_rebuilt_after_crash(tmp_path):
     cfg = config(tmp_path, max_index_num=8)
-    s = opened(cfg)
-    a = [put(s, keys="k", now=1_000_000 + i) for i in range(5)]
+    s, a = filled(cfg, 5)
     s.flush()
     s.flush_consume_queues()
     ck = read_checkpoint(cfg.checkpoint_path)
@@ -237,8 +240,7 @@ def test_index_rebuilt_after_crash(tmp_path):
 
 def test_index_directory_deleted_is_rebuilt(tmp_path):
     cfg = config(tmp_path)
-    s = opened(cfg)
-    a = [put(s, keys="k", now=1_000_000 + i) for i in range(5)]
+    s, a = filled(cfg, 5)
     s.close()
     for n in os.listdir(cfg.index_dir):
         os.unlink(os.path.join(cfg.index_dir, n))
@@ -250,8 +252,7 @@ def test_index_directory_deleted_is_rebuilt(tmp_path):
 @pytest.mark.parametrize("damage", ["zero_tail", "garbage_header", "short_file", "foreign_name"])
 def test_torn_index_file_on_recovery(tmp_path, damage):
     cfg = config(tmp_path, max_index_num=8)
-    s = opened(cfg)
-    a = [put(s, keys="k", uniq=f"U{i}", now=1_000_000 + i * 1000) for i in range(10)]
+    s, a = filled(cfg, 10, step=1000, uniq=True)
     s.flush()
     s.flush_consume_queues()
     s.abandon()
@@ -283,8 +284,7 @@ def test_torn_index_file_on_recovery(tmp_path, damage):
 
 def test_index_entries_past_a_truncated_log_are_dropped(tmp_path):
     cfg = config(tmp_path)
-    s = opened(cfg)
-    a = [put(s, keys="k", now=1_000_000 + i) for i in range(4)]
+    s, a = filled(cfg, 4)
     s.flush()
     s.flush_consume_queues()
     cut = a[2]
