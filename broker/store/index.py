@@ -524,20 +524,23 @@ class IndexPart:
         self._index = svc
         self._index_hashers = {}
         self._index_done_through = done_through
-        self._index_from = max(resume, cl.min_offset)
+        self._index_from = start = max(resume, cl.min_offset)
         n = self._index_catch_up()
         if n:
-            log.info("index rebuilt for %d records from offset %d", n, self._index_from)
+            log.info("index rebuilt for %d records from offset %d", n, start)
 
     def _close_index(self) -> None:
-        if self._index is not None:
-            with self._index.lock:
-                self._index.close()
+        svc = self._index
+        if svc is not None:
+            with svc.lock:
+                svc.close()
+            self._index = None
 
     def _index_catch_up(self, max_records: int = 0) -> int:
         """Index the records between the index's progress point and the dispatch point,
-        at most `max_records` of them (0: all). Returns the number of records walked. Records below the dispatch point were
-        checked by recovery or written by this process, so only their frame is read here."""
+        at most `max_records` of them (0: all). Returns the number of records walked.
+        Records below the dispatch point were checked by recovery or written by this
+        process, so only their frame is read here."""
         svc = self._index
         if svc is None:
             return 0
@@ -549,8 +552,8 @@ class IndexPart:
             find = self._commitlog.queue.find
             hashers = self._index_hashers
             put = svc.put_hashes
-            tran_mask = MessageSysFlag.TRANSACTION_MASK
-            prepared_or_rollback = MessageSysFlag.TRANSACTION_PREPARED_TYPE   # 4 and 12 both have bit 4
+            # PREPARED (4) and ROLLBACK (12) have this bit, NOT_TYPE (0) and COMMIT (8) not
+            half_bit = MessageSysFlag.TRANSACTION_PREPARED_TYPE
             if max_records > 0:
                 stop_at = max_records
             else:
@@ -570,7 +573,7 @@ class IndexPart:
                     break
                 if start > done_through:
                     sys_flag, store_ts, topic_b, props = index_fields_at(view, pos)
-                    if props and not sys_flag & tran_mask & prepared_or_rollback:
+                    if props and not sys_flag & half_bit:
                         keys = _raw_keys(props)
                         if keys:
                             hasher = hashers.get(topic_b)
