@@ -222,3 +222,13 @@ def test_mqadmin_print_msg(cluster, sent):
     assert_clean_failure(run_cli("printMsg", "-n", cluster.namesrv_addr, "-t", "NoSuchTopicQ"), "NoSuchTopicQ")
     r = run_cli("printMsg", "-n", cluster.namesrv_addr, "-t", TOPIC, "-c", "no-such-charset")
     assert r.returncode == 2 and "charset" in r.stderr
+
+
+def test_blocking_facade_lookups(cluster, sent):
+    from pocketmq.client import sync
+    singles, _many = sent
+    with sync.Producer(uniq("QS"), cluster.namesrv_addr, instance_name=uniq("qs")) as p:
+        assert [m.msg_id for m in p.query_message(TOPIC, "S0")] == [singles[0].msg_id]
+        assert p.view_message(singles[0].msg_id, TOPIC).body == b"single-0"
+        with pytest.raises(MessageNotFoundError):
+            p.view_message("nope")
