@@ -3,6 +3,7 @@ throughput for 128-byte messages, on a temporary directory.
 
     python bench/bench_store.py [--messages 200000] [--segment-mib 1024] [--dir /path]
     python bench/bench_store.py --sql92-only      # just the SQL92-filtered pull phase
+    python bench/bench_store.py --index-only      # just the message-index phase
 
 The SQL92 phase pulls a queue of messages with mixed properties unfiltered, with a
 pass-all tag filter (the per-unit loop every filtered pull takes) and with SQL92
@@ -10,6 +11,11 @@ expressions (the broker's record filter), and prints the cost of filtering per m
 scanned (issue 10's target: at most 2 us). It measures process CPU time, not wall
 time, so other processes on a shared host do not inflate it; its calibration line is
 the CPU cost of one Python function call right now (read the figures against it).
+
+The index phase stores the same messages (UNIQ_KEY + one KEYS word each) with the
+IndexFile off and on (Java's geometry: 5M slots, 20M entries) and prints the CPU per
+message of the puts (the index is not on the put path) and of the index build (done by
+flush_consume_queues, the flush thread's call), then the CPU per query.
 
 Prints one line per figure. Flushing is left to the OS (ASYNC_FLUSH without a flush thread);
 a final flush() is timed separately.
@@ -41,9 +47,17 @@ def main() -> None:
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--sql92-only", action="store_true", help="run only the SQL92-filtered pull phase")
+    ap.add_argument("--index-only", action="store_true", help="run only the message-index phase")
     args = ap.parse_args()
     root = args.dir or tempfile.mkdtemp(prefix="pocketmq-bench-")
     n = args.messages
+    if args.index_only:
+        try:
+            phase_index(root, n, args.queues)
+        finally:
+            if args.dir is None:
+                shutil.rmtree(root, ignore_errors=True)
+        return
     cfg = StoreConfig(os.path.join(root, "store"), mapped_file_size_commit_log=args.segment_mib << 20,
                       store_host=(bytes([192, 168, 0, 1]), 10911))
     store = MessageStore(cfg)
@@ -132,6 +146,7 @@ def main() -> None:
         print(f"get_message + b''.join: {n / dt:>10,.0f} msgs/s  (what a transport that copies would see)")
         phase_sql92(store, n)
         store.close()
+        phase_index(root, n, queues)
 
         t0 = time.perf_counter()
         s2 = MessageStore(cfg)
@@ -206,6 +221,43 @@ def phase_sql92(store, n: int, max_nums: int = 32) -> None:
         print(f"{'SQL92 ' + text + ':':<72}{n / sql_s:>11,.0f} msgs/s scanned, {got / n:5.1%} matched  "
               f"{sql_s * 1e6 / n:.2f} us/msg scanned, filtering +{(sql_s - base_s) * 1e6 / n:.2f} us/msg "
               f"(+{(sql_s - loop_s) * 1e6 / n:.2f} over the loop)")
+
+
+def phase_index(root: str, n: int, queues: int) -> None:
+    body = os.urandom(128)
+    msgs = [MessageToStore("BenchIndex", i % queues, 0, body,
+                           f"TAGS\x01TagA\x02KEYS\x01order-{i % 10_000}\x02UNIQ_KEY\x01C0A8000A00002A9F{i:016X}",
+                           0, 1_700_000_000_000, HOST, 1_700_000_000_000 + i) for i in range(n)]
+    cpu = {}
+    for enable in (False, True):
+        cfg = StoreConfig(os.path.join(root, f"index-{enable}"), store_host=(bytes([192, 168, 0, 1]), 10911),
+                          message_index_enable=enable, index_build_batch=0)   # build it all in one call
+        s = MessageStore(cfg)
+        s.open()
+        put = s.put_message
+        t0 = time.process_time()
+        for m in msgs:
+            put(m)
+        put_s = time.process_time() - t0
+        t0 = time.process_time()
+        s.flush_consume_queues()          # builds the index when enabled, then fdatasyncs
+        build_s = time.process_time() - t0
+        cpu[enable] = (put_s, build_s)
+        label = "index on " if enable else "index off"
+        print(f"{label}: put_message {put_s * 1e6 / n:.2f} us/msg CPU, flush_consume_queues "
+              f"{build_s * 1e6 / n:.2f} us/msg CPU")
+        if enable:
+            keys = [f"order-{i * 7 % 10_000}" for i in range(1000)]
+            t0 = time.process_time()
+            found = 0
+            for k in keys:
+                found += len(s.query_message("BenchIndex", k, 64, 0, 1 << 62).offsets)
+            q_s = time.process_time() - t0
+            print(f"query_message: {q_s * 1e6 / len(keys):.1f} us CPU per query "
+                  f"({found / len(keys):.1f} offsets each, every record read back and checked)")
+        s.close()
+    print(f"index build cost: {(cpu[True][1] - cpu[False][1]) * 1e6 / n:.2f} us/msg CPU (2 keys per message, "
+          f"off the put path); put path difference {(cpu[True][0] - cpu[False][0]) * 1e6 / n:+.2f} us/msg")
 
 
 if __name__ == "__main__":

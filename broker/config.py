@@ -322,6 +322,10 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
 
     # --- pocketmq's own bounds ---------------------------------------------
     maxHeldPulls: PositiveInt = 100_000
+    # pocketmq's own: the message index is built behind the dispatcher, at most this many
+    # records per consume-queue flush (each second) or query, so it never takes more
+    # than a bounded share of the broker's one interpreter; 0: no bound. See docs/store.md.
+    indexBuildBatchNums: Annotated[int, Field(ge=0)] = 20_000
     # pocketmq's own: after a request arrives, keep the event loop polling (not sleeping)
     # this long, so the next request does not pay the idle-CPU wake-up (~40 µs per hop on
     # the VMs measured). CPU for latency; 0 turns it off. See docs/benchmarks.md.
@@ -488,6 +492,11 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
             "max_transfer_bytes_on_message_in_disk": self.maxTransferBytesOnMessageInDisk,
             "max_transfer_count_on_message_in_disk": self.maxTransferCountOnMessageInDisk,
             "access_message_in_memory_max_ratio": self.accessMessageInMemoryMaxRatio,
+            "message_index_enable": self.messageIndexEnable,
+            "max_hash_slot_num": self.maxHashSlotNum,
+            "max_index_num": self.maxIndexNum,
+            "max_msgs_num_batch": self.maxMsgsNumBatch,
+            "index_build_batch": self.indexBuildBatchNums,
         }
 
     def config_items(self, *, important_only: bool = False) -> list[tuple[str, object]]:
@@ -538,6 +547,8 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "maxConnections", "reservedFileDescriptors",
     "metricsPort",
     "enablePropertyFilter", "transactionTimeOut", "transactionCheckMax", "transactionCheckInterval",
+    "messageIndexEnable", "maxHashSlotNum", "maxIndexNum", "maxMsgsNumBatch", "defaultQueryMaxNum",
+    "indexBuildBatchNums",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""
 

@@ -42,6 +42,7 @@ registered).
 | consumer_connection_list    | GET_CONSUMER_CONNECTION_LIST          |
 | consumer_running_info       | GET_CONSUMER_RUNNING_INFO (via broker)|
 | view_message                | VIEW_MESSAGE_BY_ID                    |
+| query_message               | QUERY_MESSAGE                         |
 | reset_offset                | INVOKE_BROKER_TO_RESET_OFFSET         |
 | update_subscription_group   | UPDATE_AND_CREATE_SUBSCRIPTIONGROUP   |
 | delete_subscription_group   | DELETE_SUBSCRIPTIONGROUP              |
@@ -97,8 +98,12 @@ from pocketmq.protocol.errors import BodyError
 from pocketmq.protocol.headers.typed import (
     EndTransactionRequestHeader,
     PullMessageRequestHeader,
+    QueryMessageRequestHeader,
+    QueryMessageResponseHeader,
     SendMessageRequestHeader,
+    decode_query_message_response_header,
     encode_end_transaction_header,
+    encode_query_message_header,
     encode_pull_header,
     encode_send_header,
 )
@@ -664,6 +669,20 @@ class ClientAPI:
             return msgcodec.decode_record(resp.body_bytes())
         except ValueError as e:
             raise error_for(ResponseCode.SYSTEM_ERROR, f"undecodable message: {e}", addr) from None
+
+    async def query_message(self, addr: str, header: QueryMessageRequestHeader) -> tuple[list, QueryMessageResponseHeader]:
+        """QUERY_MESSAGE -> (the MessageExts the broker's index found, newest first, and the
+        index's progress). QUERY_NOT_FOUND is an empty list, not an error."""
+        resp = await self._call(addr, RequestCode.QUERY_MESSAGE, encode_query_message_header(header))
+        head = decode_query_message_response_header(resp.ext_fields or {})
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return [], head
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, addr)
+        try:
+            return msgcodec.decode_records(resp.body_bytes()), head
+        except ValueError as e:
+            raise error_for(ResponseCode.SYSTEM_ERROR, f"undecodable query answer: {e}", addr) from None
 
     async def update_subscription_group(self, addr: str, config: SubscriptionGroupConfig) -> None:
         """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: `config` replaces the group's config on the

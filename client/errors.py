@@ -32,6 +32,10 @@ class NoRouteError(MQClientError):
     retriable = True
 
 
+class MessageNotFoundError(MQClientError, LookupError):
+    """view_message: no message has this id (client/query.py)."""
+
+
 class RemotingFailure(MQClientError):
     """The request did not complete: connection refused or closed, nameserver unreachable."""
     retriable = True

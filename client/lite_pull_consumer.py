@@ -35,6 +35,7 @@ from pocketmq.client.consumer_config import (
     apply_config,
     build_config,
 )
+from pocketmq.client.query import QueryMixin
 from pocketmq.client.errors import (
     ClientStateError,
     InvalidArgumentError,
@@ -54,7 +55,7 @@ log = logging.getLogger("pocketmq.client.lite")
 
 
 
-class LitePullConsumer:
+class LitePullConsumer(QueryMixin):
     """poll/seek/commit over the shared consumer core (SubscriptionState, Fetcher,
     Rebalancer). Options: LitePullConsumerConfig, given as `config=` and/or as keyword
     arguments (which override the config's values)."""

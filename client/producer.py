@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from pocketmq.common.constants import RETRY_GROUP_TOPIC_PREFIX, TOPIC_MAX_LENGTH, VALID_NAME_RE
+from pocketmq.client.query import QueryMixin
 from pocketmq.client.errors import (
     ClientStateError,
     InvalidArgumentError,
@@ -176,7 +177,7 @@ def split_batch_result(r: SendResult, uniqs: Sequence[str]) -> list[SendResult]:
                        r.region_id, r.trace_on) for i, u in enumerate(uniqs)]
 
 
-class Producer:
+class Producer(QueryMixin):
     def __init__(self, group: str, namesrv_addr: str, *, instance_name: str | None = None,
                  send_timeout_ms: int = 3000, retry_times_when_send_failed: int = 2,
                  max_message_size_bytes: int = MAX_MESSAGE_SIZE_BYTES,

@@ -53,6 +53,7 @@ from pocketmq.client.consumer_config import (
     apply_config,
     build_config,
 )
+from pocketmq.client.query import QueryMixin
 from pocketmq.client.errors import (
     ClientStateError,
     InvalidArgumentError,
@@ -139,7 +140,7 @@ class WorkQueue:
         return len(self.items)
 
 
-class PushConsumer:
+class PushConsumer(QueryMixin):
     """Listener dispatch and send-back over the shared consumer core (SubscriptionState,
     Fetcher, Rebalancer). Options: PushConsumerConfig, given as `config=` and/or as
     keyword arguments (which override the config's values)."""

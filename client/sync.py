@@ -102,6 +102,15 @@ class _Facade:
         """The asyncio client underneath."""
         return self._impl
 
+    def query_message(self, topic: str, key: str, max_num: int = 64, begin_ms: int = 0,
+                      end_ms: int | None = None) -> list:
+        """Messages of `topic` with `key` among their keys, newest first (client/query.py)."""
+        return run(self._impl.query_message(topic, key, max_num, begin_ms, end_ms))
+
+    def view_message(self, msg_id: str, topic: str | None = None):
+        """The message with this offsetMsgId, or with this client msgId when `topic` is given."""
+        return run(self._impl.view_message(msg_id, topic))
+
 
 class Producer(_Facade):
     _async_cls = _AsyncProducer

@@ -30,7 +30,7 @@ _CLIENT_NAMES = frozenset({
     "AllocateByConfig", "AllocateByMachineRoom", "AllocateConsistentHash", "BrokerError",
     "ClientStateError", "ConsumeStatus", "FlowLimits", "InvalidArgumentError", "LitePullConsumer",
     "LitePullConsumerConfig", "PushConsumerConfig", "LocalTransactionState", "TransactionProducer",
-    "TransactionSendResult",
+    "TransactionSendResult", "MessageNotFoundError",
     "MQClientError", "Message", "MessageExt", "MessageQueue", "MessageSelector", "MessageTooLargeError", "NoRouteError",
     "Producer", "PushConsumer", "RemotingFailure", "RequestTimeoutError", "SendResult", "SendStatus",
     "SUSPEND_CURRENT_QUEUE_A_MOMENT",

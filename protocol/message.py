@@ -64,7 +64,7 @@ __all__ = [
     "record_size", "decode_record", "decode_records", "decode_records_raw", "offset_msg_id",
     "decode_offset_msg_id", "decode_batch_body", "encode_batch_body", "encode_batch_elements",
     "compress_body", "decompress_body", "parse_host", "format_host",
-    "store_timestamp_pos", "property_value", "tags_code_of_properties", "properties_at",
+    "store_timestamp_pos", "property_value", "tags_code_of_properties", "properties_at", "index_fields_at",
     "property_getter",
     # the record layout, for the stores (one owner: nothing else retypes an offset or a mask)
     "POS_QUEUE_OFFSET", "POS_PHYSICAL_OFFSET", "POS_SYSFLAG", "POS_BORN_TIMESTAMP", "POS_BORN_HOST",
@@ -485,6 +485,20 @@ def properties_at(buf, pos: int = 0, _sizes=_HEAD_SIZES_BY_BITS, _int=_I.unpack_
     i += 2
     props = buf[i:i + n]
     return props if type(props) is bytes else props.tobytes()
+
+
+def index_fields_at(buf, pos: int = 0, _heads=_HEADS_BY_BITS, _short=_H.unpack_from) -> tuple[int, int, bytes, bytes]:
+    """(SYSFLAG, STORETIMESTAMP, TOPIC, PROPERTIES) of the whole stored record at buf[pos:],
+    topic and properties as stored (bytes), from one unpack of the head: what the store's
+    message index reads of every record it indexes."""
+    head = _heads[buf[pos + _POS_SYSFLAG_LOW] >> _HOST_BITS_SHIFT & 3]
+    f = head.unpack_from(buf, pos)
+    i = pos + head.size + f[16] + 1         # past BODYLENGTH (the head's last field), body, TOPICLENGTH
+    tlen = buf[i - 1]
+    topic = bytes(buf[i:i + tlen])
+    i += tlen
+    n = _short(buf, i)[0]
+    return f[7], f[11], topic, (bytes(buf[i + 2:i + 2 + n]) if n > 0 else b"")
 
 
 def record_overhead(sys_flag: int) -> int:

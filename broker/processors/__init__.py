@@ -22,7 +22,8 @@ _SEND_CODES = frozenset({int(R.SEND_MESSAGE), int(R.SEND_MESSAGE_V2), int(R.SEND
 
 
 def build_processor_table(ctx: BrokerContext) -> dict:
-    from pocketmq.broker.processors import admin, client_manage as cm, end_transaction, pull, send, send_back, stats
+    from pocketmq.broker.processors import (admin, client_manage as cm, end_transaction, pull, query, send,
+                                            send_back, stats)
     table = {
         R.SEND_MESSAGE: send.process_send,
         R.SEND_MESSAGE_V2: send.process_send,
@@ -43,6 +44,7 @@ def build_processor_table(ctx: BrokerContext) -> dict:
         R.GET_EARLIEST_MSG_STORETIME: admin.process_get_earliest_msg_storetime,
         R.SEARCH_OFFSET_BY_TIMESTAMP: admin.process_search_offset_by_timestamp,
         R.VIEW_MESSAGE_BY_ID: admin.process_view_message_by_id,
+        R.QUERY_MESSAGE: query.process_query_message,
         R.UPDATE_AND_CREATE_TOPIC: admin.process_update_and_create_topic,
         R.DELETE_TOPIC_IN_BROKER: admin.process_delete_topic,
         R.GET_ALL_TOPIC_CONFIG: admin.process_get_all_topic_config,

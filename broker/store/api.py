@@ -185,6 +185,15 @@ class RecoveryReport(NamedTuple):
         return max(0, self.truncated_to - self.truncated_from) if self.truncated_from >= 0 else 0
 
 
+class QueryMessageResult(NamedTuple):
+    """store.query_message's answer: the matching records' commit-log offsets (newest
+    first) and the index's progress (Java's QueryMessageResult)."""
+
+    offsets: list[int]
+    index_last_update_timestamp: int
+    index_last_update_phyoffset: int
+
+
 # on_dispatch(topic, queue_id, next_max_offset, tags_code, store_timestamp): called after
 # consume-queue units are written; a batch is announced once per distinct tags code with
 # the batch's end offset (enough to wake every held pull a per-message call would wake).
@@ -225,6 +234,8 @@ class Store(Protocol):
     def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int: ...
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int: ...
     def look_message_by_offset(self, commit_log_offset: int) -> bytes | None: ...
+    def query_message(self, topic: str, key: str, max_num: int, begin_ms: int,
+                      end_ms: int) -> QueryMessageResult: ...
     def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, offset: int) -> bool: ...
     def delete_topics(self, topics) -> int: ...
     def clean_expired_files(self, now_ms: int, force: bool = False) -> tuple[int, int]: ...

@@ -4,7 +4,7 @@
 |--------|------|-----------------------------|-----------------------------------------------------------|
 | 0      | 8    | physicMsgTimestamp          | STORETIMESTAMP of the last flushed commit-log record (RocketMQ) |
 | 8      | 8    | logicsMsgTimestamp          | STORETIMESTAMP of the last record whose CQ units are flushed (RocketMQ) |
-| 16     | 8    | indexMsgTimestamp           | 0 (no index file yet) (RocketMQ)                           |
+| 16     | 8    | indexMsgTimestamp           | endTimestamp of the last index file when it was flushed; 0: none (RocketMQ) |
 | 24     | 8    | magic "PKMQCKP1"            | marks the pocketmq fields below; absent in Java's file    |
 | 32     | 8    | flushed_physical_offset     | commit log durable up to here (a record boundary)         |
 | 40     | 8    | logics_physical_offset      | every consume-queue unit of records below this is durable |

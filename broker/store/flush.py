@@ -79,10 +79,11 @@ class FlushPart:
         except OSError as e:
             self._fail(f"consume queue fdatasync failed: {e}")
             raise StoreError(self._failed) from e
+        index_ts = self._flush_index()      # derived data: its failures are transient (index.py)
         path = self.config.checkpoint_path
         try:
             write_checkpoint(path, Checkpoint(
-                physic_ts, logics_ts, 0, self._commitlog.flushed_offset, dispatched, count), self._ops)
+                physic_ts, logics_ts, index_ts, self._commitlog.flushed_offset, dispatched, count), self._ops)
         except OSError as e:
             self._note_transient("write the checkpoint", e)
             if not self._checkpoint_ok:

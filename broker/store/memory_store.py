@@ -16,13 +16,13 @@ import logging
 from typing import TYPE_CHECKING
 
 from pocketmq.common.constants import SCHEDULE_TOPIC, CQ_UNIT_SIZE
-from pocketmq.protocol.message import (BLANK_MARKER_SIZE, MAX_INT, PORT_MAX, PROPERTIES_LENGTH_BYTES_MAX, TAGS,
-                                       MessageSysFlag, decode_batch_body, decode_properties, decode_record,
+from pocketmq.protocol.message import (BLANK_MARKER_SIZE, KEY_SEPARATOR, KEYS, MAX_INT, PORT_MAX,
+                                       PROPERTIES_LENGTH_BYTES_MAX, TAGS, UNIQ_KEY, MessageSysFlag, decode_batch_body, decode_properties, decode_record,
                                        encode_record, host_flags, offset_msg_id, record_overhead,
                                        store_timestamp_at, tags_code)
 from pocketmq.broker.store.api import (CleanResult, GetMessageResult, GetMessageStatus, MessageBatchToStore,
-                                       MessageToStore, PutMessageResult, PutMessageStatus, RecoveryReport,
-                                       schedule_tags_code, valid_topic)
+                                       MessageToStore, PutMessageResult, PutMessageStatus, QueryMessageResult,
+                                       RecoveryReport, schedule_tags_code, valid_topic)
 
 if TYPE_CHECKING:       # (a type only: the reference model imports nothing of the file store)
     from pocketmq.broker.store.store_config import StoreConfig
@@ -409,6 +409,26 @@ class MemoryStore:
 
     def look_message_by_offset(self, commit_log_offset: int) -> bytes | None:
         return self.records.get(commit_log_offset)
+
+    def query_message(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> QueryMessageResult:
+        """The file store's index query, the obvious way: every record, newest first."""
+        out: list[int] = []
+        limit = min(max_num, self.config.max_msgs_num_batch) if self.config.message_index_enable else 0
+        last = (0, 0)
+        for phys in sorted(self.records, reverse=True):
+            m = decode_record(self.records[phys], decompress=False)
+            if not _indexed(m.sys_flag):
+                continue
+            keys = [k for k in (m.properties.get(KEYS) or "").split(KEY_SEPARATOR) if k]
+            uniq = m.properties.get(UNIQ_KEY)
+            if last == (0, 0) and (keys or uniq):
+                last = (m.store_timestamp, phys)
+            if len(out) < limit and m.topic == topic and begin_ms <= m.store_timestamp <= end_ms \
+                    and (uniq == key or key in keys):
+                out.append(phys)
+        if not self.config.message_index_enable:
+            last = (0, 0)
+        return QueryMessageResult(out, last[0], last[1])
 
     def check_in_disk_by_consume_offset(self, topic, queue_id, offset) -> bool:
         q = self.queues.get((topic, queue_id))

@@ -93,6 +93,8 @@ class RecoveryPart:
         self._failed = None
         self._open = True
         dispatched = self._reput()
+        # the message index (index.py): drop what a crash may have left unflushed, rebuild from the log
+        self._open_index(abnormal, ck.index_msg_timestamp if ck is not None else 0)
         cl.flush()                       # what recovery accepted is now durable
         # a checkpoint from before a cut may point past the new end, into offsets that new
         # records will reuse: replace it now
@@ -147,6 +149,7 @@ class RecoveryPart:
     def _release_files(self) -> None:
         self._checkpoint_ok = False      # the next open starts from the checkpoint it finds
         self._dispatch_behind = False
+        self._close_index()
         self._commitlog.close()
         for table in self._cq_table.values():
             for cq in table.values():

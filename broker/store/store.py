@@ -15,6 +15,7 @@ in __init__ below (the one place), the parts' methods read and update it:
 | search.py     | SearchPart    | store timestamps, get_offset_in_queue_by_time                 |
 | flush.py      | FlushPart     | flush, flush_consume_queues, the checkpoint                   |
 | cleaning.py   | CleaningPart  | clean_expired_files, delete_topics                            |
+| index.py      | IndexPart     | the IndexFile (query by key): catch-up, query_message         |
 
 Below them: commitlog.py (segments, record checks, recovery scan), consumequeue.py
 (the per-queue index), mapped_file.py (the files), checkpoint.py, api.py (inputs,
@@ -49,6 +50,7 @@ from pocketmq.broker.store.consumequeue import ConsumeQueue
 from pocketmq.broker.store.dispatch import DispatchPart
 from pocketmq.broker.store.flush import FlushPart
 from pocketmq.broker.store.fileops import FileOps
+from pocketmq.broker.store.index import IndexPart, IndexService
 from pocketmq.broker.store.read import ReadPart
 from pocketmq.broker.store.recovery import RecoveryPart
 from pocketmq.broker.store.search import SearchPart
@@ -59,7 +61,8 @@ __all__ = ["MessageStore"]
 log = logging.getLogger("pocketmq.store")
 
 
-class MessageStore(RecoveryPart, AppendPart, DispatchPart, ReadPart, SearchPart, FlushPart, CleaningPart):
+class MessageStore(RecoveryPart, AppendPart, DispatchPart, ReadPart, SearchPart, FlushPart, CleaningPart,
+                   IndexPart):
     def __init__(self, config: StoreConfig, *, file_ops: FileOps | None = None,
                  on_dispatch: DispatchListener | None = None) -> None:
         self.config = config
@@ -86,6 +89,13 @@ class MessageStore(RecoveryPart, AppendPart, DispatchPart, ReadPart, SearchPart,
         self._dispatched_ts = 0
         self._flushed_store_ts = 0
         self._checkpoint_dispatched = 0
+        # the message index (index.py; None when disabled): records below _index_from were
+        # walked; those at or below _index_done_through were already in the files at open
+        self._index: IndexService | None = None
+        self._index_from = 0
+        self._index_done_through = -1
+        self._index_flushed_ts = 0          # the checkpoint's indexMsgTimestamp
+        self._index_hashers: dict = {}               # topic bytes -> index._KeyHasher
         # lifecycle
         self._failed: str | None = None
         self._open = False

@@ -42,6 +42,14 @@ class StoreConfig:
     preallocate_files: bool = True                       # posix_fallocate new segments (ENOSPC early)
     recover_segments_without_checkpoint: int = 3         # last N segments scanned when no checkpoint
     checkpoint_interval_bytes: int = 64 * 1024 * 1024    # flush() also checkpoints after this much dispatch
+    # the IndexFile (index.py): query by key. Off unless asked for here (the broker passes
+    # messageIndexEnable, true by default like Java's), so an embedded store or a test does
+    # not get a 420 MB sparse file it did not ask for.
+    message_index_enable: bool = False
+    max_hash_slot_num: int = 5_000_000                   # index slots per file (Java's maxHashSlotNum)
+    max_index_num: int = 5_000_000 * 4                   # index entries per file (Java's maxIndexNum)
+    max_msgs_num_batch: int = 64                         # most offsets one query answers (Java's maxMsgsNumBatch)
+    index_build_batch: int = 20_000                      # records indexed per flush_consume_queues / query; 0: all
 
     def __post_init__(self) -> None:
         if self.mapped_file_size_consume_queue <= 0 or self.mapped_file_size_consume_queue % CQ_UNIT_SIZE:
@@ -53,6 +61,10 @@ class StoreConfig:
         if len(self.store_host[0]) not in (4, 16) or not 0 <= self.store_host[1] <= PORT_MAX:
             raise ValueError("store_host must be (4 or 16 address bytes, port)")
         parse_delay_levels(self.message_delay_level)
+        if self.max_hash_slot_num <= 0 or self.max_index_num <= 1 or self.max_msgs_num_batch <= 0:
+            raise ValueError("maxHashSlotNum and maxMsgsNumBatch must be > 0, maxIndexNum > 1")
+        if self.index_build_batch < 0:
+            raise ValueError("index_build_batch must be >= 0")
 
     @property
     def commit_log_dir(self) -> str:
@@ -61,6 +73,10 @@ class StoreConfig:
     @property
     def consume_queue_dir(self) -> str:
         return os.path.join(self.store_path_root_dir, "consumequeue")
+
+    @property
+    def index_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "index")
 
     @property
     def checkpoint_path(self) -> str:

@@ -282,3 +282,58 @@ def encode_check_transaction_state_header(h: CheckTransactionStateRequestHeader)
         if v is not None:
             d[key] = v
     return d
+
+
+# ext field that marks QUERY_MESSAGE as a unique-key (client msgId) query (Java's
+# MixAll.UNIQUE_MSG_QUERY_FLAG); the broker then answers up to defaultQueryMaxNum (32)
+UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
+
+
+@dataclass(slots=True)
+class QueryMessageRequestHeader:
+    """QUERY_MESSAGE (12), client -> broker: records of `topic` with `key` among their KEYS
+    or as their UNIQ_KEY, stored in [begin_timestamp, end_timestamp] (ms)."""
+    topic: str
+    key: str
+    max_num: int
+    begin_timestamp: int
+    end_timestamp: int
+    unique_key: bool = False         # the _UNIQUE_KEY_QUERY ext field
+
+
+def decode_query_message_header(ext: dict) -> QueryMessageRequestHeader:
+    return QueryMessageRequestHeader(
+        topic=req_str(ext, "topic"),
+        key=req_str(ext, "key"),
+        max_num=req_int(ext, "maxNum", INT_MIN, INT_MAX),
+        begin_timestamp=req_int(ext, "beginTimestamp"),
+        end_timestamp=req_int(ext, "endTimestamp"),
+        unique_key=ext.get(UNIQUE_MSG_QUERY_FLAG) == "true",
+    )
+
+
+def encode_query_message_header(h: QueryMessageRequestHeader) -> dict:
+    d = {"topic": h.topic, "key": h.key, "maxNum": str(h.max_num),
+         "beginTimestamp": str(h.begin_timestamp), "endTimestamp": str(h.end_timestamp)}
+    if h.unique_key:
+        d[UNIQUE_MSG_QUERY_FLAG] = "true"
+    return d
+
+
+@dataclass(slots=True)
+class QueryMessageResponseHeader:
+    """QUERY_MESSAGE's answer: the index's progress when it was read."""
+    index_last_update_timestamp: int
+    index_last_update_phyoffset: int
+
+
+def decode_query_message_response_header(ext: dict) -> QueryMessageResponseHeader:
+    return QueryMessageResponseHeader(
+        index_last_update_timestamp=opt_int(ext, "indexLastUpdateTimestamp", 0),
+        index_last_update_phyoffset=opt_int(ext, "indexLastUpdatePhyoffset", 0),
+    )
+
+
+def encode_query_message_response_header(h: QueryMessageResponseHeader) -> dict:
+    return {"indexLastUpdateTimestamp": str(h.index_last_update_timestamp),
+            "indexLastUpdatePhyoffset": str(h.index_last_update_phyoffset)}

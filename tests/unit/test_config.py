@@ -459,6 +459,11 @@ def test_store_config_kwargs():
         "max_transfer_bytes_on_message_in_disk": 65536,
         "max_transfer_count_on_message_in_disk": 8,
         "access_message_in_memory_max_ratio": 40,
+        "message_index_enable": True,
+        "max_hash_slot_num": 5_000_000,
+        "max_index_num": 20_000_000,
+        "max_msgs_num_batch": 64,
+        "index_build_batch": 20_000,
     }
     assert type(config.store_config_kwargs()["flush_disk_type"]) is str
 

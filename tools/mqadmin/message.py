@@ -1,15 +1,19 @@
-"""Message commands: sendMessage, queryMsgById."""
+"""Message commands: sendMessage, queryMsgById, queryMsgByKey, queryMsgByUniqueKey,
+queryMsgByOffset, printMsg (Java's names, flags and output shapes)."""
 from __future__ import annotations
 
+import argparse
 import random
 import time
 from functools import partial
 
-from pocketmq.client.errors import BrokerError
+from pocketmq.client.api import PullRequest, PullResult, pull_sys_flag
+from pocketmq.client.errors import BrokerError, MessageNotFoundError, RemotingFailure
 from pocketmq.client.message import Message, UniqIdGenerator
 
 # the client's one response-code -> SendStatus table (private to the producer for now)
 from pocketmq.client.producer import SEND_STATUS
+from pocketmq.client.query import query_route, view_route
 from pocketmq.common.constants import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     DEFAULT_TOPIC_QUEUE_NUMS,
@@ -24,7 +28,7 @@ from pocketmq.protocol.message import (
     parse_host,
 )
 from pocketmq.tools.mqadmin import tables
-from pocketmq.tools.mqadmin.command import Command, Opt, Out, non_negative_int, stripped
+from pocketmq.tools.mqadmin.command import Command, Opt, Out, java_bool, non_negative_int, positive_int, stripped
 from pocketmq.tools.mqadmin.errors import (
     AdminError,
     UsageError,
@@ -32,6 +36,7 @@ from pocketmq.tools.mqadmin.errors import (
     failed,
     one_line,
 )
+from pocketmq.tools.mqadmin.offset import reset_timestamp
 from pocketmq.tools.mqadmin.session import (
     AdminSession,
     route_masters,
@@ -133,6 +138,151 @@ async def query_msg_by_id(s: AdminSession, a, out: Out) -> None:
     out("\n\n".join(views))
 
 
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"      # Java's MixAll.TOOLS_CONSUMER_GROUP
+PRINT_BATCH = 32                            # printMsg pulls 32 at a time, like Java
+
+
+def timestamp(s: str) -> int:
+    """-b / -e: now | milliseconds | yyyy-MM-dd#HH:mm:ss:SSS (local time)."""
+    v = reset_timestamp(s)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"bad timestamp {s!r}: must not be negative")
+    return v
+
+
+async def _admin_lookup(s: AdminSession, what: str, coro):
+    """A lookup through client/query.py: transport failures and error answers become one
+    AdminError line."""
+    try:
+        return await coro
+    except RemotingFailure as e:
+        raise AdminError(f"{what} failed: cannot reach a broker ({e})") from None
+    except BrokerError as e:
+        raise failed(e, what, "broker") from None
+
+
+async def query_msg_by_key(s: AdminSession, a, out: Out) -> None:
+    begin = a.beginTimestamp if a.beginTimestamp is not None else 0
+    end = a.endTimestamp
+    if end is not None and end < begin:
+        raise UsageError("queryMsgByKey: the end timestamp (-e) is before the begin timestamp (-b)")
+    route = await s.route(a.topic)
+    msgs = await _admin_lookup(s, f"query of key {a.msgKey} in topic {a.topic}",
+                               query_route(s.api, route, a.topic, a.msgKey, a.maxNum, begin, end))
+    out(tables.format_table(["#Message ID", "#QID", "#Offset"],
+                            [(m.msg_id, m.queue_id, m.queue_offset) for m in msgs], right=(1, 2)))
+
+
+def _view(msg, charset: str) -> str:
+    try:
+        host, port = parse_host(msg.store_host)
+        oid = offset_msg_id(host, port, msg.commit_log_offset)
+    except ValueError:
+        oid = ""
+    return tables.format_message(msg, oid, charset)
+
+
+async def query_msg_by_unique_key(s: AdminSession, a, out: Out) -> None:
+    if a.consumerGroup or a.clientId:
+        raise UsageError("queryMsgByUniqueKey: consuming a message directly (-g/-d) is not supported")
+    route = await s.route(a.topic)
+    try:
+        msg = await _admin_lookup(s, f"query of message {a.msgId} in topic {a.topic}",
+                                  view_route(s.api, a.msgId, a.topic, route))
+    except MessageNotFoundError as e:
+        raise AdminError(str(e)) from None
+    out(_view(msg, a.bodyFormat))
+
+
+async def _pull(s: AdminSession, addr: str, mq: MessageQueue, offset: int, n: int, expression: str) -> PullResult:
+    req = PullRequest(addr, TOOLS_CONSUMER_GROUP, mq, offset, n, pull_sys_flag(False, False, True), 0, 0,
+                      expression, 0, s.api.timeout_s)
+    try:
+        return await _reach_pull(s, addr, req)
+    except BrokerError as e:
+        raise failed(e, f"pull of {mq.topic} queue {mq.queue_id} at {offset}", f"broker {mq.broker_name} {addr}") from None
+
+
+async def _reach_pull(s: AdminSession, addr: str, req: PullRequest) -> PullResult:
+    try:
+        return await s.api.pull_message(req)
+    except RemotingFailure as e:
+        raise AdminError(f"cannot reach broker {addr} ({s.reason(e, addr)})") from None
+
+
+async def query_msg_by_offset(s: AdminSession, a, out: Out) -> None:
+    route = await s.route(a.topic)
+    masters = route_masters(route)
+    addr = masters.get(a.brokerName)
+    if addr is None:
+        known = ", ".join(sorted(masters)) or "none"
+        raise AdminError(f"broker {a.brokerName} has no master in the route of topic {a.topic} (brokers: {known})")
+    mq = MessageQueue(a.topic, a.brokerName, a.queueId)
+    res = await _pull(s, addr, mq, a.offset, 1, "*")
+    if res.status != PullResult.FOUND or not res.records:
+        raise AdminError(f"no message at offset {a.offset} of {a.topic} queue {a.queueId} on {a.brokerName} "
+                         f"({res.status}; the queue holds {res.min_offset}..{res.max_offset - 1})")
+    out(_view(res.records[0], "utf-8"))
+
+
+def _mq_text(mq: MessageQueue) -> str:
+    return f"MessageQueue [topic={mq.topic}, brokerName={mq.broker_name}, queueId={mq.queue_id}]"
+
+
+def _msg_text(m) -> str:
+    """Java's MessageExt.toString(), the fields printMsg shows."""
+    props = ", ".join(f"{k}={v}" for k, v in m.properties.items())
+    return (f"MessageExt [queueId={m.queue_id}, storeSize={m.store_size}, queueOffset={m.queue_offset}, "
+            f"sysFlag={m.sys_flag}, bornTimestamp={m.born_timestamp}, bornHost={m.born_host}, "
+            f"storeTimestamp={m.store_timestamp}, storeHost={m.store_host}, msgId={m.offset_msg_id}, "
+            f"commitLogOffset={m.commit_log_offset}, bodyCRC={m.body_crc}, reconsumeTimes={m.reconsume_times}, "
+            f"preparedTransactionOffset={m.prepared_transaction_offset}, toString()=Message{{topic='{m.topic}', "
+            f"flag={m.flag}, properties={{{props}}}}}]")
+
+
+async def print_msg(s: AdminSession, a, out: Out) -> None:
+    route = await s.route(a.topic)
+    masters = route_masters(route)
+    charset = a.charsetName or "utf-8"
+    try:
+        "".encode(charset)
+    except LookupError:
+        raise UsageError(f"printMsg: unknown charset {charset!r}") from None
+    expression = a.subExpression or "*"
+    print_body = True if a.printBody is None else a.printBody
+    queues = []
+    for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
+        if qd.broker_name in masters:
+            queues += [MessageQueue(a.topic, qd.broker_name, q) for q in range(qd.read_queue_nums)]
+    for mq in queues:
+        addr = masters[mq.broker_name]
+        lo = await s.call(addr, s.api.min_offset, mq, what="min offset", where=f"broker {mq.broker_name}")
+        hi = await s.call(addr, s.api.max_offset, mq, what="max offset", where=f"broker {mq.broker_name}")
+        if a.beginTimestamp is not None:
+            lo = await s.call(addr, s.api.search_offset, mq, a.beginTimestamp, what="offset search",
+                              where=f"broker {mq.broker_name}")
+        if a.endTimestamp is not None:
+            hi = await s.call(addr, s.api.search_offset, mq, a.endTimestamp, what="offset search",
+                              where=f"broker {mq.broker_name}")
+        out(f"minOffset={lo}, maxOffset={hi}, {_mq_text(mq)}")
+        offset = lo
+        while offset < hi:
+            res = await _pull(s, addr, mq, offset, min(PRINT_BATCH, hi - offset), expression)
+            offset = res.next_begin_offset
+            if res.status == PullResult.FOUND:
+                for m in res.records:
+                    if m.queue_offset >= hi:
+                        break
+                    body = tables.decode_body(m.body, charset) if print_body else "NOT PRINT BODY"
+                    out(f"MSGID: {m.msg_id} {_msg_text(m)} BODY: {body}")
+            elif res.status == PullResult.NO_MATCHED_MSG:
+                out(f"{_mq_text(mq)} no matched msg. status={res.status}, offset={offset}")
+            else:
+                out(f"{_mq_text(mq)} print msg finished. status={res.status}, offset={offset}")
+                break
+        out("--------------------------------------------------------")
+
+
 COMMANDS = [
     Command("sendMessage", "Send a message", [
         Opt("t", "topic", "Topic name", required=True, type=stripped),
@@ -146,4 +296,35 @@ COMMANDS = [
         Opt("i", "msgId", "Message Id (offsetMsgId; several separated by ',')", required=True),
         Opt("f", "bodyFormat", "print message body by the specified charset (default utf-8)", default="utf-8"),
     ], query_msg_by_id, needs_namesrv=False),
+    Command("queryMsgByKey", "Query Message by Key", [
+        Opt("t", "topic", "topic name", required=True, type=stripped),
+        Opt("k", "msgKey", "Message Key", required=True, type=stripped),
+        Opt("b", "beginTimestamp", "Begin timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS] (default 0)",
+            type=timestamp),
+        Opt("e", "endTimestamp", "End timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS] (default: no end)",
+            type=timestamp),
+        Opt("m", "maxNum", "most messages to list (default 64, paged past a broker's 64)", type=positive_int,
+            default=64),
+    ], query_msg_by_key),
+    Command("queryMsgByUniqueKey", "Query Message by Unique key", [
+        Opt("i", "msgId", "Message Id (the client msgId, or an offsetMsgId)", required=True, type=stripped),
+        Opt("t", "topic", "The topic of msg", required=True, type=stripped),
+        Opt("g", "consumerGroup", "consumer group name (consume directly: not supported)"),
+        Opt("d", "clientId", "The consumer's client id (consume directly: not supported)"),
+        Opt("f", "bodyFormat", "print message body by the specified charset (default utf-8)", default="utf-8"),
+    ], query_msg_by_unique_key),
+    Command("queryMsgByOffset", "Query Message by offset", [
+        Opt("t", "topic", "topic name", required=True, type=stripped),
+        Opt("b", "brokerName", "Broker Name", required=True, type=stripped),
+        Opt("i", "queueId", "Queue Id", required=True, type=non_negative_int),
+        Opt("o", "offset", "Queue Offset", required=True, type=non_negative_int),
+    ], query_msg_by_offset),
+    Command("printMsg", "Print Message Detail", [
+        Opt("t", "topic", "topic name", required=True, type=stripped),
+        Opt("c", "charsetName", "CharsetName(eg: UTF-8,GBK)"),
+        Opt("s", "subExpression", "Subscribe Expression(eg: TagA || TagB)"),
+        Opt("b", "beginTimestamp", "Begin timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]", type=timestamp),
+        Opt("e", "endTimestamp", "End timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]", type=timestamp),
+        Opt("d", "printBody", "print body (true/false, default true)", type=java_bool),
+    ], print_msg),
 ]
