@@ -42,10 +42,11 @@ _ZERO_UNIT = bytes(CQ_UNIT_SIZE)
 EXISTS, APPENDED, FILLED = "EXISTS", "APPENDED", "FILLED"
 
 
-def _find_end(view, size: int, fd: int = -1) -> tuple[int, bool]:
+def _find_end(view, size: int, fd: int = -1, check_rest: bool = True) -> tuple[int, bool]:
     """(byte end of the valid prefix of units, whether non-zero bytes follow it). `fd`, the
     file's descriptor, lets the check that the rest is zero skip what the file system
-    reports as never written (last_nonzero)."""
+    reports as never written (last_nonzero); `check_rest=False` (after a clean shutdown:
+    every unit was flushed in order) trusts the binary search."""
     units = size // CQ_UNIT_SIZE
     lo, hi = 0, units            # first all-zero unit, assuming units are a prefix
     while lo < hi:
@@ -55,7 +56,7 @@ def _find_end(view, size: int, fd: int = -1) -> tuple[int, bool]:
         else:
             lo = mid + 1
     end = lo * CQ_UNIT_SIZE
-    if last_nonzero(view, fd, end, size) == end:
+    if not check_rest or last_nonzero(view, fd, end, size) == end:
         # a valid unit has size > 0 (Java's rule): check the prefix ends cleanly
         k = lo
         while k > 0:
@@ -90,8 +91,10 @@ class ConsumeQueue:
 
     # ------------------------------------------------------------------ recovery
 
-    def load(self) -> int:
-        """Map the files and find the end. Returns the number of garbage bytes zeroed."""
+    def load(self, check_rest: bool = True) -> int:
+        """Map the files and find the end. Returns the number of garbage bytes zeroed.
+        `check_rest`: also check that the last file is all zeros past the end (after a
+        crash: a lost page may hide later units), else trust the units' prefix."""
         self.queue.load()
         files = self.queue.files
         if not files:
@@ -99,7 +102,7 @@ class ConsumeQueue:
         for mf in files[:-1]:
             mf.wrote = mf.size
         last = files[-1]
-        end, garbage = _find_end(last.view, last.size, last.fd)
+        end, garbage = _find_end(last.view, last.size, last.fd, check_rest)
         zeroed = 0
         if garbage:
             zeroed = last.size - end

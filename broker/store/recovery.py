@@ -77,7 +77,7 @@ class RecoveryPart:
                         log.warning("ignoring %s/%s in consumequeue/", topic, qname)
                         continue
                     cq = ConsumeQueue(topic, int(qname), self._cq_root, self._cq_size, self._ops)
-                    zeroed = cq.load()
+                    zeroed = cq.load(check_rest=abnormal or ck is None)
                     if cq.has_files:
                         cq_count += 1
                     dropped = cq.truncate_from_phys(end)
