@@ -9,12 +9,12 @@ Fill phase (this process): puts `fill-mib` of messages the way an ASYNC_FLUSH br
 then `unflushed-kib` more without any flush, then `abandon()`: the abort file stays, the
 last writes are only in the page cache, like a SIGKILLed broker's.
 
-Open phase (a fresh child process per run, so RSS starts from nothing): copies nothing,
-opens the crashed store (each run reopens the same crashed state: the child abandons the
-store again instead of closing it, which leaves the abort file and recovery's own work in
-place; the second and later runs therefore recover an already-cut store, which costs the
-same scan), and prints the wall time of open(), the process CPU time, RssFile (file-backed
-resident pages) before and after open, and the recovery report.
+Open phase: the crashed store is kept aside (a sparse copy) and restored before each run;
+a fresh child process per run (so RSS starts from nothing) opens it and prints the wall
+time of open(), the process CPU time, RssFile (file-backed resident pages) before and after
+open, and the recovery report's counts. With `--broker` a real `mqbroker` is also started
+on a restored copy and its RssFile read once it says "boot success" (its own libraries
+included: compare it with the figure of a broker on an empty store, also printed).
 
 The page cache is warm (the files were just written): the figures are the CPU and
 page-touching cost of recovery, not the disk's read speed; on a cold cache the old
@@ -113,6 +113,7 @@ def main() -> None:
     ap.add_argument("--queues", type=int, default=8)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--broker", action="store_true", help="also start mqbroker on the crashed store")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -126,7 +127,11 @@ def main() -> None:
               f"({(info['end_offset'] - info['flushed_offset']) / 1024:.0f} KiB unflushed) in "
               f"{time.perf_counter() - t0:.1f} s; segment {args.segment_mib} MiB; load average "
               f"{os.getloadavg()[0]:.2f}")
+        os.sync()       # the fill's writeback is not recovery's cost
+        snapshot = root + ".crashed"
+        subprocess.run(["cp", "-a", "--sparse=always", root, snapshot], check=True)
         for run in range(args.runs):
+            _restore(snapshot, root)
             res = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", root,
                                   "--segment-mib", str(args.segment_mib)], capture_output=True, text=True,
                                  check=True)
@@ -135,9 +140,50 @@ def main() -> None:
                   f"{r['rss_file_kib_before'] / 1024:.1f} -> {r['rss_file_kib_after'] / 1024:.1f} MiB, "
                   f"{r['records_scanned']} records scanned from {r['scan_from']}, "
                   f"{r['records_dispatched']} units re-dispatched, end {r['end']}")
+        if args.broker:
+            empty = tempfile.mkdtemp(prefix="pocketmq-bench-recovery-empty-")
+            try:
+                print(f"mqbroker on an empty store: RssFile {_broker_rss(empty, args.segment_mib) / 1024:.1f} MiB")
+            finally:
+                shutil.rmtree(empty, ignore_errors=True)
+            _restore(snapshot, root)
+            print(f"mqbroker after the crash: RssFile {_broker_rss(root, args.segment_mib) / 1024:.1f} MiB")
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(root + ".crashed", ignore_errors=True)
+
+
+def _restore(snapshot: str, root: str) -> None:
+    shutil.rmtree(root, ignore_errors=True)
+    subprocess.run(["cp", "-a", "--sparse=always", snapshot, root], check=True)
+    os.sync()
+
+
+def _broker_rss(root: str, segment_mib: int) -> int:
+    """Start mqbroker on `root`/store, wait for "boot success", return its RssFile (KiB)."""
+    import socket
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "pocketmq.broker", "-n", "127.0.0.1:9",
+                             f"--listenPort={port}", "--brokerIP1=127.0.0.1", f"--storePathRootDir={root}/store",
+                             f"--mappedFileSizeCommitLog={segment_mib << 20}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in proc.stdout:
+            if "store recovery:" in line:
+                print("  " + line.strip())
+            if "boot success" in line:
+                with open(f"/proc/{proc.pid}/status") as f:
+                    for st in f:
+                        if st.startswith("RssFile:"):
+                            return int(st.split()[1])
+                break
+        raise RuntimeError("mqbroker did not boot")
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ class Audit:
         self.kills = 0
         self.recovery_kills = 0
         self.early_kills = 0
+        self.early_kills_after_recovery = 0
         self.audits = 0
 
 
@@ -169,8 +170,10 @@ async def _restart(cluster: Cluster, rng: random.Random, audit: Audit) -> str:
         except RuntimeError:
             pass
         d.kill()
-        how += f"@{delay:.2f}s"
+        done = "store recovery:" in d.log_text()
+        how += f"@{delay:.2f}s ({'after' if done else 'before the end of'} recovery)"
         audit.early_kills += 1
+        audit.early_kills_after_recovery += done
     cluster.broker = _broker(cluster)
     await asyncio.to_thread(cluster.broker.start, 60)
     return how
@@ -223,5 +226,5 @@ async def test_sigkill_under_load_loses_no_acknowledged_message(tmp_path):
     finally:
         cluster.stop()
     print(f"crash test seed {SEED}: {audit.kills} kills under load, {audit.recovery_kills} during recovery, "
-          f"{audit.early_kills} early, {len(audit.acked)} acked of {audit.sent} sent, {audit.audits} audits")
+          f"{audit.early_kills} early ({audit.early_kills_after_recovery} of them after recovery had finished), {len(audit.acked)} acked of {audit.sent} sent, {audit.audits} audits")
     assert audit.kills == KILLS and len(audit.acked) > 0
