@@ -53,6 +53,8 @@ BROKER_ARGS = ["--flushDiskType=SYNC_FLUSH", "--mappedFileSizeCommitLog=262144",
                f"--mappedFileSizeConsumeQueue={20 * 200}", "--syncFlushTimeout=10000"]
 NEVER = re.compile(r"(?!)")
 PAUSED = re.compile(r"RECOVERY-PAUSED")
+RECOVERED = re.compile(r"WARNING\s+pocketmq\.broker - store recovery: abnormal shutdown \(abort file found\), "
+                       r"recovered in (\d+) ms")
 
 
 class Audit:
@@ -63,6 +65,7 @@ class Audit:
         self.recovery_kills = 0
         self.early_kills = 0
         self.early_kills_after_recovery = 0
+        self.recovery_ms: list[int] = []
         self.audits = 0
 
 
@@ -176,7 +179,10 @@ async def _restart(cluster: Cluster, rng: random.Random, audit: Audit) -> str:
         audit.early_kills_after_recovery += done
     cluster.broker = _broker(cluster)
     await asyncio.to_thread(cluster.broker.start, 60)
-    return how
+    m = RECOVERED.search(cluster.broker.log_text())
+    assert m, "no 'store recovery: abnormal shutdown' WARNING line after a SIGKILL"
+    audit.recovery_ms.append(int(m.group(1)))
+    return how + f", recovered in {m.group(1)} ms"
 
 
 async def _round(cluster: Cluster, rng: random.Random, audit: Audit, rnd: int) -> str:
@@ -226,5 +232,7 @@ async def test_sigkill_under_load_loses_no_acknowledged_message(tmp_path):
     finally:
         cluster.stop()
     print(f"crash test seed {SEED}: {audit.kills} kills under load, {audit.recovery_kills} during recovery, "
-          f"{audit.early_kills} early ({audit.early_kills_after_recovery} of them after recovery had finished), {len(audit.acked)} acked of {audit.sent} sent, {audit.audits} audits")
+          f"{audit.early_kills} early ({audit.early_kills_after_recovery} of them after recovery had finished), {len(audit.acked)} acked of {audit.sent} sent, {audit.audits} audits; "
+          f"recovery after a kill took {min(audit.recovery_ms)}-{max(audit.recovery_ms)} ms "
+          f"(median {sorted(audit.recovery_ms)[len(audit.recovery_ms) // 2]})")
     assert audit.kills == KILLS and len(audit.acked) > 0
