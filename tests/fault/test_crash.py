@@ -18,6 +18,7 @@ After each restart every queue is read from offset 0 to its max offset and audit
   * no body appears twice (unacknowledged ones may be lost, never duplicated);
   * queues are contiguous: the records read carry the queue offsets min..max-1 in order,
     each a valid record (body CRC) of this topic and queue.
+At the end the broker's log (all its runs) must hold no traceback.
 
 Seeded: POCKETMQ_CRASH_SEED (default: random, printed on failure) and POCKETMQ_CRASH_KILLS
 (SIGKILLs under load, default 6: about a minute). Release checks run longer, e.g.
@@ -205,8 +206,11 @@ async def _round(cluster: Cluster, rng: random.Random, audit: Audit, rnd: int) -
         audit.kills += 1
     finally:
         stop.set()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
         await producer.close()
+    for outcome in outcomes:             # a sender's own check failed (send errors are caught)
+        if isinstance(outcome, BaseException):
+            raise outcome
     return f"round {rnd}: {senders} senders, killed after {len(audit.acked) - acked_before} acks"
 
 
@@ -226,6 +230,10 @@ async def test_sigkill_under_load_loses_no_acknowledged_message(tmp_path):
         cluster.broker = _broker(cluster)
         cluster.broker.start(60)
         await _audit(cluster, audit, "after a clean restart")
+        with open(cluster.broker.log_path) as f:         # every run of the broker, appended
+            log_text = f.read()
+        assert "Traceback" not in log_text, "a traceback in the broker's log:\n" + log_text[
+            max(0, log_text.index("Traceback") - 2000):][:6000]
     except BaseException as e:
         raise AssertionError(f"crash test failed with POCKETMQ_CRASH_SEED={SEED} (replay it with that "
                              f"variable); rounds:\n  " + "\n  ".join(history) + f"\n{type(e).__name__}: {e}") from e
