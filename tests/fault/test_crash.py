@@ -7,8 +7,9 @@ bodies of 20-3000 bytes, each body naming itself. At a seeded number of acknowle
 (or a seeded delay) the broker process gets SIGKILL. Then, by the seed:
   * a plain restart;
   * a kill during recovery: the broker run by `tests.support.paused_recovery` (recovery
-    stopped after the commit log was cut, before the consume queues and the checkpoint),
-    killed there, then restarted;
+    stopped after the commit log was cut, before the consume queues and the checkpoint;
+    or after its re-dispatch, before the flush and the checkpoint), killed there, then
+    restarted;
   * a kill at a seeded delay after the process starts (before, during or after its
     recovery), then restarted.
 After each restart every queue is read from offset 0 to its max offset and audited:
@@ -151,10 +152,11 @@ async def _audit(cluster: Cluster, audit: Audit, where: str) -> None:
     audit.audits += 1
 
 
-def _broker(cluster: Cluster, command=None, ready=READY_BROKER) -> Daemon:
+def _broker(cluster: Cluster, command=None, ready=READY_BROKER, **env_extra) -> Daemon:
     d = cluster._broker_daemon()
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(env_extra)
     return Daemon("mqbroker", d.args, ready, d.log_path, env=env, command=command)
 
 
@@ -162,9 +164,12 @@ async def _restart(cluster: Cluster, rng: random.Random, audit: Audit) -> str:
     """Start the broker again after a SIGKILL, maybe killing it once more during recovery."""
     how = rng.choice(["plain", "during-recovery", "early-kill"])
     if how == "during-recovery":
-        d = _broker(cluster, [sys.executable, "-m", "tests.support.paused_recovery"], PAUSED)
+        at = rng.choice(["cut", "reput"])
+        d = _broker(cluster, [sys.executable, "-m", "tests.support.paused_recovery"], PAUSED,
+                    POCKETMQ_PAUSE_AT=at)
         await asyncio.to_thread(d.start, 60)
         d.kill()
+        how += f" (after the {at})"
         audit.recovery_kills += 1
     elif how == "early-kill":
         delay = rng.uniform(0.05, 2.5)
