@@ -268,10 +268,14 @@ class Broker:
         # bound is on the whole record, which adds properties (<= 32 KiB), topic and header.
         kwargs["max_message_size"] = cfg.maxMessageSize + 33 * 1024
         store = MessageStore(StoreConfig(**kwargs))
+        t0 = monotonic_ms()
         self.recovery_report = store.open()
         self.store = store   # only an opened store is closed by close()
-        if self.recovery_report is not None:
-            log.info("store opened: %s", self.recovery_report)
+        report = self.recovery_report
+        if report is not None:
+            # once, one line: a WARNING after a crash (what recovery had to do), INFO otherwise
+            level = logging.WARNING if report.abnormal or report.truncated_from >= 0 else logging.INFO
+            log.log(level, "%s", report.summary(monotonic_ms() - t0))
 
     def _load_metadata(self) -> None:
         for name, mgr in (("topics.json", self.topics), ("consumerOffset.json", self.offsets),

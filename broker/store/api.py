@@ -179,10 +179,33 @@ class RecoveryReport(NamedTuple):
     cq_entries_truncated: int       # consume-queue units that pointed at or past the cut
     reput_from_offset: int
     records_dispatched: int         # new consume-queue units written by the recovery reput
+    queues_truncated: int = 0       # consume queues cut (units past the log's end, garbage after a hole)
+    queues_redispatched: int = 0    # consume queues that got units from the recovery reput
+    full_rebuild: bool = False      # every consume queue re-dispatched from the log's start
+    queues_loaded: int = 0          # consume queues found on disk
 
     @property
     def lost_bytes(self) -> int:
         return max(0, self.truncated_to - self.truncated_from) if self.truncated_from >= 0 else 0
+
+    def summary(self, duration_ms: float | None = None) -> str:
+        """One readable line saying what recovery did (the broker logs it once at start)."""
+        parts = ["abnormal shutdown (abort file found)" if self.abnormal else "clean shutdown"]
+        if duration_ms is not None:
+            parts.append(f"recovered in {duration_ms:.0f} ms")
+        parts.append(f"commit log [{self.commit_log_min_offset}, {self.commit_log_max_offset})")
+        parts.append(f"{self.records_scanned} records scanned from {self.scan_from_offset}")
+        if self.truncated_from >= 0:
+            parts.append(f"{self.lost_bytes} bytes truncated at {self.truncated_from} ({self.cut_reason})")
+        else:
+            parts.append("0 bytes truncated")
+        if self.segments_removed:
+            parts.append(f"{self.segments_removed} later segment(s) removed")
+        parts.append(f"consume queues: {self.queues_loaded} loaded, {self.queues_truncated} truncated "
+                     f"({self.cq_entries_truncated} units dropped), {self.queues_redispatched} "
+                     f"{'rebuilt from the log start' if self.full_rebuild else 're-dispatched'} "
+                     f"({self.records_dispatched} units from {self.reput_from_offset})")
+        return "store recovery: " + ", ".join(parts)
 
 
 class QueryMessageResult(NamedTuple):

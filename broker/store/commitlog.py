@@ -30,7 +30,7 @@ import os
 from typing import NamedTuple
 
 from pocketmq.broker.store.api import schedule_tags_code, valid_topic_bytes
-from pocketmq.broker.store.mapped_file import FileOps, MappedFileQueue
+from pocketmq.broker.store.mapped_file import FileOps, MappedFileQueue, last_nonzero
 from pocketmq.common.constants import SCHEDULE_TOPIC
 from pocketmq.protocol.message import (
     BLANK_MAGIC_CODE,
@@ -146,19 +146,6 @@ def check_record(view, pos: int, file_size: int, phys: int, delay_levels_ms: tup
         code = tags_code_of_properties(bytes(view[pp:pp + pl]))
     return RECORD, total, DispatchRequest(topic, queue_id, phys, total, code, store_ts,
                                           queue_offset, sys_flag)
-
-
-def _last_nonzero(view, start: int, end: int) -> int:
-    """Offset just past the last non-zero byte in view[start:end], or start if all zero."""
-    step = len(_ZERO_CHUNK)
-    hi = end
-    while hi > start:
-        lo = max(start, hi - step)
-        chunk = bytes(view[lo:hi])
-        if chunk != _ZERO_CHUNK[:hi - lo]:
-            return lo + len(chunk.rstrip(b"\x00"))
-        hi = lo
-    return start
 
 
 def _zero(view, start: int, end: int) -> None:
@@ -317,15 +304,13 @@ class CommitLog:
             return RecoveryOutcome(0, 0, -1, -1, "", 0)
         scan_from = min(max(scan_from, files[0].start), files[-1].start + files[-1].size)
         mf = self.queue.find(scan_from) or files[-1]
-        pos = scan_from - mf.start
-        if pos >= mf.size:
-            pos = 0
+        pos = scan_from - mf.start      # == mf.size: the checkpoint says the last segment is full
         idx = files.index(mf)
         for earlier in files[:idx]:
             earlier.wrote = earlier.size
         scanned = 0
         reason = ""
-        while True:
+        while pos < mf.size:
             kind, size, info = check_record(mf.view, pos, mf.size, mf.start + pos, delay_levels_ms,
                                             dispatch=on_record is not None)
             if kind == RECORD:
@@ -353,12 +338,17 @@ class CommitLog:
         data_end = -1
         if later:
             last = later[-1]
-            data_end = last.start + _last_nonzero(last.view, 0, last.size)
+            data_end = last.start + last_nonzero(last.view, last.fd, 0, last.size)
         if reason or later or check_tail:
-            tail_end = _last_nonzero(mf.view, pos, mf.size) if pos < mf.size else pos
+            # only the extents the file system reports as data are read: a 1 GiB segment's
+            # never-written (preallocated) pages are neither read nor made resident
+            tail_end = last_nonzero(mf.view, mf.fd, pos, mf.size) if pos < mf.size else pos
             if tail_end > pos:
                 data_end = max(data_end, mf.start + tail_end)
                 _zero(mf.view, pos, tail_end)
+                # make the cut durable now: stale records left past the new end could be
+                # read as valid after the next crash if new writes stopped at their boundary
+                self.queue.ops.fdatasync(mf.fd)
         if data_end > end or reason:
             truncated_from = end
             truncated_to = max(data_end, end)
@@ -398,21 +388,27 @@ class CommitLog:
                 log.error("reput stopped at %d: %s", start, info or kind)
                 return
 
-    def recovery_start(self, flushed_offset: int | None, abnormal: bool, segments_without_checkpoint: int) -> int:
-        """Where recovery starts checking records: the checkpoint's flushed offset (after a
-        crash, the start of the segment holding it); without a checkpoint, the start of the
-        last `segments_without_checkpoint` segments."""
+    def recovery_start(self, flushed_offset: int | None, segments_without_checkpoint: int) -> int:
+        """Where recovery starts checking records: the checkpoint's flushed offset, after a
+        clean shutdown and after a crash alike; without a checkpoint, the start of the last
+        `segments_without_checkpoint` segments (RocketMQ's normal recovery).
+
+        Why the flushed offset is enough after a crash (RocketMQ 4.9 instead rescans whole
+        segments, from the newest whose first record is older than the checkpoint): the
+        checkpoint records an offset only after fdatasync of every byte below it returned,
+        and it is replaced atomically, so the bytes below it are exactly the records this
+        store wrote (each built and checked by the put path) and made durable; a crash cannot
+        change them. What a crash can damage is the unflushed tail, and recovery checks all
+        of it, record by record, from that offset on. Rescanning durable data would only
+        catch media corruption, and cutting the log there would drop every acknowledged
+        message after the flipped bit; the flushed offset is a record boundary (flush()
+        syncs up to the write position), so scanning can start there."""
         files = self.queue.files
         if not files:
             return 0
         if flushed_offset is None:
             return files[max(0, len(files) - segments_without_checkpoint)].start
-        f = min(max(flushed_offset, files[0].start), files[-1].end)
-        if abnormal:
-            f -= f % self.file_size      # the whole segment holding the flushed offset
-            if f >= files[-1].end:
-                f = files[-1].start
-        return f
+        return min(max(flushed_offset, files[0].start), files[-1].end)
 
     def expired_segments(self, below: int, now_ms: int, reserved_ms: int, force: bool) -> int:
         """How many segments from the oldest on may be deleted: never the active one, only

@@ -26,8 +26,9 @@ import shutil
 import struct
 
 from pocketmq.broker.store.api import CQ_FILLER_SIZE
-from pocketmq.broker.store.mapped_file import FileOps, MappedFile, MappedFileQueue
+from pocketmq.broker.store.mapped_file import FileOps, MappedFile, MappedFileQueue, last_nonzero
 from pocketmq.common.constants import CQ_UNIT_SIZE
+from pocketmq.protocol.message import RECORD_HEAD_MIN
 
 __all__ = ["ConsumeQueue", "CQ_UNIT", "FILLER_UNIT", "EXISTS", "APPENDED", "FILLED"]
 
@@ -37,23 +38,15 @@ CQ_UNIT = struct.Struct(">qiq")   # commit_log_offset, size, tags_code: CQ_UNIT_
 assert CQ_UNIT.size == CQ_UNIT_SIZE
 FILLER_UNIT = CQ_UNIT.pack(0, CQ_FILLER_SIZE, 0)
 _ZERO_UNIT = bytes(CQ_UNIT_SIZE)
-_ZERO_CHUNK = bytes(1 << 20)
 
 EXISTS, APPENDED, FILLED = "EXISTS", "APPENDED", "FILLED"
 
 
-def _all_zero(view, start: int, end: int) -> bool:
-    step = len(_ZERO_CHUNK)
-    while start < end:
-        n = min(step, end - start)
-        if bytes(view[start:start + n]) != _ZERO_CHUNK[:n]:
-            return False
-        start += n
-    return True
-
-
-def _find_end(view, size: int) -> tuple[int, bool]:
-    """(byte end of the valid prefix of units, whether non-zero bytes follow it)."""
+def _find_end(view, size: int, fd: int = -1, check_rest: bool = True) -> tuple[int, bool]:
+    """(byte end of the valid prefix of units, whether non-zero bytes follow it). `fd`, the
+    file's descriptor, lets the check that the rest is zero skip what the file system
+    reports as never written (last_nonzero); `check_rest=False` (after a clean shutdown:
+    every unit was flushed in order) trusts the binary search."""
     units = size // CQ_UNIT_SIZE
     lo, hi = 0, units            # first all-zero unit, assuming units are a prefix
     while lo < hi:
@@ -63,7 +56,7 @@ def _find_end(view, size: int) -> tuple[int, bool]:
         else:
             lo = mid + 1
     end = lo * CQ_UNIT_SIZE
-    if _all_zero(view, end, size):
+    if not check_rest or last_nonzero(view, fd, end, size) == end:
         # a valid unit has size > 0 (Java's rule): check the prefix ends cleanly
         k = lo
         while k > 0:
@@ -103,8 +96,10 @@ class ConsumeQueue:
 
     # ------------------------------------------------------------------ recovery
 
-    def load(self) -> int:
-        """Map the files and find the end. Returns the number of garbage bytes zeroed."""
+    def load(self, check_rest: bool = True) -> int:
+        """Map the files and find the end. Returns the number of garbage bytes zeroed.
+        `check_rest`: also check that the last file is all zeros past the end (after a
+        crash: a lost page may hide later units), else trust the units' prefix."""
         self.queue.load()
         self._set_room()
         files = self.queue.files
@@ -113,7 +108,7 @@ class ConsumeQueue:
         for mf in files[:-1]:
             mf.wrote = mf.size
         last = files[-1]
-        end, garbage = _find_end(last.view, last.size)
+        end, garbage = _find_end(last.view, last.size, last.fd, check_rest)
         zeroed = 0
         if garbage:
             zeroed = last.size - end
@@ -300,6 +295,21 @@ class ConsumeQueue:
             self.min_offset = queue_offset
             result = APPENDED
         else:
+            # A gap. Units are written in commit-log order, so no record of this queue can be
+            # missing unless there is room for it between the queue's last record and this
+            # one: a gap wider than that means this record's QUEUEOFFSET is damaged (the
+            # format has no header checksum), and filling it could mean 2^60 filler units.
+            last = self.unit(mo - 1) if mo > self.min_offset else None
+            last_end = last[0] + last[1] if last is not None and last[1] != CQ_FILLER_SIZE else 0
+            if phys < last_end:
+                log.error("consume queue %s/%d: record at %d (QUEUEOFFSET %d) lies before the queue's last "
+                          "unit %d; not indexed again", self.topic, self.queue_id, phys, queue_offset, mo - 1)
+                return EXISTS
+            if queue_offset - mo > (phys - last_end) // RECORD_HEAD_MIN:
+                log.error("consume queue %s/%d: record at %d has QUEUEOFFSET %d, no room for the %d units "
+                          "before it; indexed as unit %d", self.topic, self.queue_id, phys, queue_offset,
+                          queue_offset - mo, mo)
+                return self.put(mo, phys, size, tags_code)
             log.error("consume queue %s/%d: gap, expected unit %d, record at %d has %d; filled",
                       self.topic, self.queue_id, mo, phys, queue_offset)
             self._write_fillers(queue_offset - mo)

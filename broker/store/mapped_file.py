@@ -19,6 +19,7 @@ close later; the mapping stays valid until then.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -224,3 +225,61 @@ class MappedFileQueue:
     def sync_dir(self) -> None:
         if os.path.isdir(self.directory):
             self.ops.fsync_dir(self.directory)
+
+
+_ZERO_CHUNK = bytes(1 << 20)
+
+
+def _last_nonzero_dense(view, start: int, end: int) -> int:
+    step = len(_ZERO_CHUNK)
+    hi = end
+    while hi > start:
+        lo = max(start, hi - step)
+        chunk = bytes(view[lo:hi])
+        if chunk != _ZERO_CHUNK[:hi - lo]:
+            return lo + len(chunk.rstrip(b"\x00"))
+        hi = lo
+    return start
+
+
+def data_extents(fd: int, start: int, end: int) -> list[tuple[int, int]] | None:
+    """The ranges of [start, end) of a file that may hold non-zero bytes, from the file
+    system (SEEK_DATA / SEEK_HOLE): unwritten preallocated extents and holes read as zeros,
+    pages written (dirty or flushed) or read count as data. None when the file system
+    cannot tell (the caller then reads everything)."""
+    seek_data = getattr(os, "SEEK_DATA", None)
+    if seek_data is None or fd < 0:
+        return None
+    out = []
+    off = start
+    try:
+        while off < end:
+            try:
+                d = os.lseek(fd, off, seek_data)
+            except OSError as e:
+                if e.errno == errno.ENXIO:      # no data at or after off
+                    break
+                raise
+            if d >= end:
+                break
+            h = min(os.lseek(fd, d, os.SEEK_HOLE), end)
+            out.append((d, h))
+            off = h
+    except OSError:
+        return None
+    return out
+
+
+def last_nonzero(view, fd: int, start: int, end: int) -> int:
+    """Offset just past the last non-zero byte of view[start:end] (a mapping of the file
+    `fd`), or `start` when that range is all zeros. Reads only what the file system reports
+    as data: recovery looks past the end of a 1 GiB segment without touching (and making
+    resident) its never-written pages."""
+    extents = data_extents(fd, start, end)
+    if extents is None:
+        return _last_nonzero_dense(view, start, end)
+    for d, h in reversed(extents):
+        r = _last_nonzero_dense(view, d, h)
+        if r > d:
+            return r
+    return start

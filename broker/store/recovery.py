@@ -4,11 +4,13 @@ Owns the lifecycle (open, close, abandon) and what open decides after a crash:
 
 - the abort file `{root}/abort` exists while the store is open; finding it at open means
   the last run did not close cleanly (abnormal recovery);
-- the commit log is checked from the checkpoint's flushed offset (the start of its
-  segment after a crash; the last few segments without a checkpoint) and cut at the
-  first bad record (CommitLog.recovery_start / recover);
+- the commit log is checked from the checkpoint's flushed offset (after a clean shutdown
+  and after a crash: what lies below it was fsynced; the last few segments without a
+  checkpoint) and cut at the first bad record (CommitLog.recovery_start / recover); past
+  the end only what the file system reports as data is read;
 - consume queues are loaded, cut where they point past the new end, and re-dispatched
-  from the checkpoint's dispatch point, or all rebuilt when some were deleted;
+  from the checkpoint's dispatch point (every unit below it was fsynced), or all rebuilt
+  when some were deleted or there is no checkpoint;
 - the checkpoint is rewritten at once (a stale one could point into reused offsets).
 """
 from __future__ import annotations
@@ -53,7 +55,7 @@ class RecoveryPart:
         ck = read_checkpoint(cfg.checkpoint_path)
         cl = self._commitlog = CommitLog(cfg.commit_log_dir, self._file_size, self._ops)
         cl.load()
-        scan_from = cl.recovery_start(ck.flushed_physical_offset if ck is not None else None, abnormal,
+        scan_from = cl.recovery_start(ck.flushed_physical_offset if ck is not None else None,
                                       cfg.recover_segments_without_checkpoint)
         outcome = cl.recover(scan_from, self._delay_levels, check_tail=abnormal or ck is None)
         end = cl.wrote_offset
@@ -61,6 +63,7 @@ class RecoveryPart:
         cl.flushed_offset = min(scan_from, end)
 
         truncated = 0
+        queues_truncated = 0
         cq_count = 0
         self._cq_table = {}
         if os.path.isdir(self._cq_root):
@@ -74,25 +77,34 @@ class RecoveryPart:
                         log.warning("ignoring %s/%s in consumequeue/", topic, qname)
                         continue
                     cq = ConsumeQueue(topic, int(qname), self._cq_root, self._cq_size, self._ops)
-                    cq.load()
+                    zeroed = cq.load(check_rest=abnormal or ck is None)
                     if cq.has_files:
                         cq_count += 1
-                    truncated += cq.truncate_from_phys(end)
+                    dropped = cq.truncate_from_phys(end)
+                    truncated += dropped
+                    queues_truncated += bool(dropped or zeroed)
                     cq.correct_min_offset(cl_min)
                     self._cq_table.setdefault(topic, {})[cq.queue_id] = cq
         if truncated:
             log.warning("recovery dropped %d consume-queue units pointing past %d", truncated, end)
 
-        if ck is None or cq_dir_missing or cq_count < ck.consume_queue_count:
+        full_rebuild = ck is None or cq_dir_missing or cq_count < ck.consume_queue_count
+        if full_rebuild:
             # consume queues were deleted (or nothing says how far they went): rebuild them
             # all from the commit log, idempotently
             reput_from = cl_min
         else:
+            # every unit of the records below the checkpoint's dispatch point was fsynced
+            # before the checkpoint was written: only the records after it (at most one
+            # checkpoint interval) are read again, whatever the segment size
             reput_from = min(max(ck.logics_physical_offset, cl_min), end)
         self._reput_from = reput_from
         self._failed = None
         self._open = True
+        before = {(t, q): cq.max_offset for t, table in self._cq_table.items() for q, cq in table.items()}
         dispatched = self._reput()
+        queues_redispatched = sum(1 for t, table in self._cq_table.items() for q, cq in table.items()
+                                  if before.get((t, q)) != cq.max_offset)
         # the message index (index.py): drop what a crash may have left unflushed, rebuild from the log
         self._open_index(abnormal, ck.index_msg_timestamp if ck is not None else 0)
         cl.flush()                       # what recovery accepted is now durable
@@ -106,8 +118,10 @@ class RecoveryPart:
             commit_log_max_offset=end, truncated_from=outcome.truncated_from,
             truncated_to=outcome.truncated_to, cut_reason=outcome.reason,
             segments_removed=outcome.segments_removed, cq_entries_truncated=truncated,
-            reput_from_offset=reput_from, records_dispatched=dispatched)
-        log.info("store open: %s", report)
+            reput_from_offset=reput_from, records_dispatched=dispatched,
+            queues_truncated=queues_truncated, queues_redispatched=queues_redispatched,
+            full_rebuild=full_rebuild, queues_loaded=cq_count)
+        # logged once, by the shell that opened the store (it knows how long it took)
         return report
 
     def close(self) -> None:

@@ -34,8 +34,9 @@ def _script(name: str) -> list[str]:
 
 class Daemon:
     def __init__(self, name: str, args: list[str], ready: re.Pattern, log_path: str, env=None,
-                 wrapper: list[str] | None = None):
+                 wrapper: list[str] | None = None, command: list[str] | None = None):
         self.name = name
+        self.command = command      # instead of the daemon's script (a test wrapper of it)
         self.args = args
         self.wrapper = wrapper or []     # a command prefix, e.g. rlimit_exec.py (it exec()s the daemon)
         self.ready_re = ready
@@ -51,7 +52,7 @@ class Daemon:
         self.match = None
         env = dict(os.environ if self.env is None else self.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        self.proc = subprocess.Popen(self.wrapper + _script(self.name) + self.args, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen(self.wrapper + (self.command or _script(self.name)) + self.args, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env=env)
         threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
         if not self._ready.wait(timeout_s) or self.match is None:
