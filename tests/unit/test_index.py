@@ -284,9 +284,14 @@ def test_torn_index_file_on_recovery(tmp_path, damage):
 
 def test_index_entries_past_a_truncated_log_are_dropped(tmp_path):
     cfg = config(tmp_path)
-    s, a = filled(cfg, 4)
+    s, a = filled(cfg, 2)
     s.flush()
     s.flush_consume_queues()
+    # two more records, indexed (and the index flushed) but never flushed in the commit log:
+    # the checkpoint's flushed offset stays at the cut, where recovery starts checking
+    a += [put(s, keys="k", now=1_000_002 + i) for i in range(2)]
+    s.flush_consume_queues()
+    assert q(s, "k") == a[::-1]
     cut = a[2]
     s.abandon()
     seg = os.path.join(cfg.commit_log_dir, sorted(os.listdir(cfg.commit_log_dir))[0])
