@@ -77,7 +77,7 @@ class Broker:
         self.consumers = ConsumerManager()
         self.producers = ProducerManager()
         self.locks = RebalanceLockManager()
-        self.held_pulls = HeldPullTable(config.maxHeldPulls)
+        self.held_pulls = HeldPullTable(config.maxHeldPulls, config.maxHeldPullsPerConnection)
         self.delay_levels = config.delay_levels_ms()
         self.schedule_cursors = ScheduleCursors()
         self.schedule_service: ScheduleService | None = None
@@ -132,7 +132,9 @@ class Broker:
         self.server = RemotingServer(self._processors, host="0.0.0.0", port=cfg.listenPort,
                                      frame_size_bytes_max=cfg.maxFrameSize, name="broker",
                                      on_connection_close=self._on_connection_close,
-                                     busy_poll_us=cfg.busyPollMicros)
+                                     busy_poll_us=cfg.busyPollMicros,
+                                     read_buffer_bytes_max=cfg.maxBufferedRequestBytes,
+                                     frame_read_timeout_ms=cfg.frameReadTimeoutMillis)
         port = await self.server.start(start_serving=False)
         self.addr = f"{cfg.brokerIP1}:{port}"
         self.store_host = msgcodec.parse_host(self.addr)

@@ -23,7 +23,9 @@ Where we differ from RocketMQ, on purpose:
 * ``~`` is expanded in ``storePathRootDir`` and ``storePathCommitLog``.
 * ``busyPollMicros`` (pocketmq's own) keeps the loop polling briefly after a request.
 * ``maxHeldPulls`` and ``maxFrameSize`` are pocketmq's own bounds (RocketMQ's
-  frame limit is the system property ``com.rocketmq.remoting.frameMaxLength``).
+  frame limit is the system property ``com.rocketmq.remoting.frameMaxLength``), as are
+  ``maxHeldPullsPerConnection``, ``maxBufferedRequestBytes`` and
+  ``frameReadTimeoutMillis`` (docs/reliability.md).
 * Pre-4.5 spellings ``mapedFileSizeCommitLog``/``mapedFileSizeConsumeQueue`` are
   aliases (4.9 ignores them); a few keys that circulate in copied broker.conf
   templates but never existed in RocketMQ (``storePathConsumeQueue``...) are
@@ -52,11 +54,13 @@ from pocketmq.common.daemon_config import (
     NonNegativeLong,
     Port,
     PositiveInt,
+    PositiveLong,
     cross_field_error,
     env,
 )
 from pocketmq.common.properties_file import CliOption, ConfigError, LoadReport, format_properties
 from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
+from pocketmq.remoting.read_budget import FRAME_READ_TIMEOUT_MS_DEFAULT, READ_BUFFER_BYTES_MAX_DEFAULT
 
 __all__ = [
     "ALIASES",
@@ -305,10 +309,18 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
 
     # --- pocketmq's own bounds ---------------------------------------------
     maxHeldPulls: PositiveInt = 100_000
+    # A RocketMQ client holds one pull per queue it consumes, all on one connection per
+    # broker: 10,000 is far above any real assignment, far below a flood.
+    maxHeldPullsPerConnection: PositiveInt = 10_000
     # pocketmq's own: after a request arrives, keep the event loop polling (not sleeping)
     # this long, so the next request does not pay the idle-CPU wake-up (~40 µs per hop on
     # the VMs measured). CPU for latency; 0 turns it off. See docs/benchmarks.md.
     busyPollMicros: Annotated[int, Field(ge=0, le=100_000)] = 200
+    # Bytes all connections may hold of request frames not yet complete (beyond: those
+    # connections stop being read until it frees), and how long one frame may take to
+    # arrive (then its connection is closed). remoting/read_budget.py.
+    maxBufferedRequestBytes: Annotated[int, Field(ge=1 << 20, le=2**63 - 1)] = READ_BUFFER_BYTES_MAX_DEFAULT
+    frameReadTimeoutMillis: PositiveLong = FRAME_READ_TIMEOUT_MS_DEFAULT
     maxFrameSize: FrameSize = FRAME_SIZE_BYTES_MAX_DEFAULT
 
     # --- validation --------------------------------------------------------
@@ -511,6 +523,7 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "accessMessageInMemoryMaxRatio", "clusterTopicEnable", "brokerTopicEnable", "traceTopicEnable", "msgTraceTopicName",
     "regionId", "traceOn", "notifyConsumerIdsChangedEnable", "aclEnable",
     "rejectTransactionMessage", "serverChannelMaxIdleTimeSeconds", "maxHeldPulls", "maxFrameSize", "busyPollMicros",
+    "maxHeldPullsPerConnection", "maxBufferedRequestBytes", "frameReadTimeoutMillis",
     "enablePropertyFilter", "transactionTimeOut", "transactionCheckMax", "transactionCheckInterval",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""

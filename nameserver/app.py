@@ -50,6 +50,7 @@ from pocketmq.nameserver.route import (
 from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
 from pocketmq.protocol.errors import BodyError
 from pocketmq.remoting.clock import monotonic_ms
+from pocketmq.remoting.read_budget import FRAME_READ_TIMEOUT_MS_DEFAULT, READ_BUFFER_BYTES_MAX_DEFAULT
 from pocketmq.remoting.server import RemotingServer
 from pocketmq.remoting.tasks import cancel_and_wait
 
@@ -109,7 +110,11 @@ class NameServer:
         server = RemotingServer(build_processor_table(state), host=self.host,
                                 port=int(config_value(self.config, "listenPort", DEFAULT_LISTEN_PORT)),
                                 name="namesrv", on_connection_close=self._on_connection_close,
-                                frame_size_bytes_max=self.frame_size_bytes_max)
+                                frame_size_bytes_max=self.frame_size_bytes_max,
+                                read_buffer_bytes_max=int(config_value(
+                                    self.config, "maxBufferedRequestBytes", READ_BUFFER_BYTES_MAX_DEFAULT)),
+                                frame_read_timeout_ms=int(config_value(
+                                    self.config, "frameReadTimeoutMillis", FRAME_READ_TIMEOUT_MS_DEFAULT)))
         self.port = await server.start()
         self._server = server
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-scan-not-active-broker")

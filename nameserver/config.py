@@ -17,6 +17,11 @@ pocketmq's own keys (RocketMQ 4.9 hard-codes these):
   is evicted (``RouteInfoManager.BROKER_CHANNEL_EXPIRED_TIME``).
 * ``maxFrameSize`` (bytes, default 16 MiB): the largest frame accepted
   (RocketMQ: system property ``com.rocketmq.remoting.frameMaxLength``).
+* ``maxBufferedRequestBytes`` (bytes, default 128 MiB): what all connections
+  may hold of request frames not yet complete; beyond it, connections with a
+  large partial frame stop being read until it frees.
+* ``frameReadTimeoutMillis`` (ms, default 30 000): a request frame must arrive
+  within this time, or its connection is closed (docs/reliability.md).
 
 As in RocketMQ, ``-c FILE`` also sets ``configStorePath`` to FILE (a
 ``--configStorePath`` flag still wins). ``~`` is expanded in the paths.
@@ -27,6 +32,7 @@ Loading, the command line and ``-p`` are common.daemon_config's
 from __future__ import annotations
 
 import os
+from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 
@@ -50,6 +56,7 @@ from pocketmq.common.properties_file import (
     format_properties,
 )
 from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
+from pocketmq.remoting.read_budget import FRAME_READ_TIMEOUT_MS_DEFAULT, READ_BUFFER_BYTES_MAX_DEFAULT
 
 __all__ = [
     "IMPLEMENTED_KEYS",
@@ -88,6 +95,8 @@ class NamesrvConfig(NettyServerConfig, _NamesrvSection):
     # --- pocketmq's own ----------------------------------------------------
     scanNotActiveBrokerInterval: PositiveLong = 10_000
     brokerChannelExpiredTime: PositiveLong = 120_000
+    maxBufferedRequestBytes: Annotated[int, Field(ge=1 << 20, le=2**63 - 1)] = READ_BUFFER_BYTES_MAX_DEFAULT
+    frameReadTimeoutMillis: PositiveLong = FRAME_READ_TIMEOUT_MS_DEFAULT
     maxFrameSize: FrameSize = FRAME_SIZE_BYTES_MAX_DEFAULT
 
     @field_validator("kvConfigPath", "configStorePath")
@@ -110,6 +119,7 @@ class NamesrvConfig(NettyServerConfig, _NamesrvSection):
 IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "listenPort", "kvConfigPath", "orderMessageEnable", "serverChannelMaxIdleTimeSeconds",
     "scanNotActiveBrokerInterval", "brokerChannelExpiredTime", "maxFrameSize",
+    "maxBufferedRequestBytes", "frameReadTimeoutMillis",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""
 
