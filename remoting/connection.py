@@ -220,10 +220,17 @@ class Connection(asyncio.Protocol):
             return
         self._paused &= ~reason
         if not self._paused and not self.closed and self.transport is not None:
+            if self.partial_since is not None:
+                self.partial_since = _monotonic()   # a frame's time runs only while we read
             try:
                 self.transport.resume_reading()
             except RuntimeError:
                 pass
+
+    @property
+    def read_paused(self) -> bool:
+        """We stopped reading this peer (slice, write backpressure or budget)."""
+        return self._paused != 0
 
     # -- the read budget (server side) -----------------------------------------------------
     def _account_partial(self, t0: float, handled: int) -> None:

@@ -14,7 +14,8 @@ One `ReadBudget` per server, shared by its connections (issue 11, item 6: only
   connection holds at most one, bounded by the connection count.
 * Time. A frame must complete within `frame_timeout_ms` of the previous one (of the
   first byte after a pause), or its connection is closed with one log line (slowloris).
-  A connection waiting for budget is not timed: its clock starts when it is admitted.
+  A connection we stopped reading (waiting for budget, or not reading its replies) is not
+  timed: its clock restarts when we read it again.
   One sweep timer per server checks the connections holding partial frames.
 
 The connection side (when to reserve, release, pause) is `remoting/connection.py`.
@@ -106,8 +107,8 @@ class ReadBudget:
             since = conn.partial_since
             if conn.closed or since is None:
                 self.partial.discard(conn)
-            elif conn.budget_wanted:
-                continue            # waiting for budget: not its fault
+            elif conn.read_paused:
+                continue            # we stopped reading it (budget, backpressure): not its fault
             elif now - since > limit:
                 self.partial.discard(conn)
                 self.timeouts += 1
