@@ -22,9 +22,9 @@ import pytest
 
 from pocketmq.protocol.codes import RequestCode as R, ResponseCode as C
 from pocketmq.protocol.command import RemotingCommand, encode
-from tests.fault.test_held_pulls import Raw, connect
 from tests.integration.test_broker import pull_cmd, send_cmd
 from tests.support.daemons import Cluster
+from tests.support.raw_client import Raw, connect
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.fault]
 
