@@ -307,7 +307,7 @@ class Connection(asyncio.Protocol):
         self._can_write.set()
         if self.pause_reading_on_backpressure and not self.closed:
             self._unpause(_PAUSE_WRITE)
-            if self.decoder.buffered_bytes and not self._continue_scheduled:
+            if (self.decoder.buffered_bytes or self._paused & _PAUSE_SLICE) and not self._continue_scheduled:
                 # requests read before (or while) pausing wait in the decoder
                 self._continue_scheduled = True
                 (self._loop or asyncio.get_running_loop()).call_soon(self._continue)

@@ -238,3 +238,18 @@ async def test_a_connection_we_stopped_reading_is_not_timed(monkeypatch):
     budget._sweep()
     assert t.aborted
     budget.close()
+
+
+async def test_a_slice_cut_by_write_backpressure_resumes_reading_when_the_peer_catches_up():
+    # The slice ends exactly at the last request read and the answers pass the
+    # high-water mark: nothing is left in the decoder, yet reading must resume later.
+    handled = []
+    conn, t = server_conn(lambda c, cmd: handled.append(cmd.opaque) or cmd.response(0))
+    conn.data_received(frames(DISPATCH_SLICE))
+    assert len(handled) == DISPATCH_SLICE and not t.reading
+    conn.pause_writing()
+    await asyncio.sleep(0)                  # the continuation sees the backpressure
+    assert not t.reading and conn.decoder.buffered_bytes == 0
+    conn.resume_writing()
+    await asyncio.sleep(0)
+    assert t.reading and handled == list(range(1, DISPATCH_SLICE + 1))
