@@ -190,11 +190,23 @@ async def test_a_closed_connection_gives_its_reservation_back():
     budget.close()
 
 
-async def test_a_frame_that_does_not_complete_in_time_closes_its_connection(monkeypatch):
+@pytest.fixture
+def clock(monkeypatch):
+    """One fake monotonic clock (seconds) for the connections and the budget's sweep."""
     from pocketmq.remoting import connection, read_budget
     now = [1000.0]
     monkeypatch.setattr(read_budget, "monotonic", lambda: now[0])
     monkeypatch.setattr(connection, "_monotonic", lambda: now[0])
+    return now
+
+
+def sweep(budget: ReadBudget) -> None:
+    budget.close()                          # the timer's sweep, run by hand at the fake time
+    budget._sweep()
+
+
+async def test_a_frame_that_does_not_complete_in_time_closes_its_connection(clock):
+    now = clock
     budget = ReadBudget(10 * SMALL_FRAME_BYTES, 2000)
     slow, ts = server_conn(lambda c, cmd: None, budget)
     busy, tb = server_conn(lambda c, cmd: cmd.response(0), budget)
@@ -205,37 +217,29 @@ async def test_a_frame_that_does_not_complete_in_time_closes_its_connection(monk
     now[0] = 1001.5
     busy.data_received(one[10:] + one[:5])  # a frame completed: the next one's clock starts
     now[0] = 1002.5
-    budget.close()                          # run the sweep by hand, at the fake time
-    budget._sweep()
+    sweep(budget)
     assert ts.aborted and not tb.aborted and budget.timeouts == 1
     busy.data_received(one[5:])             # nothing partial any more: dropped from the sweep
-    budget.close()
-    budget._sweep()
+    sweep(budget)
     assert budget.partial == set()
     budget.close()
 
 
-async def test_a_connection_we_stopped_reading_is_not_timed(monkeypatch):
-    from pocketmq.remoting import connection, read_budget
-    now = [1000.0]
-    monkeypatch.setattr(read_budget, "monotonic", lambda: now[0])
-    monkeypatch.setattr(connection, "_monotonic", lambda: now[0])
+async def test_a_connection_we_stopped_reading_is_not_timed(clock):
+    now = clock
     budget = ReadBudget(10 * SMALL_FRAME_BYTES, 2000)
     conn, t = server_conn(lambda c, cmd: cmd.response(0), budget)
     conn.data_received(frames(1)[:5])
     conn.pause_writing()                    # its peer does not read: we stop reading it
     now[0] = 1010.0
-    budget.close()
-    budget._sweep()
+    sweep(budget)
     assert not t.aborted
     conn.resume_writing()                   # its clock restarts when we read again
     now[0] = 1011.0
-    budget.close()
-    budget._sweep()
+    sweep(budget)
     assert not t.aborted
     now[0] = 1012.5
-    budget.close()
-    budget._sweep()
+    sweep(budget)
     assert t.aborted
     budget.close()
 
