@@ -11,7 +11,7 @@ are processed concurrently (more are answered SYSTEM_BUSY); writes pause
 the reader when the transport buffer is above its high-water mark.
 
 Server side, the reader also pauses (one mask of reasons, `_pause`/`_unpause`):
-* after `DISPATCH_SLICE` requests of one read, to let other connections in: the rest
+* after `DISPATCH_SLICE` requests of one read (or 5 ms), to let other connections in: the rest
   stays in the decoder and is handled on the next loop turn (uvloop reads up to 32
   chunks of a pipelining peer in one go: 20,000 pipelined pulls used to keep the loop
   for seconds);
@@ -71,8 +71,10 @@ class _Expired(Exception):
 
 _INF = float("inf")
 
-# Requests handled per read callback (or per turn of a continuation) before yielding.
+# Requests handled per read callback (or per turn of a continuation) before yielding:
+# at most DISPATCH_SLICE, and no more once DISPATCH_SLICE_S have passed (checked every 16).
 DISPATCH_SLICE = 256
+DISPATCH_SLICE_S = 0.005
 
 # Reasons the reader is paused (a mask: reading resumes when none is left).
 _PAUSE_WRITE, _PAUSE_SLICE, _PAUSE_BUDGET = 1, 2, 4
@@ -174,7 +176,8 @@ class Connection(asyncio.Protocol):
                         fut.set_result(cmd)
                 else:
                     self._dispatch(cmd)
-                if handled == budget:
+                if handled == budget or (budget > 0 and not handled & 15
+                                         and _monotonic() - t0 > DISPATCH_SLICE_S):
                     self._pause(_PAUSE_SLICE)
                     if not self._continue_scheduled:
                         self._continue_scheduled = True

@@ -112,7 +112,7 @@ def test_budget_rejects_nonsense():
 
 # -- Connection: slices ----------------------------------------------------------------------
 
-async def test_pipelined_requests_are_handled_one_slice_per_loop_turn():
+async def test_pipelined_requests_are_handled_one_slice_per_loop_turn(clock):
     handled = []
     done = asyncio.Event()
     n = 2 * DISPATCH_SLICE + 10
@@ -123,7 +123,7 @@ async def test_pipelined_requests_are_handled_one_slice_per_loop_turn():
             done.set()
         return cmd.response(0)
     conn, t = server_conn(handler)
-    conn.data_received(frames(n))
+    conn.data_received(frames(n))            # (the fake clock stands still: slices by count)
     assert len(handled) == DISPATCH_SLICE and not t.reading      # one slice, then yield
     assert len(t.written) == 1                                   # its answers in one write
     await asyncio.wait_for(done.wait(), 5)
@@ -244,7 +244,7 @@ async def test_a_connection_we_stopped_reading_is_not_timed(clock):
     budget.close()
 
 
-async def test_a_slice_cut_by_write_backpressure_resumes_reading_when_the_peer_catches_up():
+async def test_a_slice_cut_by_write_backpressure_resumes_reading_when_the_peer_catches_up(clock):
     # The slice ends exactly at the last request read and the answers pass the
     # high-water mark: nothing is left in the decoder, yet reading must resume later.
     handled = []
@@ -257,3 +257,15 @@ async def test_a_slice_cut_by_write_backpressure_resumes_reading_when_the_peer_c
     conn.resume_writing()
     await asyncio.sleep(0)
     assert t.reading and handled == list(range(1, DISPATCH_SLICE + 1))
+
+
+async def test_a_slice_also_ends_when_its_time_is_up(clock):
+    handled = []
+
+    def slow_handler(conn, cmd):
+        handled.append(cmd.opaque)
+        clock[0] += 0.001                   # each request takes 1 ms
+        return cmd.response(0)
+    conn, t = server_conn(slow_handler)
+    conn.data_received(frames(100))
+    assert len(handled) == 16 and not t.reading     # 5 ms passed at the first check
