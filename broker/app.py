@@ -107,7 +107,7 @@ class Broker:
         self.consumers = ConsumerManager()
         self.producers = ProducerManager()
         self.locks = RebalanceLockManager()
-        self.held_pulls = HeldPullTable(config.maxHeldPulls)
+        self.held_pulls = HeldPullTable(config.maxHeldPulls, config.maxHeldPullsPerConnection)
         self.delay_levels = config.delay_levels_ms()
         self.schedule_cursors = ScheduleCursors()
         self.schedule_service: ScheduleService | None = None
@@ -168,7 +168,9 @@ class Broker:
                                      frame_size_bytes_max=cfg.maxFrameSize, name="broker",
                                      on_connection_close=self._on_connection_close,
                                      busy_poll_us=cfg.busyPollMicros, max_connections=cfg.maxConnections,
-                                     reserved_fds=cfg.reservedFileDescriptors)
+                                     reserved_fds=cfg.reservedFileDescriptors,
+                                     read_buffer_bytes_max=cfg.maxBufferedRequestBytes,
+                                     frame_read_timeout_ms=cfg.frameReadTimeoutMillis)
         port = await self.server.start(start_serving=False)
         self.addr = f"{cfg.brokerIP1}:{port}"
         self.store_host = await resolve_store_host(cfg.brokerIP1, port)

@@ -23,7 +23,9 @@ Where we differ from RocketMQ, on purpose:
 * ``~`` is expanded in ``storePathRootDir`` and ``storePathCommitLog``.
 * ``busyPollMicros`` (pocketmq's own) keeps the loop polling briefly after a request.
 * ``maxHeldPulls`` and ``maxFrameSize`` are pocketmq's own bounds (RocketMQ's
-  frame limit is the system property ``com.rocketmq.remoting.frameMaxLength``).
+  frame limit is the system property ``com.rocketmq.remoting.frameMaxLength``), as are
+  ``maxHeldPullsPerConnection``, ``maxBufferedRequestBytes`` and
+  ``frameReadTimeoutMillis`` (docs/reliability.md).
 * ``maxConnections`` and ``reservedFileDescriptors`` (pocketmq's own, 0 = derived):
   connections past min(maxConnections, RLIMIT_NOFILE - reserved) are accepted and
   closed, so the store always finds descriptors for its files (remoting/server.py
@@ -56,6 +58,7 @@ from pocketmq.common.daemon_config import (
     NonNegativeLong,
     Port,
     PositiveInt,
+    PositiveLong,
     cross_field_error,
     env,
 )
@@ -71,6 +74,7 @@ from pocketmq.common.properties_file import (
     set_properties,
 )
 from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
+from pocketmq.remoting.read_budget import FRAME_READ_TIMEOUT_MS_DEFAULT, READ_BUFFER_BYTES_MAX_DEFAULT
 
 __all__ = [
     "ALIASES",
@@ -326,6 +330,9 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     # records per consume-queue flush (each second) or query, so it never takes more
     # than a bounded share of the broker's one interpreter; 0: no bound. See docs/store.md.
     indexBuildBatchNums: Annotated[int, Field(ge=0)] = 20_000
+    # A RocketMQ client holds one pull per queue it consumes, all on one connection per
+    # broker: 10,000 is far above any real assignment, far below a flood.
+    maxHeldPullsPerConnection: PositiveInt = 10_000
     # pocketmq's own: after a request arrives, keep the event loop polling (not sleeping)
     # this long, so the next request does not pay the idle-CPU wake-up (~40 µs per hop on
     # the VMs measured). CPU for latency; 0 turns it off. See docs/benchmarks.md.
@@ -337,6 +344,11 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     # pocketmq's own: the port of the Prometheus /metrics endpoint (docs/operations.md),
     # on the listen address; 0 (the default) serves no metrics.
     metricsPort: Port = 0
+    # Bytes all connections may hold of request frames not yet complete (beyond: those
+    # connections stop being read until it frees), and how long one frame may take to
+    # arrive (then its connection is closed). remoting/read_budget.py.
+    maxBufferedRequestBytes: Annotated[int, Field(ge=1 << 20, le=2**63 - 1)] = READ_BUFFER_BYTES_MAX_DEFAULT
+    frameReadTimeoutMillis: PositiveLong = FRAME_READ_TIMEOUT_MS_DEFAULT
     maxFrameSize: FrameSize = FRAME_SIZE_BYTES_MAX_DEFAULT
 
     # --- validation --------------------------------------------------------
@@ -546,6 +558,7 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "rejectTransactionMessage", "serverChannelMaxIdleTimeSeconds", "maxHeldPulls", "maxFrameSize", "busyPollMicros",
     "maxConnections", "reservedFileDescriptors",
     "metricsPort",
+    "maxHeldPullsPerConnection", "maxBufferedRequestBytes", "frameReadTimeoutMillis",
     "enablePropertyFilter", "transactionTimeOut", "transactionCheckMax", "transactionCheckInterval",
     "messageIndexEnable", "maxHashSlotNum", "maxIndexNum", "maxMsgsNumBatch", "defaultQueryMaxNum",
     "indexBuildBatchNums",

@@ -51,6 +51,7 @@ from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
 from pocketmq.protocol.errors import BodyError
 from pocketmq.remoting.clock import monotonic_ms
 from pocketmq.remoting.metrics import RequestLatency, bound_port, serve_metrics, timed_table
+from pocketmq.remoting.read_budget import FRAME_READ_TIMEOUT_MS_DEFAULT, READ_BUFFER_BYTES_MAX_DEFAULT
 from pocketmq.remoting.server import RemotingServer
 from pocketmq.remoting.tasks import cancel_and_wait
 
@@ -120,7 +121,11 @@ class NameServer:
                                 name="namesrv", on_connection_close=self._on_connection_close,
                                 frame_size_bytes_max=self.frame_size_bytes_max,
                                 max_connections=int(config_value(self.config, "maxConnections", 0)),
-                                reserved_fds=int(config_value(self.config, "reservedFileDescriptors", 0)))
+                                reserved_fds=int(config_value(self.config, "reservedFileDescriptors", 0)),
+                                read_buffer_bytes_max=int(config_value(
+                                    self.config, "maxBufferedRequestBytes", READ_BUFFER_BYTES_MAX_DEFAULT)),
+                                frame_read_timeout_ms=int(config_value(
+                                    self.config, "frameReadTimeoutMillis", FRAME_READ_TIMEOUT_MS_DEFAULT)))
         self.port = await server.start()
         self._server = server
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-scan-not-active-broker")

@@ -20,6 +20,11 @@ pocketmq's own keys (RocketMQ 4.9 hard-codes these):
 * ``maxConnections`` and ``reservedFileDescriptors`` (default 0 = derived): at most
   min(maxConnections, RLIMIT_NOFILE - reserved) connections; more are accepted and
   closed (remoting/server.py ``connection_limit``; docs/reliability.md).
+* ``maxBufferedRequestBytes`` (bytes, default 128 MiB): what all connections
+  may hold of request frames not yet complete; beyond it, connections with a
+  large partial frame stop being read until it frees.
+* ``frameReadTimeoutMillis`` (ms, default 30 000): a request frame must arrive
+  within this time, or its connection is closed (docs/reliability.md).
 
 As in RocketMQ, ``-c FILE`` also sets ``configStorePath`` to FILE (a
 ``--configStorePath`` flag still wins). ``~`` is expanded in the paths.
@@ -30,6 +35,7 @@ Loading, the command line and ``-p`` are common.daemon_config's
 from __future__ import annotations
 
 import os
+from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 
@@ -54,6 +60,7 @@ from pocketmq.common.properties_file import (
     format_properties,
 )
 from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
+from pocketmq.remoting.read_budget import FRAME_READ_TIMEOUT_MS_DEFAULT, READ_BUFFER_BYTES_MAX_DEFAULT
 
 __all__ = [
     "IMPLEMENTED_KEYS",
@@ -95,6 +102,8 @@ class NamesrvConfig(NettyServerConfig, _NamesrvSection):
     # the port of the Prometheus /metrics endpoint (docs/operations.md), on the listen
     # address; 0 (the default) serves no metrics.
     metricsPort: Port = 0
+    maxBufferedRequestBytes: Annotated[int, Field(ge=1 << 20, le=2**63 - 1)] = READ_BUFFER_BYTES_MAX_DEFAULT
+    frameReadTimeoutMillis: PositiveLong = FRAME_READ_TIMEOUT_MS_DEFAULT
     maxFrameSize: FrameSize = FRAME_SIZE_BYTES_MAX_DEFAULT
     maxConnections: NonNegativeInt = 0
     reservedFileDescriptors: NonNegativeInt = 0
@@ -121,6 +130,7 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "scanNotActiveBrokerInterval", "brokerChannelExpiredTime", "maxFrameSize",
     "maxConnections", "reservedFileDescriptors",
     "metricsPort",
+    "maxBufferedRequestBytes", "frameReadTimeoutMillis",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""
 

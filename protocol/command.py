@@ -166,6 +166,13 @@ class FrameDecoder:
     def buffered_bytes(self) -> int:
         return len(self._buf) - self._pos
 
+    def pending_frame_bytes(self) -> int:
+        """Size of the frame being received (length prefix included) once its length has
+        arrived, else 0. For a reader's memory budget; the length is checked by next_command."""
+        if len(self._buf) - self._pos < 4:
+            return 0
+        return 4 + struct.unpack_from(">i", self._buf, self._pos)[0]
+
     def next_command(self) -> RemotingCommand | None:
         if self._broken:
             raise ProtocolError("decoder already failed")

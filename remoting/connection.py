@@ -9,6 +9,17 @@ most `requests_in_flight_max` outgoing requests wait for a response (more
 raise `TooManyRequests`); at most `handlers_in_flight_max` incoming requests
 are processed concurrently (more are answered SYSTEM_BUSY); writes pause
 the reader when the transport buffer is above its high-water mark.
+
+Server side, the reader also pauses (one mask of reasons, `_pause`/`_unpause`):
+* after `DISPATCH_SLICE` requests of one read (or 5 ms), to let other connections in: the rest
+  stays in the decoder and is handled on the next loop turn (uvloop reads up to 32
+  chunks of a pipelining peer in one go: 20,000 pipelined pulls used to keep the loop
+  for seconds);
+* while the peer does not read its replies (write high-water mark): no more requests
+  are handled or read until it catches up;
+* while a large partial frame waits for the server's `ReadBudget`
+  (remoting/read_budget.py), which also closes a connection whose frame does not
+  complete in time.
 """
 from __future__ import annotations
 
@@ -26,6 +37,7 @@ from pocketmq.protocol.command import (
     encode_parts,
 )
 from pocketmq.protocol.errors import BodyError, HeaderError, ProtocolError
+from pocketmq.remoting.read_budget import SMALL_FRAME_BYTES
 
 log = logging.getLogger("pocketmq.remoting")
 
@@ -59,6 +71,14 @@ class _Expired(Exception):
 
 _INF = float("inf")
 
+# Requests handled per read callback (or per turn of a continuation) before yielding:
+# at most DISPATCH_SLICE, and no more once DISPATCH_SLICE_S have passed (checked every 16).
+DISPATCH_SLICE = 256
+DISPATCH_SLICE_S = 0.005
+
+# Reasons the reader is paused (a mask: reading resumes when none is left).
+_PAUSE_WRITE, _PAUSE_SLICE, _PAUSE_BUDGET = 1, 2, 4
+
 
 class Connection(asyncio.Protocol):
     """`handler(conn, cmd)` processes incoming requests; it returns a response,
@@ -71,7 +91,7 @@ class Connection(asyncio.Protocol):
     def __init__(self, handler=None, *, frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT,
                  requests_in_flight_max: int = 65536, handlers_in_flight_max: int = 4096,
                  on_close=None, name: str = "", pause_reading_on_backpressure: bool = False,
-                 busy_poll=None, processors: dict | None = None):
+                 busy_poll=None, processors: dict | None = None, read_budget=None):
         self.handler = handler
         # code -> proc(conn, cmd): a server's table (used instead of handler when given)
         self.processors = processors
@@ -100,6 +120,13 @@ class Connection(asyncio.Protocol):
         # While one read is being processed, outgoing frames are collected here and
         # written with one writelines (one syscall) when the read is done.
         self._out: list | None = None
+        self._paused = 0                  # _PAUSE_* reasons the reader is paused for
+        self._continue_scheduled = False
+        # Server side: the shared budget for partial frames (remoting/read_budget.py).
+        self.read_budget = read_budget
+        self.partial_since: float | None = None   # monotonic s the frame in progress began
+        self.budget_reserved = 0                  # bytes reserved for it
+        self.budget_wanted = 0                    # bytes waited for (reading paused)
 
     # -- asyncio.Protocol ------------------------------------------------------------
     def connection_made(self, transport):
@@ -121,15 +148,26 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data):
         self.last_read_s = t0 = _monotonic()
+        self.decoder.feed(data)
+        if self._paused & (_PAUSE_SLICE | _PAUSE_WRITE):
+            return      # bytes read before the pause took effect: handled when it ends
+        self._handle(t0)
+
+    def _handle(self, t0: float) -> None:
+        """Decode and dispatch what the decoder holds, at most DISPATCH_SLICE requests on
+        the server side (the rest on a later loop turn)."""
         dec = self.decoder
-        dec.feed(data)
         next_command = dec.next_command
         self._out = out = []
+        budget = DISPATCH_SLICE if self.pause_reading_on_backpressure else -1
+        handled = 0
+        failed = False
         try:
             while True:
                 cmd = next_command()
                 if cmd is None:
                     break
+                handled += 1
                 if cmd.flag & FLAG_RESPONSE:
                     fut = self.pending.pop(cmd.opaque, None)
                     if fut is None:
@@ -138,8 +176,16 @@ class Connection(asyncio.Protocol):
                         fut.set_result(cmd)
                 else:
                     self._dispatch(cmd)
+                if handled == budget or (budget > 0 and not handled & 15
+                                         and _monotonic() - t0 > DISPATCH_SLICE_S):
+                    self._pause(_PAUSE_SLICE)
+                    if not self._continue_scheduled:
+                        self._continue_scheduled = True
+                        (self._loop or asyncio.get_running_loop()).call_soon(self._continue)
+                    break
         except ProtocolError as e:
             log.warning("%s: protocol error from %s, closing connection: %s", self.name, self.remote_addr, e)
+            failed = True
             self.close()
         finally:
             self._out = None
@@ -151,9 +197,91 @@ class Connection(asyncio.Protocol):
                 # (A read that answered nothing, e.g. part of a large frame, is no reason to
                 # spin: the rest is on its way and the peer is not waiting for us.)
                 self.busy_poll.kick(_monotonic() - t0)
+        if self.read_budget is not None and not failed and not self.closed:
+            self._account_partial(t0, handled)
+
+    def _continue(self) -> None:
+        """The next slice of requests already read (scheduled by _handle)."""
+        self._continue_scheduled = False
+        if self.closed or self._paused & _PAUSE_WRITE:
+            return      # resume_writing continues
+        self._handle(_monotonic())
+        if self._paused & _PAUSE_SLICE and not self._continue_scheduled:
+            self._unpause(_PAUSE_SLICE)     # the decoder holds no complete request any more
+
+    # -- the reader's pauses ---------------------------------------------------------------
+    def _pause(self, reason: int) -> None:
+        if not self._paused and self.transport is not None:
+            try:
+                self.transport.pause_reading()
+            except RuntimeError:
+                pass
+        self._paused |= reason
+
+    def _unpause(self, reason: int) -> None:
+        if not self._paused & reason:
+            return
+        self._paused &= ~reason
+        if not self._paused and not self.closed and self.transport is not None:
+            if self.partial_since is not None:
+                self.partial_since = _monotonic()   # a frame's time runs only while we read
+            try:
+                self.transport.resume_reading()
+            except RuntimeError:
+                pass
+
+    @property
+    def read_paused(self) -> bool:
+        """We stopped reading this peer (slice, write backpressure or budget)."""
+        return self._paused != 0
+
+    # -- the read budget (server side) -----------------------------------------------------
+    def _account_partial(self, t0: float, handled: int) -> None:
+        # Timing: a frame is timed from the end of the previous one (or from its first
+        # byte after an idle spell).
+        dec = self.decoder
+        buffered = dec.buffered_bytes
+        if not buffered:
+            self.partial_since = None
+        elif handled or self.partial_since is None:
+            if self.partial_since is None:
+                self.read_budget.track(self)
+            self.partial_since = t0
+        # Bytes: reserve the whole frame once a large one is under way.
+        need = dec.pending_frame_bytes() if buffered > SMALL_FRAME_BYTES else 0
+        if need == self.budget_reserved or self.budget_wanted:
+            return
+        budget = self.read_budget
+        if self.budget_reserved:
+            reserved, self.budget_reserved = self.budget_reserved, 0
+            budget.release(reserved)
+        if need:
+            if budget.reserve(self, need):
+                self.budget_reserved = need
+            else:
+                self.budget_wanted = need
+                self._pause(_PAUSE_BUDGET)
+
+    def budget_granted(self, nbytes: int) -> None:
+        """Called by the ReadBudget: nbytes are reserved for the frame this connection waits with."""
+        self.budget_wanted = 0
+        self.budget_reserved = nbytes
+        self.partial_since = _monotonic()      # its time starts now
+        self._unpause(_PAUSE_BUDGET)
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
 
     def connection_lost(self, exc):
         self.closed = True
+        budget = self.read_budget
+        if budget is not None:
+            budget.forget(self)
+            self.budget_wanted = 0
+            if self.budget_reserved:
+                reserved, self.budget_reserved = self.budget_reserved, 0
+                budget.release(reserved)
         if self._sweep_handle is not None:
             self._sweep_handle.cancel()
             self._sweep_handle = None
@@ -173,21 +301,19 @@ class Connection(asyncio.Protocol):
     def pause_writing(self):
         self._can_write.clear()
         # Server side: a peer that does not read its replies must not make us buffer
-        # without bound, so stop reading its requests until it catches up. (Not for
-        # client connections: two peers that both stop reading would deadlock.)
-        if self.pause_reading_on_backpressure and self.transport is not None:
-            try:
-                self.transport.pause_reading()
-            except RuntimeError:
-                pass
+        # without bound, so stop reading and handling its requests until it catches up.
+        # (Not for client connections: two peers that both stop reading would deadlock.)
+        if self.pause_reading_on_backpressure:
+            self._pause(_PAUSE_WRITE)
 
     def resume_writing(self):
         self._can_write.set()
-        if self.pause_reading_on_backpressure and self.transport is not None and not self.closed:
-            try:
-                self.transport.resume_reading()
-            except RuntimeError:
-                pass
+        if self.pause_reading_on_backpressure and not self.closed:
+            self._unpause(_PAUSE_WRITE)
+            if (self.decoder.buffered_bytes or self._paused & _PAUSE_SLICE) and not self._continue_scheduled:
+                # requests read before (or while) pausing wait in the decoder
+                self._continue_scheduled = True
+                (self._loop or asyncio.get_running_loop()).call_soon(self._continue)
 
     # -- incoming requests ---------------------------------------------------------------
     def _dispatch(self, cmd: RemotingCommand) -> None:

@@ -20,6 +20,11 @@ import time
 from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
 from pocketmq.remoting.clock import monotonic_ms
 from pocketmq.remoting.connection import Connection
+from pocketmq.remoting.read_budget import (
+    FRAME_READ_TIMEOUT_MS_DEFAULT,
+    READ_BUFFER_BYTES_MAX_DEFAULT,
+    ReadBudget,
+)
 
 log = logging.getLogger("pocketmq.remoting")
 
@@ -61,7 +66,9 @@ class RemotingServer:
     def __init__(self, processors: dict, *, host: str = "0.0.0.0", port: int = 0,
                  frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT, name: str = "server",
                  on_connection_close=None, handlers_in_flight_max: int = 4096, busy_poll_us: int = 0,
-                 max_connections: int = 0, reserved_fds: int = 0):
+                 max_connections: int = 0, reserved_fds: int = 0,
+                 read_buffer_bytes_max: int = READ_BUFFER_BYTES_MAX_DEFAULT,
+                 frame_read_timeout_ms: int = FRAME_READ_TIMEOUT_MS_DEFAULT):
         self.processors = processors
         self.host = host
         self.port = port
@@ -72,6 +79,8 @@ class RemotingServer:
         from pocketmq.remoting.busy_poll import BusyPoll
         self.busy_poll = BusyPoll(busy_poll_us, adaptive=True) if busy_poll_us > 0 else None
         self.connections: set[Connection] = set()
+        # Partial request frames of all connections: bytes and time (remoting/read_budget.py).
+        self.read_budget = ReadBudget(read_buffer_bytes_max, frame_read_timeout_ms, name)
         self._server: asyncio.base_events.Server | None = None
         self.max_connections = max_connections
         self.reserved_fds = reserved_fds
@@ -92,7 +101,8 @@ class RemotingServer:
                           frame_size_bytes_max=self.frame_size_bytes_max,
                           on_close=self._closed, name=self.name,
                           handlers_in_flight_max=self.handlers_in_flight_max,
-                          pause_reading_on_backpressure=True, busy_poll=self.busy_poll)
+                          pause_reading_on_backpressure=True, busy_poll=self.busy_poll,
+                          read_budget=self.read_budget)
         self.connections.add(conn)
         return conn
 
@@ -155,6 +165,7 @@ class RemotingServer:
         return closed
 
     async def close(self) -> None:
+        self.read_budget.close()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):

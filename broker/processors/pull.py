@@ -10,7 +10,7 @@ stores a matching message or its suspend time runs out.
 from __future__ import annotations
 
 from pocketmq.broker.core import sql92
-from pocketmq.broker.core.held_pulls import HeldPull
+from pocketmq.broker.core.held_pulls import HeldPull, HoldResult
 from pocketmq.broker.core.status import pull_status_response
 from pocketmq.protocol.bodies import build_subscription
 from pocketmq.protocol.codes import PermName, PullSysFlag, ResponseCode
@@ -128,11 +128,18 @@ def pull(ctx, conn, cmd, h, allow_suspend: bool, sub=None):
         # Clients wait 30 s for a pull held up to 15-20 s; a longer hold only pins memory.
         timeout = min(max(0, timeout), SUSPEND_MS_MAX)
         held = HeldPull(conn, cmd, h, sub, h.queue_offset, ctx.mono_ms() + timeout)
-        if ctx.held_pulls.hold(held):
+        result = ctx.held_pulls.hold(held)
+        if result is HoldResult.HELD:
             ctx.wake_hold()
             return None
-        return cmd.response(ResponseCode.SYSTEM_BUSY,
-                            "[HOLD_FULL]too many held pulls, start flow control for a while", ext_fields=ext)
+        # Java never refuses to hold. SYSTEM_BUSY, not PULL_NOT_FOUND: Java and C++ clients
+        # re-pull at once after PULL_NOT_FOUND (a busy loop), after an error in 3 s.
+        if result is HoldResult.CONNECTION_FULL:
+            remark = (f"[HOLD_FULL]too many held pulls on this connection "
+                      f"({ctx.held_pulls.per_connection_max}), start flow control for a while")
+        else:
+            remark = "[HOLD_FULL]too many held pulls, start flow control for a while"
+        return cmd.response(ResponseCode.SYSTEM_BUSY, remark, ext_fields=ext)
     return cmd.response(code, status, ext_fields=ext)
 
 

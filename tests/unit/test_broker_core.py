@@ -72,7 +72,7 @@ def test_held_pulls_wake_on_matching_tag_only():
     assert t.notify("T", 0, 5, tags_code("TagA")) == []      # nothing past offset 5 yet
     assert t.notify("T", 0, 6, tags_code("TagB")) == [b]     # only the '*' pull matches TagB
     assert t.notify("T", 0, 7, tags_code("TagA")) == [a]
-    assert t.count == 1 and t.by_queue == {("T", 1): [c]}
+    assert t.count == 1 and t.held_on("T", 1) == [c] and t.held_on("T", 0) == []
 
 
 def test_held_pulls_expire_in_deadline_order_and_bound():
