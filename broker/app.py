@@ -218,7 +218,8 @@ class Broker:
         self._tasks = [loop.create_task(self._register_loop(), name="register-namesrv"),
                        loop.create_task(self._persist_loop(), name="persist"),
                        loop.create_task(self._housekeeping_loop(), name="housekeeping"),
-                       loop.create_task(run_stats_ticks(self.stats, self.now_ms), name="stats")]
+                       loop.create_task(run_stats_ticks(self.stats, self.now_ms), name="stats"),
+                       loop.create_task(self._dispatch_catch_up_loop(), name="dispatch-catch-up")]
         if cfg.namesrvAddr:
             await self.register_all()
         log.info("The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
@@ -483,6 +484,17 @@ class Broker:
                 await self._persist_async()
             except Exception:
                 log.exception("persisting offsets failed")
+
+    async def _dispatch_catch_up_loop(self) -> None:
+        # After a consume-queue file could not be created (descriptors or disk exhausted for
+        # a moment), records already stored wait for dispatch; retry each second so they
+        # reach the queues (and held pulls) without waiting for the next send.
+        while True:
+            await asyncio.sleep(1)
+            try:
+                self.store.catch_up_dispatch()
+            except Exception:
+                log.exception("dispatch catch-up failed")
 
     async def _housekeeping_loop(self) -> None:
         while True:

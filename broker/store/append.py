@@ -91,6 +91,15 @@ class AppendPart:
         else:
             self._fail(f"consume queue write failed: {e}")
 
+    def catch_up_dispatch(self) -> bool:
+        """Retry the dispatch a failed consume-queue file creation left behind, without
+        waiting for the next put (whose records would otherwise stay invisible to pulls
+        until then). The broker calls it every second on the thread that puts (dispatch is
+        not safe from the flush thread). True when dispatch is up to date."""
+        if not self._open or self._failed is not None or not self._dispatch_behind:
+            return not self._dispatch_behind
+        return self._catch_up()
+
     def _catch_up(self) -> bool:
         """Dispatch what a failed consume-queue file creation left undispatched; True when
         dispatch is up to date (a put's queue offset is only right then)."""

@@ -13,7 +13,7 @@ import pytest
 from pocketmq.broker.store.api import (GetMessageStatus as GS, MessageBatchToStore, MessageToStore,
                               PutMessageStatus as PS, StoreError)
 from pocketmq.broker.store.checkpoint import Checkpoint, read_checkpoint
-from pocketmq.broker.store.mapped_file import FileOps
+from pocketmq.broker.store.fileops import FileOps, NotOpened
 from pocketmq.common.files import read_file, write_file_atomic
 from pocketmq.broker.store.store import MessageStore
 from pocketmq.broker.store.store_config import StoreConfig
@@ -663,4 +663,43 @@ def test_clean_expired_consume_queues_on_demand(tmp_path):
     first = next(r for r in results if r.wrote_offset >= 3 * SEG)
     assert s.get_min_offset_in_queue("TopicA", 0) == first.queue_offset
     assert s.clean_expired_consume_queues() == 0          # nothing left to clean
+    s.close()
+
+
+class _NoNewConsumeQueueFiles(FileOps):
+    """Creating a consume-queue file fails (descriptors exhausted) while `refusing`."""
+
+    def __init__(self):
+        super().__init__()
+        self.refusing = False
+
+    def create(self, path, size):
+        if self.refusing and "consumequeue" in path:
+            raise NotOpened(errno.EMFILE, f"cannot create {path}: Too many open files")
+        return super().create(path, size)
+
+
+def test_records_left_undispatched_by_a_failed_queue_file_reach_the_queue_without_another_put(tmp_path):
+    """A batch whose units cross into a consume-queue file that cannot be created is stored
+    (and acknowledged) but not dispatched; catch_up_dispatch (the broker calls it every
+    second) dispatches it once the file can be created, with no further put."""
+    ops = _NoNewConsumeQueueFiles()
+    s = opened(config(tmp_path, mapped_file_size_consume_queue=4 * 20), file_ops=ops)
+    for i in range(3):
+        assert s.put_message(msg(now=i + 1)).ok
+    ops.refusing = True
+    items = [(0, b"b%d" % i, "") for i in range(3)]      # units 3..5: the second file is needed
+    r = s.put_messages(MessageBatchToStore("TopicA", 0, 0, 5, HOST, 6, items))
+    assert r.ok and r.queue_offset == 3
+    assert s.get_max_offset_in_queue("TopicA", 0) < 6
+    assert not s.catch_up_dispatch()                     # still refused: nothing changes
+    ops.refusing = False
+    assert s.catch_up_dispatch()
+    assert s.get_max_offset_in_queue("TopicA", 0) == 6
+    off, got = 3, 0
+    while off < 6:                                       # a pull stops at a queue file's end
+        r = s.get_message("TopicA", 0, off, 32)
+        assert r.message_count
+        off, got = r.next_begin_offset, got + r.message_count
+    assert got == 3
     s.close()
