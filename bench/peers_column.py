@@ -41,7 +41,6 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 
 def make_targets(api):
     from pocketmq.client import LitePullConsumer, Message, Producer, PushConsumer
-    from pocketmq.protocol.bodies import MessageQueue
 
     def _version():
         try:
