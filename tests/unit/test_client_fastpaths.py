@@ -428,3 +428,21 @@ def test_decode_messages_equals_decode_records_raw_then_from_raw():
             assert str(got.value) == str(e)
             continue
         assert msgcodec.decode_messages(bytes(b), "x") == want
+
+
+def test_fetcher_decode_found_salvages_like_the_pull_did():
+    from pocketmq.client.api import decode_pull_body
+    from pocketmq.client.errors import MQClientError
+    from pocketmq.client.fetcher import decode_found
+    from pocketmq.protocol.bodies import MessageQueue
+    mq = MessageQueue("T", "broker-c", 1)
+    rnd = random.Random(2)
+    good = [_random_record(rnd, i) for i in range(4)]
+    assert decode_found(b"".join(good), mq, "a:1") == msgcodec.decode_messages(b"".join(good), "broker-c")
+    host = (bytes([127, 0, 0, 1]), 1)
+    poisoned = msgcodec.encode_record("T", 1, 0, b"x", b"TAGS\x01\xff\xfe", 0, 1, host, host, 0, 0, 9, 1, 2)
+    body = good[0] + poisoned + good[1]
+    want = [MessageExt.from_raw(r, "broker-c") for r in decode_pull_body(body, mq, "a:1", True)]
+    assert len(want) == 2 and decode_found(body, mq, "a:1") == want
+    with pytest.raises(MQClientError):
+        decode_found(good[0] + b"\x00\x00\x00\x05junk", mq, "a:1")
