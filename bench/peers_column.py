@@ -32,7 +32,6 @@ bench/bench_broker.py) so runs on a drifting host can be compared.
 """
 import asyncio
 import os
-import subprocess
 import sys
 import time
 
@@ -255,6 +254,5 @@ def _calibration_rtt_us():
 
 
 if __name__ == "__main__":
-    print(__doc__)
-    print("run it through the harness: see bench/README.md", file=sys.stderr)
-    subprocess.run([sys.executable, "-c", "import pocketmq.client"], check=True)
+    sys.exit("not a script: pass it to the harness, "
+             "peers.py --extra bench/peers_column.py (see bench/README.md)")
