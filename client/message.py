@@ -96,6 +96,12 @@ class Message:
         _set_flag(self, flag)
         _set_wait_store_msg_ok(self, wait_store_msg_ok)
 
+    def __post_init__(self):
+        # Not called by the __init__ above: a dataclass *subclass*'s generated __init__
+        # stores its arguments as given and then calls this, so they get the same
+        # conversions (the fields re-stored through Message's own __init__).
+        Message.__init__(self, *[getattr(self, f.name) for f in fields(Message)])
+
     __hash__ = None  # properties is a mapping
 
     def wire_properties_text(self, uniq_key: str | None = None) -> str:

@@ -446,3 +446,14 @@ def test_fetcher_decode_found_salvages_like_the_pull_did():
     assert len(want) == 2 and decode_found(body, mq, "a:1") == want
     with pytest.raises(MQClientError):
         decode_found(good[0] + b"\x00\x00\x00\x05junk", mq, "a:1")
+
+
+def test_message_dataclass_subclass_gets_the_same_conversions():
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Traced(Message):
+        trace_id: str = ""
+    m = Traced("T", "é", keys="a b", properties={"p": 1}, trace_id="t1")
+    assert (m.body, m.keys, m.properties, m.trace_id) == (b"\xc3\xa9", ("a", "b"), {"p": "1"}, "t1")
+    assert type(m.properties) is msgcodec.FrozenProperties
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.trace_id = "x"  # type: ignore[misc]
