@@ -35,18 +35,33 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from pocketmq.client.api import PullRequest, PullResult, pull_sys_flag
+from pocketmq.client.api import PULL_BODY, PullRequest, PullResult, decode_pull_body, pull_sys_flag
 from pocketmq.client.errors import MQClientError, SubscriptionError
 from pocketmq.client.log_throttle import FailureLog
 from pocketmq.client.message import MessageExt
 from pocketmq.client.process_queue import FLOW_CONTROL_DELAY_MS
 from pocketmq.client.subscription_state import QueueState, SubscriptionState
+from pocketmq.protocol.message import decode_messages
 from pocketmq.remoting.clock import monotonic_ms
 
 log = logging.getLogger("pocketmq.client.consumer")
 
 _FOUND = PullResult.FOUND
 _EMPTY = (PullResult.NO_NEW_MSG, PullResult.NO_MATCHED_MSG)
+
+
+def decode_found(body, mq, addr: str) -> list[MessageExt]:
+    """A FOUND pull body -> the consumer's MessageExt list in one pass (protocol.message.
+    decode_messages: no intermediate tuple per record, properties parsed on first read).
+    A body with an undecodable record goes through client.api.decode_pull_body, which
+    salvages the good records (logging the bad) or raises SYSTEM_ERROR for broken framing:
+    what the pull itself did with such a body before."""
+    bn = mq.broker_name
+    try:
+        return decode_messages(body, bn)
+    except ValueError:
+        from_raw = MessageExt.from_raw
+        return [from_raw(r, bn) for r in decode_pull_body(body, mq, addr, True)]
 
 
 class Fetcher:
@@ -182,7 +197,8 @@ class Fetcher:
                 addr = await inst.master_addr_refreshing(bn, mq.topic)
                 res = await pull(PullRequest(addr, group, mq, offset, batch, pull_sys_flag(commit > 0, True, True),
                                              max(commit, 0), suspend_ms, sub.sub_string, sub.sub_version,
-                                             timeout_s, sub.expression_type, True))
+                                             timeout_s, sub.expression_type, PULL_BODY))
+                msgs = decode_found(res.body, mq, addr) if res.status == _FOUND else None
             except MQClientError as e:
                 if qs.dropped:
                     break
@@ -214,9 +230,7 @@ class Fetcher:
                 status = res.status
                 nbo = res.next_begin_offset
                 if status == _FOUND:
-                    recs = res.records if accept is None else [r for r in res.records if accept(r)]
-                    from_raw = MessageExt.from_raw
-                    handler.on_found(qs, [from_raw(r, bn) for r in recs], nbo)
+                    handler.on_found(qs, msgs if accept is None else [m for m in msgs if accept(m)], nbo)
                 elif status in _EMPTY:
                     handler.on_no_new(qs, nbo)
                 else:  # OFFSET_ILLEGAL

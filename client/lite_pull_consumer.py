@@ -280,10 +280,15 @@ class LitePullConsumer(QueryMixin):
         self._rr = (self._rr + 1) % len(states)
         for st in states[self._rr:] + states[:self._rr]:
             buf = st.buffer
-            while buf and len(out) < max_records:
-                m = buf.popleft()
-                out.append(m)
-                st.consume_offset = m.queue_offset + 1
+            want = max_records - len(out)
+            if want >= len(buf):            # the whole buffer: no per-message pop
+                out.extend(buf)
+                buf.clear()
+            else:
+                popleft = buf.popleft
+                out.extend([popleft() for _ in range(want)])
+            # messages of a queue come in queue-offset order: the last one taken sets the offset
+            st.consume_offset = out[-1].queue_offset + 1
             if not buf and st.pull_offset > st.consume_offset:
                 st.consume_offset = st.pull_offset     # tag-filtered tail
             if len(out) >= max_records:

@@ -130,7 +130,6 @@ def _fail_once(monkeypatch, where):
     """Make the first pull (where="pull") or the first handling of a pulled message
     (where="decode") raise a RuntimeError: a bug, not a broker or network error."""
     from pocketmq.client.api import ClientAPI
-    from pocketmq.client.message import MessageExt
     failed = asyncio.Event()
     if where == "pull":
         real_pull = ClientAPI.pull_message
@@ -142,14 +141,15 @@ def _fail_once(monkeypatch, where):
             return await real_pull(self, req)
         monkeypatch.setattr(ClientAPI, "pull_message", pull)
     else:
-        real_from_raw = MessageExt.from_raw.__func__
+        from pocketmq.client import fetcher
+        real_decode = fetcher.decode_messages
 
-        def from_raw(cls, t, broker_name=""):
+        def decode_messages(body, broker_name):
             if not failed.is_set():
                 failed.set()
                 raise RuntimeError("injected bug in decoding")
-            return real_from_raw(cls, t, broker_name)
-        monkeypatch.setattr(MessageExt, "from_raw", classmethod(from_raw))
+            return real_decode(body, broker_name)
+        monkeypatch.setattr(fetcher, "decode_messages", decode_messages)
     return failed
 
 

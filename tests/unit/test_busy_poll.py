@@ -73,3 +73,70 @@ async def test_server_spins_only_after_answering():
     assert not bp._scheduled
     conn.data_received(frame[40:])      # answered: the peer's next request may follow at once
     assert bp._scheduled
+
+
+class _Clock:
+    """A fake perf_counter for busy_poll (seconds); sched_yield advances it by `yield_s`."""
+
+    def __init__(self, monkeypatch, yield_s=1e-6):
+        from pocketmq.remoting import busy_poll
+        self.t = 100.0
+        self.yield_s = yield_s
+        self.yields = 0
+        monkeypatch.setattr(busy_poll, "perf_counter", lambda: self.t)
+        monkeypatch.setattr(busy_poll, "_sched_yield", self._yield)
+
+    def _yield(self):
+        self.yields += 1
+        self.t += self.yield_s
+
+
+async def _run_out(bp, clock, step_s=20e-6):
+    """Let the window run to its end: each loop turn the fake clock moves by step_s."""
+    for _ in range(10_000):
+        if not bp._scheduled:
+            return
+        clock.t += step_s
+        await asyncio.sleep(0)
+    raise AssertionError("window never ended")
+
+
+async def test_budget_suspends_after_windows_that_catch_nothing_and_probes(monkeypatch):
+    from pocketmq.remoting.busy_poll import MISS_LIMIT, PROBE_EVERY
+    clock = _Clock(monkeypatch)
+    bp = BusyPoll(200)
+    for _ in range(MISS_LIMIT):
+        bp.kick()
+        assert bp._scheduled
+        await _run_out(bp, clock)
+    assert bp.suspended and bp.stats["caught"] == 0 and bp.stats["windows"] == MISS_LIMIT
+    for _ in range(PROBE_EVERY - 1):
+        bp.kick()                        # suspended: kicks start no window...
+        assert not bp._scheduled
+    bp.kick()                            # ...but every PROBE_EVERY-th probes
+    assert bp._scheduled
+    clock.t += 50e-6
+    await asyncio.sleep(0)
+    bp.kick()                            # activity while the probe spins: spinning pays again
+    await _run_out(bp, clock)
+    assert not bp.suspended and bp.stats["caught"] == 1
+    bp.kick()
+    assert bp._scheduled
+
+
+async def test_spin_yields_and_stops_when_the_yield_ran_another_task(monkeypatch):
+    clock = _Clock(monkeypatch, yield_s=1e-6)       # nothing else runnable: yields return at once
+    bp = BusyPoll(200)
+    bp.kick()
+    await _run_out(bp, clock)
+    assert clock.yields >= 5 and bp.stats["shared"] == 0
+    clock.yield_s = 500e-6                          # a peer ran during the yield
+    bp.kick()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert not bp._scheduled and bp.stats["shared"] == 1 and bp._misses == 2
+    no_yield = BusyPoll(200, yield_cpu=False)
+    before = clock.yields
+    no_yield.kick()
+    await _run_out(no_yield, clock)
+    assert clock.yields == before and no_yield.stats["windows"] == 1

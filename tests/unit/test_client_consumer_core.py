@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from pocketmq.client import errors
-from pocketmq.client.api import PullResult
+from pocketmq.client.api import PULL_BODY, PullResult
 from pocketmq.client.consumer_config import LitePullConsumerConfig, PushConsumerConfig
 from pocketmq.client.fetcher import Fetcher
 from pocketmq.client.lite_pull_consumer import LitePullConsumer
@@ -20,11 +20,16 @@ from pocketmq.protocol.bodies import MessageQueue
 MQ = MessageQueue("T", "broker-a", 0)
 
 
-def _raw(*offsets, tags="A"):
+def _body(*offsets, tags="A"):
     host = (bytes([127, 0, 0, 1]), 1)
-    body = b"".join(msgcodec.encode_record("T", 0, 0, b"m%d" % o, msgcodec.encode_properties({"TAGS": tags}),
+    return b"".join(msgcodec.encode_record("T", 0, 0, b"m%d" % o, msgcodec.encode_properties({"TAGS": tags}),
                                            0, 1, host, host, 0, 0, o, 100 + o, 2) for o in offsets)
-    return msgcodec.decode_records_raw(body)
+
+
+def _found_result(nbo, mn, mx, body):
+    """A FOUND PullResult as the real api gives it in either mode (records decoded, or the
+    body undecoded for raw=PULL_BODY: FakeAPI picks what the request asked for)."""
+    return PullResult(PullResult.FOUND, nbo, mn, mx, msgcodec.decode_records_raw(body), 0, body)
 
 
 class FakeAPI:
@@ -46,6 +51,9 @@ class FakeAPI:
             raise item
         if isinstance(item, asyncio.Future):
             item = await item
+        if item.status == PullResult.FOUND and req.raw == PULL_BODY:
+            return PullResult(item.status, item.next_begin_offset, item.min_offset, item.max_offset, [],
+                              item.suggest_which_broker_id, item.body)
         return item
 
 
@@ -119,7 +127,7 @@ def _state(expression="*"):
 
 
 def _found(nbo, *offsets):
-    return PullResult(PullResult.FOUND, nbo, 0, nbo, _raw(*offsets))
+    return _found_result(nbo, 0, nbo, _body(*offsets))
 
 
 async def test_fetcher_survives_bugs_in_pulling_and_in_handling_and_keeps_the_position():
@@ -160,7 +168,7 @@ async def test_fetcher_drops_a_result_pulled_before_a_seek():
 
 async def test_fetcher_offset_moved_tag_filter_subscription_error_and_drop():
     moved = PullResult(PullResult.OFFSET_ILLEGAL, 50, 50, 60, [])
-    mixed = PullResult(PullResult.FOUND, 53, 50, 60, _raw(50, tags="A") + _raw(51, tags="B") + _raw(52, tags="C"))
+    mixed = _found_result(53, 50, 60, _body(50, tags="A") + _body(51, tags="B") + _body(52, tags="C"))
     inst = FakeInstance([moved, errors.error_for(24, "no sub"), mixed])
     state, handler = _state("A || C"), Handler()
     f = _fetcher(state, handler, inst)

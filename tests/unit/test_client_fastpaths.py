@@ -249,3 +249,211 @@ def test_batch_elements_equal_encode_batch_body_and_ids_sequential():
     assert encode_batch_elements([(m.flag, m.body, t) for m, t in zip(msgs, texts)]) == \
         msgcodec.encode_batch_body([(m.flag, m.body, d) for m, d in zip(msgs, dicts)])
     assert split_batch(msgs, texts, 1000) == split_batch(msgs, dicts, 1000)
+
+
+# --- the batch send path: one template per batch == the per-message path ---------------
+
+def _message_reference(topic, body=b"", tags=None, keys=(), properties=None, delay_level=0, flag=0,
+                       wait_store_msg_ok=True) -> tuple:
+    """Message's fields as the dataclass-generated __init__ + the former __post_init__ set them."""
+    if type(body) is not bytes:
+        if isinstance(body, str):
+            body = body.encode()
+        elif not isinstance(body, bytes):
+            body = bytes(body)
+    if keys != ():
+        keys = msgcodec.keys_tuple(keys)
+    props = properties if properties is not None else {}
+    if type(props) is not msgcodec.FrozenProperties:
+        props = msgcodec.frozen_properties(props)
+    return (topic, body, tags, keys, props, delay_level, flag, wait_store_msg_ok)
+
+
+def test_message_init_equals_the_generated_one():
+    rnd = random.Random(4)
+    cases = [((), {}), (("T",), {}), (("T", "héllo"), {}), (("T", bytearray(b"ab")), {}),
+             (("T", memoryview(b"mv")), {"keys": ""}), (("T", b"x"), {"keys": "k1  k2"}),
+             (("T", b"x"), {"keys": ["a", 1]}), (("T", b"x"), {"properties": {"a": 1, 2: "b"}}),
+             (("T", b"x"), {"properties": msgcodec.frozen_properties({"z": "1"})}),
+             (("T", b"x", "tag", ("k",), {}, 3, 7, False), {})]
+    for _ in range(200):
+        kw = {k: v for k, v in (("tags", rnd.choice([None, "A"])), ("keys", rnd.choice([(), "a b", ("c",)])),
+                                ("properties", rnd.choice([None, {}, {"p": "q"}])),
+                                ("delay_level", rnd.randrange(3)), ("flag", rnd.randrange(3)),
+                                ("wait_store_msg_ok", rnd.random() < 0.5)) if rnd.random() < 0.5}
+        cases.append((("T", bytes(rnd.randrange(4))), kw))
+    for args, kw in cases[1:]:
+        m = Message(*args, **kw)
+        want = _message_reference(*args, **kw)
+        got = tuple(getattr(m, f.name) for f in dataclasses.fields(Message))
+        assert got == want and [type(v) for v in got] == [type(v) for v in want]
+    with pytest.raises(TypeError):
+        Message()                                       # topic is required, as before
+    m = Message("T", b"b", tags="A", properties={"a": "1"})
+    assert dataclasses.replace(m, body="x") == Message("T", b"x", tags="A", properties={"a": "1"})
+    assert m.properties is not Message("T", b"b", tags="A", properties={"a": "1"}).properties
+    assert Message("T").properties is Message("U").properties == {}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.topic = "U"  # type: ignore[misc]
+
+
+def test_encode_batch_run_equals_encode_batch_elements():
+    rnd = random.Random(21)
+    for _ in range(300):
+        n = rnd.randrange(0, 70)
+        same_len = rnd.random() < 0.5
+        bl = rnd.randrange(0, 300)
+        bodies = [bytes(rnd.getrandbits(8) for _ in range(bl if same_len else rnd.randrange(0, 300)))
+                  for _ in range(n)]
+        prefix = ("WAIT\x01true\x02UNIQ_KEY\x01" + "é" * rnd.randrange(3)).encode()
+        if rnd.random() < 0.8:
+            suffixes = [b"%04X" % rnd.randrange(1 << 16) for _ in range(n)]
+        else:                                           # suffixes of different lengths
+            suffixes = [b"x" * rnd.randrange(6) for _ in range(n)]
+        flag = rnd.choice([0, 1, -1, 1 << 30])
+        want = msgcodec.encode_batch_elements([(flag, b, prefix + s) for b, s in zip(bodies, suffixes)])
+        assert msgcodec.encode_batch_run(flag, bodies, prefix, suffixes) == want
+        if n:
+            assert [(f, bytes(b), p) for f, b, p in msgcodec.parse_batch_body(want)] == \
+                [(flag, b, prefix + s) for b, s in zip(bodies, suffixes)]
+    with pytest.raises(ValueError):
+        msgcodec.encode_batch_run(0, [b"a"], b"p", [])
+    with pytest.raises(ValueError):
+        msgcodec.encode_batch_run(0, [b"a"], b"p" * 32767, [b"0000"])
+
+
+@pytest.mark.parametrize("start", [0, 7, 0xFFF0, 0xFFFF, 0x1FFFE])
+def test_next_id_run_equals_next_ids(start):
+    import itertools
+    from pocketmq.client.message import UniqIdGenerator
+    for n in (1, 2, 17, 64, 70_000):
+        a = UniqIdGenerator(ip=b"\x0a\0\0\1", pid=9, now_ms=lambda: 1_700_000_000_000)
+        b = UniqIdGenerator(ip=b"\x0a\0\0\1", pid=9, now_ms=lambda: 1_700_000_000_000)
+        b._prefix = a._prefix
+        a._counter, b._counter = itertools.count(start), itertools.count(start)
+        head, counters = b.next_id_run(n)
+        assert [head + c for c in counters.split(",")] == a.next_ids(n)
+        assert b.next_id() == a.next_id()               # the counter moved on alike
+
+
+class _CapturingProducer:
+    """A Producer whose wire send is recorded (what _send_with_retry was given), not sent."""
+
+    def __init__(self, max_message_size_bytes=4 * 1024 * 1024):
+        from pocketmq.client.producer import Producer
+        self.p = Producer("PG", "127.0.0.1:1", max_message_size_bytes=max_message_size_bytes)
+        self.p.instance = object()
+        self.sent = []
+
+        async def send(inst, topic, props, body, sys_flag, flag, uniq, queue, *, batch, timeout_s):
+            from pocketmq.client.message import SendResult, SendStatus
+            from pocketmq.protocol.bodies import MessageQueue
+            self.sent.append((topic, props, body, sys_flag, flag, uniq, queue, batch, timeout_s))
+            return SendResult(SendStatus.SEND_OK, uniq, "", MessageQueue(topic, "b", 0), 5)
+        self.p._send_with_retry = send
+
+
+def _same_ids(monkeypatch):
+    """Both runs get the same UNIQ_KEYs (a fresh generator with a fixed clock and counter)."""
+    import itertools
+    from pocketmq.client import producer
+    from pocketmq.client.message import UniqIdGenerator
+    gen = UniqIdGenerator(ip=b"\x0a\0\0\1", pid=3, now_ms=lambda: 1_700_000_000_000)
+    gen._prefix = "0A00000100030123ABCD"                 # (its 4 random bytes)
+    gen._counter = itertools.count(0xFFE0)               # wraps within the batches below
+    monkeypatch.setattr(producer, "_uniq", gen)
+
+
+async def test_send_batch_template_path_sends_what_the_general_path_sends(monkeypatch):
+    from pocketmq.client.producer import Producer
+    rnd = random.Random(13)
+    runs_encoded = []
+    real_run = msgcodec.encode_batch_run
+    monkeypatch.setattr(msgcodec, "encode_batch_run", lambda *a: runs_encoded.append(1) or real_run(*a))
+    shapes = [{}, {"tags": "TagA"}, {"keys": "k1 k2", "flag": 5}, {"wait_store_msg_ok": False},
+              {"tags": "é", "properties": msgcodec.frozen_properties({"u": "ü", "v": ""})}]
+    for shape in shapes:
+        for n in (1, 2, 64, 100):
+            msgs = [Message("T", bytes(rnd.randrange(1, 200)), **shape) for _ in range(n)]
+            runs = []
+            limit = rnd.choice([4 * 1024 * 1024, 3000])    # 3000: split into sub-batches
+            for fast in (True, False):
+                cp = _CapturingProducer(max_message_size_bytes=limit)
+                if not fast:
+                    monkeypatch.setattr(cp.p, "_batch_run", lambda msgs: None)
+                _same_ids(monkeypatch)
+                runs.append((await cp.p.send_batch(msgs), cp.sent))
+            (r_fast, sent_fast), (r_plain, sent_plain) = runs
+            if limit == 4 * 1024 * 1024:
+                assert len(sent_plain) == 1 and runs_encoded   # one request, by the template
+            runs_encoded.clear()
+            assert sent_fast == sent_plain and r_fast == r_plain
+    # batches of mixed shapes, or not of Message, take the general path (same errors)
+    cp = _CapturingProducer()
+    assert cp.p._batch_run([Message("T", b"a"), Message("T", b"b", tags="X")]) is None
+    assert cp.p._batch_run([Message("T", b"a"), Message("T", b"a", properties={"a": "1"})]) is None
+    assert cp.p._batch_run([Message("T", b"a"), Message("T", b"")]) is None
+    assert cp.p._batch_run([Message("%RETRY%G", b"a")]) is None
+    assert cp.p._batch_run([Message("T", b"ab"), Message("T", b"c")]) == 3
+    from pocketmq.client.errors import InvalidArgumentError
+    with pytest.raises(InvalidArgumentError):
+        await cp.p.send_batch([Message("T", b"a"), Message("T", b"")])
+    with pytest.raises(InvalidArgumentError):
+        await cp.p.send_batch([Message("T", b"a"), "not a message"])
+    assert isinstance(Producer.send_batch, type(Producer.send))
+
+
+def test_decode_messages_equals_decode_records_raw_then_from_raw():
+    rnd = random.Random(17)
+    bodies = [b"", bytes.fromhex(A3_HEX) * 2]
+    for _ in range(60):
+        bodies.append(b"".join(_random_record(rnd, i) for i in range(rnd.randrange(1, 40))))
+    for body in bodies:
+        want = [MessageExt.from_raw(r, "broker-b") for r in msgcodec.decode_records_raw(body)]
+        got = msgcodec.decode_messages(body, "broker-b")
+        assert got == want and [tuple(g) for g in got] == [tuple(w) for w in want]
+        assert [(g.topic, g.real_topic, g.broker_name, dict(g.properties)) for g in got] == \
+            [(w.topic, w.real_topic, w.broker_name, dict(w.properties)) for w in want]
+        assert msgcodec.decode_messages(memoryview(body), "broker-b") == want
+    # the same ValueError as the raw decoder for what does not decode
+    body = b"".join(_random_record(rnd, i) for i in range(5))
+    for _ in range(200):
+        b = bytearray(body)
+        b[rnd.randrange(len(b))] ^= 1 << rnd.randrange(8)
+        try:
+            want = [MessageExt.from_raw(r, "x") for r in msgcodec.decode_records_raw(bytes(b))]
+        except ValueError as e:
+            with pytest.raises(ValueError) as got:
+                msgcodec.decode_messages(bytes(b), "x")
+            assert str(got.value) == str(e)
+            continue
+        assert msgcodec.decode_messages(bytes(b), "x") == want
+
+
+def test_fetcher_decode_found_salvages_like_the_pull_did():
+    from pocketmq.client.api import decode_pull_body
+    from pocketmq.client.errors import MQClientError
+    from pocketmq.client.fetcher import decode_found
+    from pocketmq.protocol.bodies import MessageQueue
+    mq = MessageQueue("T", "broker-c", 1)
+    rnd = random.Random(2)
+    good = [_random_record(rnd, i) for i in range(4)]
+    assert decode_found(b"".join(good), mq, "a:1") == msgcodec.decode_messages(b"".join(good), "broker-c")
+    host = (bytes([127, 0, 0, 1]), 1)
+    poisoned = msgcodec.encode_record("T", 1, 0, b"x", b"TAGS\x01\xff\xfe", 0, 1, host, host, 0, 0, 9, 1, 2)
+    body = good[0] + poisoned + good[1]
+    want = [MessageExt.from_raw(r, "broker-c") for r in decode_pull_body(body, mq, "a:1", True)]
+    assert len(want) == 2 and decode_found(body, mq, "a:1") == want
+    with pytest.raises(MQClientError):
+        decode_found(good[0] + b"\x00\x00\x00\x05junk", mq, "a:1")
+
+
+def test_message_dataclass_subclass_gets_the_same_conversions():
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Traced(Message):
+        trace_id: str = ""
+    m = Traced("T", "é", keys="a b", properties={"p": 1}, trace_id="t1")
+    assert (m.body, m.keys, m.properties, m.trace_id) == (b"\xc3\xa9", ("a", "b"), {"p": "1"}, "t1")
+    assert type(m.properties) is msgcodec.FrozenProperties
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.trace_id = "x"  # type: ignore[misc]
