@@ -21,6 +21,8 @@ Columns (each a Target; pick with --only / --skip):
                        (busyPollMicros=0 on the broker, busy_poll_us=0 in the client):
                        busy polling's CPU, shown against "pocketmq"
   pocketmq-syncflush   flushDiskType=SYNC_FLUSH (fsync before the ack, group commit)
+  pocketmq-noindex     messageIndexEnable=false (what the message index costs: it is built
+                       behind the dispatcher, on the broker's one interpreter)
   redis-always         Redis Streams with appendfsync always (the fsync peer of
                        pocketmq-syncflush)
 
@@ -235,6 +237,8 @@ def make_targets(api):
                  settings="busy polling off (broker busyPollMicros=0, client 0)"),
         PocketMQ("pocketmq-syncflush", ["--flushDiskType=SYNC_FLUSH"],
                  settings="flushDiskType=SYNC_FLUSH (fsync before the ack)"),
+        PocketMQ("pocketmq-noindex", ["--messageIndexEnable=false"],
+                 settings="message index off (messageIndexEnable=false: no QUERY_MESSAGE by key)"),
         RedisAlways(),
     ]
 

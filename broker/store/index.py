@@ -53,6 +53,7 @@ import mmap
 import os
 import struct
 import threading
+import time
 from operator import mul
 from datetime import datetime
 from typing import Iterator
@@ -65,6 +66,10 @@ from pocketmq.protocol.message import (BLANK_MAGIC_CODE, KEY_SEPARATOR, KEYS, MA
 __all__ = ["INDEX_HEADER_SIZE", "INDEX_SLOT_SIZE", "INDEX_ENTRY_SIZE", "IndexFile", "IndexService",
            "IndexPart", "index_key_hash", "index_file_size", "index_file_name", "message_index_keys"]
 
+
+# records indexed between two GIL hand-overs (about 0.1-0.2 ms of work)
+GIL_YIELD_EVERY = 32
+_sleep = time.sleep
 log = logging.getLogger("pocketmq.store")
 
 _HEADER = struct.Struct(">qqqqii")
@@ -583,6 +588,12 @@ class IndexPart:
                             put([hasher(k) for k in keys], start, store_ts)
                 start += total
                 n += 1
+                if not n % GIL_YIELD_EVERY:
+                    # The build runs on the flush thread; in long stretches of pure Python it
+                    # would keep the GIL for the interpreter's whole switch interval (5 ms)
+                    # each time the event loop let go of it for a socket call: consume and
+                    # send p99 went from ~1.5 to ~10 ms. Hand it over every few records.
+                    _sleep(0)
             self._index_from = start
             svc.expire(self._commitlog.min_offset)
             return n
