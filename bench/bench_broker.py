@@ -234,6 +234,8 @@ def main():
                     help="broker metricsPort: serve Prometheus /metrics (times every request; 0: off)")
     ap.add_argument("--codec", choices=["json", "msgpack"], default="json",
                     help="request header codec (replies use the same; msgpack is pocketmq's own)")
+    ap.add_argument("--no-index", action="store_true",
+                    help="broker messageIndexEnable=false (the message index is built behind the dispatcher)")
     args = ap.parse_args()
     global SERIALIZE
     SERIALIZE = SerializeType.MSGPACK if args.codec == "msgpack" else SerializeType.JSON
@@ -245,6 +247,8 @@ def main():
         extra.append(f"--busyPollMicros={args.busy_poll_us}")
     if args.metrics_port:
         extra.append(f"--metricsPort={args.metrics_port}")
+    if args.no_index:
+        extra.append("--messageIndexEnable=false")
     cluster = Cluster(root, broker_args=extra).start()
     try:
         try:
