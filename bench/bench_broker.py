@@ -5,7 +5,7 @@ the load from this process:
 
     python bench/bench_broker.py [--seconds 5] [--flush ASYNC_FLUSH|SYNC_FLUSH] [--codec json|msgpack]
                                  [--pull-batch 32] [--busy-poll-us N] [--metrics-port N]
-                                 [--sync-gap-us N ...] [--no-index]
+                                 [--sync-gap-us N ...] [--no-index] [--in-process]
 
 Reports: sync sends/s and p50/p99 latency (one in flight), sends/s with 64 in
 flight, batched sends (64 x 128 B per request) msgs/s, pull consumption
@@ -258,6 +258,72 @@ async def main_async(args, cluster):
     return results
 
 
+class _NullTransport:
+    """What a server Connection needs of a transport, writing nowhere (--in-process)."""
+
+    def writelines(self, parts):
+        pass
+
+    def is_closing(self):
+        return False
+
+    def get_write_buffer_size(self):
+        return 0
+
+    def get_extra_info(self, key):
+        return ("127.0.0.1", 50000) if key == "peername" else None
+
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
+
+    def close(self):
+        pass
+
+
+async def in_process(args, root) -> None:
+    """--in-process: a Broker in this process, SEND_MESSAGE_V2 frames fed to a server
+    Connection (no sockets, no client): the broker's own CPU per send, by thread_time of
+    each request, back to back (warm) and after each --sync-gap-us idle gap (cold)."""
+    import statistics
+
+    from pocketmq.broker.app import Broker
+    from pocketmq.broker.config import parse_args
+    config, _ = parse_args([f"--storePathRootDir={root}", "--listenPort=0", "--defaultTopicQueueNums=1",
+                            "--brokerIP1=127.0.0.1"])
+    broker = Broker(config, host="127.0.0.1")
+    await broker.start()
+    try:
+        conn = broker.server._factory()
+        conn.connection_made(_NullTransport())
+        make = send_frame_factory("BenchInProcess", BODY)
+        conn.data_received(make(1))              # creates the topic (published asynchronously)
+        await asyncio.sleep(0.5)
+        n = max(200, int(args.seconds * 2000))
+        opaque = 1
+        for gap_us in [0, *args.sync_gap_us]:
+            rounds = []
+            for _ in range(5 if not gap_us else 1):
+                frames = [make(opaque + i) for i in range(n)]
+                opaque += n
+                cpu = 0
+                for f in frames:
+                    if gap_us:
+                        time.sleep(gap_us / 1e6)
+                    c0 = time.thread_time_ns()
+                    conn.data_received(f)
+                    cpu += time.thread_time_ns() - c0
+                rounds.append(cpu / n / 1000)
+                await asyncio.sleep(0)          # the loop runs between rounds (busy-poll windows end)
+            print(f"phase=in_process_send gap_us={gap_us} msgs={n * len(rounds)} "
+                  f"cpu_us_per_send_min={min(rounds):.1f} cpu_us_per_send_median={statistics.median(rounds):.1f}",
+                  flush=True)
+    finally:
+        await broker.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=5)
@@ -274,10 +340,24 @@ def main():
                          "the broker's CPU per send once its loop sleeps between requests")
     ap.add_argument("--no-index", action="store_true",
                     help="broker messageIndexEnable=false (the message index is built behind the dispatcher)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="no daemons: a broker in this process fed frames without sockets; its CPU per "
+                         "send warm and after each --sync-gap-us gap")
     args = ap.parse_args()
     global SERIALIZE
     SERIALIZE = SerializeType.MSGPACK if args.codec == "msgpack" else SerializeType.JSON
     root = tempfile.mkdtemp(prefix="pocketmq-bench-")
+    if args.in_process:
+        try:
+            try:
+                import uvloop
+                uvloop.install()
+            except ImportError:
+                pass
+            asyncio.run(in_process(args, root))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return
     extra = [f"--flushDiskType={args.flush}", "--defaultTopicQueueNums=1",
              f"--maxTransferCountOnMessageInMemory={max(32, args.pull_batch)}",
              f"--maxTransferBytesOnMessageInMemory={max(262144, args.pull_batch * 300)}"]
