@@ -32,6 +32,7 @@ from pocketmq.protocol.command import RemotingCommand, encode  # noqa: E402
 from pocketmq.protocol.headers.typed import SendMessageRequestHeader, encode_send_header  # noqa: E402
 from pocketmq.protocol.message import encode_batch_body, encode_properties  # noqa: E402
 from tests.support.daemons import Cluster  # noqa: E402
+from tests.support.null_transport import NullTransport  # noqa: E402
 
 BODY = b"x" * 128
 
@@ -258,31 +259,6 @@ async def main_async(args, cluster):
     return results
 
 
-class _NullTransport:
-    """What a server Connection needs of a transport, writing nowhere (--in-process)."""
-
-    def writelines(self, parts):
-        pass
-
-    def is_closing(self):
-        return False
-
-    def get_write_buffer_size(self):
-        return 0
-
-    def get_extra_info(self, key):
-        return ("127.0.0.1", 50000) if key == "peername" else None
-
-    def pause_reading(self):
-        pass
-
-    def resume_reading(self):
-        pass
-
-    def close(self):
-        pass
-
-
 async def in_process(args, root) -> None:
     """--in-process: a Broker in this process, SEND_MESSAGE_V2 frames fed to a server
     Connection (no sockets, no client): the broker's own CPU per send, by thread_time of
@@ -297,7 +273,7 @@ async def in_process(args, root) -> None:
     await broker.start()
     try:
         conn = broker.server._factory()
-        conn.connection_made(_NullTransport())
+        conn.connection_made(NullTransport(("127.0.0.1", 50000)))
         make = send_frame_factory("BenchInProcess", BODY)
         conn.data_received(make(1))              # creates the topic (published asynchronously)
         await asyncio.sleep(0.5)
@@ -347,13 +323,13 @@ def main():
     global SERIALIZE
     SERIALIZE = SerializeType.MSGPACK if args.codec == "msgpack" else SerializeType.JSON
     root = tempfile.mkdtemp(prefix="pocketmq-bench-")
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
     if args.in_process:
         try:
-            try:
-                import uvloop
-                uvloop.install()
-            except ImportError:
-                pass
             asyncio.run(in_process(args, root))
         finally:
             shutil.rmtree(root, ignore_errors=True)
@@ -369,11 +345,6 @@ def main():
         extra.append("--messageIndexEnable=false")
     cluster = Cluster(root, broker_args=extra).start()
     try:
-        try:
-            import uvloop
-            uvloop.install()
-        except ImportError:
-            pass
         asyncio.run(main_async(args, cluster))
     finally:
         cluster.stop()
