@@ -5,11 +5,15 @@ the load from this process:
 
     python bench/bench_broker.py [--seconds 5] [--flush ASYNC_FLUSH|SYNC_FLUSH] [--codec json|msgpack]
                                  [--pull-batch 32] [--busy-poll-us N] [--metrics-port N]
+                                 [--sync-gap-us N ...] [--no-index] [--in-process]
 
 Reports: sync sends/s and p50/p99 latency (one in flight), sends/s with 64 in
 flight, batched sends (64 x 128 B per request) msgs/s, pull consumption
 msgs/s, and broker CPU microseconds per message (utime+stime of the broker
-process from /proc, divided by messages handled in that phase).
+process from /proc, divided by messages handled in that phase), split into the
+event loop's thread (`broker_main_cpu_us_per_msg`, of which `broker_main_sys_us_per_msg`
+in the kernel) and every other thread (`broker_threads_cpu_us_per_msg`: the flush
+thread, which also builds the message index, and the store's helpers).
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from pocketmq.protocol.command import RemotingCommand, encode  # noqa: E402
 from pocketmq.protocol.headers.typed import SendMessageRequestHeader, encode_send_header  # noqa: E402
 from pocketmq.protocol.message import encode_batch_body, encode_properties  # noqa: E402
 from tests.support.daemons import Cluster  # noqa: E402
+from tests.support.null_transport import NullTransport  # noqa: E402
 
 BODY = b"x" * 128
 
@@ -36,6 +41,25 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu_seconds(pid: int) -> tuple[float, float, float]:
+    """(main thread user+sys, main thread sys, all other threads user+sys) of a process, from
+    /proc/PID/task/*/stat (the main thread's tid is the pid)."""
+    tck = os.sysconf("SC_CLK_TCK")
+    main = main_sys = others = 0.0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue        # a thread that ended meanwhile
+        user, sys_ = int(fields[11]) / tck, int(fields[12]) / tck
+        if int(tid) == pid:
+            main, main_sys = user + sys_, sys_
+        else:
+            others += user + sys_
+    return main, main_sys, others
 
 
 class Raw(asyncio.Protocol):
@@ -85,13 +109,18 @@ async def connect(addr):
     return proto
 
 
-async def phase_sync(addr, topic, seconds):
+async def phase_sync(addr, topic, seconds, gap_us=0):
+    """One send in flight; with gap_us the client waits that long (blocking, so the broker's
+    loop sleeps too) between a reply and the next send: a producer sending now and then."""
     p = await connect(addr)
     make = send_frame_factory(topic, BODY)
     lat = []
     n = 0
+    gap_s = gap_us / 1e6
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
+        if gap_s:
+            time.sleep(gap_s)
         n += 1
         t0 = time.perf_counter()
         r = await p.call(make, n)
@@ -205,10 +234,15 @@ async def main_async(args, cluster):
     results = []
 
     async def run(name, coro_fn):
-        c0, t0 = cpu_seconds(pid), time.perf_counter()
+        c0, th0, t0 = cpu_seconds(pid), thread_cpu_seconds(pid), time.perf_counter()
         n, extra = await coro_fn()
         dt, dc = time.perf_counter() - t0, cpu_seconds(pid) - c0
-        row = {"phase": name, "msgs": n, "msgs_per_s": n / dt, "broker_cpu_us_per_msg": dc / max(n, 1) * 1e6}
+        th1 = thread_cpu_seconds(pid)
+        per = 1e6 / max(n, 1)
+        row = {"phase": name, "msgs": n, "msgs_per_s": n / dt, "broker_cpu_us_per_msg": dc * per,
+               "broker_main_cpu_us_per_msg": (th1[0] - th0[0]) * per,
+               "broker_main_sys_us_per_msg": (th1[1] - th0[1]) * per,
+               "broker_threads_cpu_us_per_msg": (th1[2] - th0[2]) * per}
         row.update(extra)
         results.append(row)
         print(" ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
@@ -217,10 +251,53 @@ async def main_async(args, cluster):
     # Warm-up creates the topics (auto-creation, 8 queues).
     await phase_sync(addr, "BenchSync", 0.2)
     await run("sync_send", lambda: phase_sync(addr, "BenchSync", args.seconds))
+    for gap in args.sync_gap_us:
+        await run(f"sync_send_gap_{gap}us", lambda gap=gap: phase_sync(addr, "BenchSync", args.seconds, gap))
     await run("send_64_in_flight", lambda: phase_inflight(addr, "BenchAsync", args.seconds))
     await run("batch_send_64x128B", lambda: phase_inflight(addr, "BenchBatch", args.seconds, inflight=8, batch=True))
     await run("pull", lambda: phase_pull(addr, "BenchBatch", 1, args.seconds, max_nums=args.pull_batch))
     return results
+
+
+async def in_process(args, root) -> None:
+    """--in-process: a Broker in this process, SEND_MESSAGE_V2 frames fed to a server
+    Connection (no sockets, no client): the broker's own CPU per send, by thread_time of
+    each request, back to back (warm) and after each --sync-gap-us idle gap (cold)."""
+    import statistics
+
+    from pocketmq.broker.app import Broker
+    from pocketmq.broker.config import parse_args
+    config, _ = parse_args([f"--storePathRootDir={root}", "--listenPort=0", "--defaultTopicQueueNums=1",
+                            "--brokerIP1=127.0.0.1"])
+    broker = Broker(config, host="127.0.0.1")
+    await broker.start()
+    try:
+        conn = broker.server._factory()
+        conn.connection_made(NullTransport(("127.0.0.1", 50000)))
+        make = send_frame_factory("BenchInProcess", BODY)
+        conn.data_received(make(1))              # creates the topic (published asynchronously)
+        await asyncio.sleep(0.5)
+        n = max(200, int(args.seconds * 2000))
+        opaque = 1
+        for gap_us in [0, *args.sync_gap_us]:
+            rounds = []
+            for _ in range(5 if not gap_us else 1):
+                frames = [make(opaque + i) for i in range(n)]
+                opaque += n
+                cpu = 0
+                for f in frames:
+                    if gap_us:
+                        time.sleep(gap_us / 1e6)
+                    c0 = time.thread_time_ns()
+                    conn.data_received(f)
+                    cpu += time.thread_time_ns() - c0
+                rounds.append(cpu / n / 1000)
+                await asyncio.sleep(0)          # the loop runs between rounds (busy-poll windows end)
+            print(f"phase=in_process_send gap_us={gap_us} msgs={n * len(rounds)} "
+                  f"cpu_us_per_send_min={min(rounds):.1f} cpu_us_per_send_median={statistics.median(rounds):.1f}",
+                  flush=True)
+    finally:
+        await broker.close()
 
 
 def main():
@@ -234,12 +311,29 @@ def main():
                     help="broker metricsPort: serve Prometheus /metrics (times every request; 0: off)")
     ap.add_argument("--codec", choices=["json", "msgpack"], default="json",
                     help="request header codec (replies use the same; msgpack is pocketmq's own)")
+    ap.add_argument("--sync-gap-us", type=int, action="append", default=[],
+                    help="also run the sync phase with this idle gap between sends (repeatable): "
+                         "the broker's CPU per send once its loop sleeps between requests")
     ap.add_argument("--no-index", action="store_true",
                     help="broker messageIndexEnable=false (the message index is built behind the dispatcher)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="no daemons: a broker in this process fed frames without sockets; its CPU per "
+                         "send warm and after each --sync-gap-us gap")
     args = ap.parse_args()
     global SERIALIZE
     SERIALIZE = SerializeType.MSGPACK if args.codec == "msgpack" else SerializeType.JSON
     root = tempfile.mkdtemp(prefix="pocketmq-bench-")
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+    if args.in_process:
+        try:
+            asyncio.run(in_process(args, root))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return
     extra = [f"--flushDiskType={args.flush}", "--defaultTopicQueueNums=1",
              f"--maxTransferCountOnMessageInMemory={max(32, args.pull_batch)}",
              f"--maxTransferBytesOnMessageInMemory={max(262144, args.pull_batch * 300)}"]
@@ -251,11 +345,6 @@ def main():
         extra.append("--messageIndexEnable=false")
     cluster = Cluster(root, broker_args=extra).start()
     try:
-        try:
-            import uvloop
-            uvloop.install()
-        except ImportError:
-            pass
         asyncio.run(main_async(args, cluster))
     finally:
         cluster.stop()

@@ -184,7 +184,8 @@ class FrameDecoder:
                 self._check_length(struct.unpack_from(">i", buf, pos)[0])
             return None
         length, ori = _PREFIX.unpack_from(buf, pos)
-        self._check_length(length)
+        if length < 4 or length > self.frame_size_bytes_max:
+            self._check_length(length)      # raises
         if avail < 4 + length:
             return None
         stype = (ori >> 24) & 0xFF

@@ -58,15 +58,19 @@ PROBE_EVERY = 64
 SHARED_YIELD_S = 30e-6
 
 _sched_yield = getattr(os, "sched_yield", None)
+_INF = float("inf")
 
 
 class BusyPoll:
     __slots__ = ("window_s", "adaptive", "yield_cpu", "_until", "_scheduled", "_loop", "_last", "_gap_avg",
-                 "_caught", "_misses", "_skipped", "stats")
+                 "_caught", "_misses", "_skipped", "stats", "_long_work_s", "_gap_cap_s")
 
     def __init__(self, window_us: int, adaptive: bool = False, yield_cpu: bool = True):
         self.window_s = max(0, window_us) / 1e6
         self.adaptive = adaptive
+        # kick() runs once per answered read: its thresholds are computed once here
+        self._long_work_s = 0.5 * self.window_s
+        self._gap_cap_s = 10 * self.window_s
         self.yield_cpu = yield_cpu and _sched_yield is not None
         self._until = 0.0
         self._scheduled = False
@@ -94,14 +98,16 @@ class BusyPoll:
         if self._scheduled:
             self._caught = True
         if self.adaptive:
-            if work_s > 0.5 * self.window_s:
+            if work_s > self._long_work_s:
                 self._last = now
                 return
-            gap = min(now - self._last, 10 * self.window_s)
+            gap = now - self._last
+            if gap > self._gap_cap_s:
+                gap = self._gap_cap_s
             self._last = now
             avg = self._gap_avg
-            self._gap_avg = gap if avg == float("inf") else 0.75 * avg + 0.25 * gap
-            if self._gap_avg >= self.window_s:
+            self._gap_avg = avg = gap if avg == _INF else 0.75 * avg + 0.25 * gap
+            if avg >= self.window_s:
                 return
         if not self._scheduled and self._misses >= MISS_LIMIT:
             self._skipped += 1

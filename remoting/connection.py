@@ -120,6 +120,8 @@ class Connection(asyncio.Protocol):
         # While one read is being processed, outgoing frames are collected here and
         # written with one writelines (one syscall) when the read is done.
         self._out: list | None = None
+        # send() not overridden (ClientConnection does): _dispatch may queue a reply itself
+        self._plain_send = type(self).send is Connection.send
         self._paused = 0                  # _PAUSE_* reasons the reader is paused for
         self._continue_scheduled = False
         # Server side: the shared budget for partial frames (remoting/read_budget.py).
@@ -189,16 +191,24 @@ class Connection(asyncio.Protocol):
             self.close()
         finally:
             self._out = None
-            if out and not self.closed and self.transport is not None and not self.transport.is_closing():
-                self.transport.writelines(out)
-                self._check_write_buffer()
-            if out and self.busy_poll is not None and self.pause_reading_on_backpressure:
-                # Server side, after answering: the peer's next request may follow at once.
-                # (A read that answered nothing, e.g. part of a large frame, is no reason to
-                # spin: the rest is on its way and the peer is not waiting for us.)
-                self.busy_poll.kick(_monotonic() - t0)
+            if out:
+                transport = self.transport
+                if not self.closed and transport is not None and not transport.is_closing():
+                    transport.writelines(out)
+                    if transport.get_write_buffer_size() > self.write_buffer_bytes_max:
+                        self._check_write_buffer()
+                if self.busy_poll is not None and self.pause_reading_on_backpressure:
+                    # Server side, after answering: the peer's next request may follow at once.
+                    # (A read that answered nothing, e.g. part of a large frame, is no reason to
+                    # spin: the rest is on its way and the peer is not waiting for us.)
+                    self.busy_poll.kick(_monotonic() - t0)
         if self.read_budget is not None and not failed and not self.closed:
-            self._account_partial(t0, handled)
+            if dec.buffered_bytes or self.budget_reserved or self.budget_wanted:
+                self._account_partial(t0, handled)
+            else:
+                # (the common case, every frame of the read complete: what _account_partial
+                # would conclude, without the call)
+                self.partial_since = None
 
     def _continue(self) -> None:
         """The next slice of requests already read (scheduled by _handle)."""
@@ -345,7 +355,13 @@ class Connection(asyncio.Protocol):
             return
         if type(result) is RemotingCommand:
             if not (cmd.flag & FLAG_ONEWAY):
-                self.send(result)
+                out = self._out
+                if out is not None and self._plain_send:
+                    # inside a read (always, from _handle): queued for its one writelines,
+                    # which checks the transport (send() without the call)
+                    out.extend(encode_parts(result))
+                else:
+                    self.send(result)
             return
         self.handlers_in_flight += 1
         task = asyncio.ensure_future(result)

@@ -52,22 +52,11 @@ async def test_server_spins_only_after_answering():
     from pocketmq.protocol.command import RemotingCommand, encode
     from pocketmq.remoting.connection import Connection
 
-    class Transport:
-        def get_extra_info(self, _k):
-            return None
-
-        def writelines(self, parts):
-            pass
-
-        def is_closing(self):
-            return False
-
-        def get_write_buffer_size(self):
-            return 0
+    from tests.support.null_transport import NullTransport
 
     bp = BusyPoll(2000)
     conn = Connection(lambda c, cmd: cmd.response(0), pause_reading_on_backpressure=True, busy_poll=bp)
-    conn.connection_made(Transport())
+    conn.connection_made(NullTransport())
     frame = encode(RemotingCommand(11, opaque=1, body=b"x" * 100))
     conn.data_received(frame[:40])      # part of a frame: nothing answered, no spinning
     assert not bp._scheduled
