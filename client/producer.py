@@ -584,6 +584,15 @@ class Producer(QueryMixin):
                 return None
             if shapes.count(shapes[0]) != len(msgs):
                 return None
+            p0 = m0.properties
+            if p0:
+                # equal properties in another order would be written in m0's order: not the
+                # bytes the general path writes (each message's own order)
+                order = list(p0)
+                for m in msgs:
+                    p = m.properties
+                    if p is not p0 and list(p) != order:
+                        return None
         bodies = [m.body for m in msgs]
         try:
             return bodies, self._bodies_total([len(b) for b in bodies])

@@ -387,6 +387,19 @@ async def test_send_batch_template_path_sends_what_the_general_path_sends(monkey
                 assert len(sent_plain) == 1 and runs_encoded   # one request, by the template
             runs_encoded.clear()
             assert sent_fast == sent_plain and r_fast == r_plain
+    # equal properties, one object per message (a dict literal per Message()): the template
+    # when the key order is the same, the general path when it is not; the same bytes
+    for orders in ([("a", "b"), ("a", "b")], [("a", "b"), ("b", "a")]):
+        msgs = [Message("T", b"m%d" % i, properties={k: k.upper() for k in orders[i % 2]}) for i in range(6)]
+        runs = []
+        for fast in (True, False):
+            cp = _CapturingProducer()
+            if not fast:
+                monkeypatch.setattr(cp.p, "_batch_run", lambda msgs: None)
+            _same_ids(monkeypatch)
+            runs.append((await cp.p.send_batch(msgs), cp.sent))
+        assert runs[0] == runs[1]
+        assert (_CapturingProducer().p._batch_run(msgs) is None) == (orders[0] != orders[1])
     # batches of mixed shapes, or not of Message, take the general path (same errors)
     cp = _CapturingProducer()
     assert cp.p._batch_run([Message("T", b"a"), Message("T", b"b", tags="X")]) is None
