@@ -15,7 +15,6 @@ import socket
 import sys
 import time
 from array import array
-from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
@@ -232,7 +231,7 @@ class UniqIdGenerator:
         head = self._head_now()
         start = next(self._counter)
         if n > 1:
-            deque(itertools.islice(self._counter, n - 1), maxlen=0)     # advance the counter in C
+            next(itertools.islice(self._counter, n - 2, n - 1))    # advance the counter in C
         return head, _counter_run(start, n)
 
     def next_ids(self, n: int) -> list[str]:

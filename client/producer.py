@@ -494,7 +494,7 @@ class Producer(QueryMixin):
             raise InvalidArgumentError("empty batch")
         run = self._batch_run(msgs)
         if run is not None:
-            results = await self._send_run(msgs[0], run[0], run[1], queue, timeout_ms)
+            results = await self._send_run(msgs[0], *run, queue, timeout_ms)
             if results is not None:
                 return results
         topic = msgs[0].topic
@@ -540,7 +540,7 @@ class Producer(QueryMixin):
         self._check_message(m0)
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             raise InvalidArgumentError("Retry Group is not supported for batching")
-        results = await self._send_run(m0, bodies, self._bodies_total(lens), queue, timeout_ms)
+        results = await self._send_run(m0, bodies, lens, self._bodies_total(lens), queue, timeout_ms)
         if results is None:         # over max_message_size_bytes: sub-batches, like any batch
             results = await self.send_batch([Message(topic, b, m0.tags, m0.keys, m0.properties, 0, flag,
                                                      wait_store_msg_ok) for b in bodies],
@@ -563,8 +563,8 @@ class Producer(QueryMixin):
                                        f"(message {lens.index(hi)} of the batch)")
         return total
 
-    def _batch_run(self, msgs: list) -> tuple[list[bytes], int] | None:
-        """send_batch's fast path test: (the bodies, their total size) when `msgs` are
+    def _batch_run(self, msgs: list) -> tuple[list[bytes], list[int], int] | None:
+        """send_batch's fast path test: (the bodies, their lengths, the total) when `msgs` are
         Messages of one shape (topic, tags, keys, properties, flag, wait_store_msg_ok; no
         delay) that pass every check of a batch, else None (the general path then checks
         each message and raises what it raises). One comprehension of field tuples and a
@@ -594,13 +594,14 @@ class Producer(QueryMixin):
                     if p is not p0 and list(p) != order:
                         return None
         bodies = [m.body for m in msgs]
+        lens = [len(b) for b in bodies]
         try:
-            return bodies, self._bodies_total([len(b) for b in bodies])
+            return bodies, lens, self._bodies_total(lens)
         except MQClientError:
             return None
 
-    async def _send_run(self, m0: Message, bodies: list[bytes], total: int, queue: MessageQueue | None,
-                        timeout_ms: int | None) -> list[SendResult] | None:
+    async def _send_run(self, m0: Message, bodies: list[bytes], lens: list[int], total: int,
+                        queue: MessageQueue | None, timeout_ms: int | None) -> list[SendResult] | None:
         """One SEND_BATCH_MESSAGE of messages that are `m0` but for their bodies (checked
         already): the properties of every element are one template, m0's text up to its
         UNIQ_KEY's value (wire_properties_text puts UNIQ_KEY last; the checks keep it out of
@@ -619,7 +620,7 @@ class Producer(QueryMixin):
             return None
         head, counters = _uniq.next_id_counters(n)
         body = msgcodec.encode_batch_run(m0.flag, bodies, text + head.encode(), counters.hex().upper().encode(),
-                                         _UNIQ_KEY_LENGTH - len(head))
+                                         _UNIQ_KEY_LENGTH - len(head), lens)
         return [await self._send_with_retry(
             inst, m0.topic, _WAIT_TRUE if m0.wait_store_msg_ok else _WAIT_FALSE, body, 0, 0,
             head + counters.hex(",", 2).upper().replace(",", "," + head), queue, batch=True,

@@ -1277,7 +1277,7 @@ class _ElementHeads(dict):
 
 
 def encode_batch_run(flag: int, bodies: Sequence[bytes], props_prefix: bytes, suffixes: bytes,
-                     suffix_len: int) -> bytes:
+                     suffix_len: int, body_lens: list[int] | None = None) -> bytes:
     """The SEND_BATCH_MESSAGE body writer for a run of elements of one shape: the same bytes
     as encode_batch_elements([(flag, bodies[i], props_prefix + suffixes[i * suffix_len:
     (i + 1) * suffix_len])]). The producer's send_batch: one template of properties per
@@ -1288,7 +1288,8 @@ def encode_batch_run(flag: int, bodies: Sequence[bytes], props_prefix: bytes, su
     one's properties and a gap for its suffix, and the suffixes are written into the gaps
     by one strided slice assignment per suffix byte: a handful of C calls whatever the
     number of elements. Bodies of different lengths are interleaved by slice assignments
-    (loops in C; the head is shared by elements of one body length)."""
+    (loops in C; the head is shared by elements of one body length). `body_lens`: the
+    bodies' lengths when the caller has them already."""
     n = len(bodies)
     if len(suffixes) != n * suffix_len:
         raise ValueError(f"{n} bodies but {len(suffixes)} bytes of {suffix_len}-byte properties suffixes")
@@ -1298,7 +1299,7 @@ def encode_batch_run(flag: int, bodies: Sequence[bytes], props_prefix: bytes, su
     if pl > PROPERTIES_LENGTH_BYTES_MAX:
         raise ValueError("batch element properties longer than 32767 bytes")
     tail = _H.pack(pl) + props_prefix
-    lens = list(map(len, bodies))
+    lens = list(map(len, bodies)) if body_lens is None else body_lens
     bl = lens[0]
     if lens.count(bl) == n:
         # [head body tail gap] * n: one stride, the gaps filled a column at a time

@@ -312,6 +312,7 @@ def test_encode_batch_run_equals_encode_batch_elements():
         elements = [(flag, b, prefix + suffixes[i * k:(i + 1) * k]) for i, b in enumerate(bodies)]
         want = msgcodec.encode_batch_elements(elements)
         assert msgcodec.encode_batch_run(flag, bodies, prefix, suffixes, k) == want
+        assert msgcodec.encode_batch_run(flag, bodies, prefix, suffixes, k, [len(b) for b in bodies]) == want
         if n:
             assert [(f, bytes(b), p) for f, b, p in msgcodec.parse_batch_body(want)] == elements
     with pytest.raises(ValueError):
@@ -406,7 +407,7 @@ async def test_send_batch_template_path_sends_what_the_general_path_sends(monkey
     assert cp.p._batch_run([Message("T", b"a"), Message("T", b"a", properties={"a": "1"})]) is None
     assert cp.p._batch_run([Message("T", b"a"), Message("T", b"")]) is None
     assert cp.p._batch_run([Message("%RETRY%G", b"a")]) is None
-    assert cp.p._batch_run([Message("T", b"ab"), Message("T", b"c")]) == ([b"ab", b"c"], 3)
+    assert cp.p._batch_run([Message("T", b"ab"), Message("T", b"c")]) == ([b"ab", b"c"], [2, 1], 3)
     big = cp.p.max_message_size_bytes + 1
     assert cp.p._batch_run([Message("T", b"a"), Message("T", b"x" * big)]) is None
     assert cp.p._batch_run([Message("T", b"a"), Message("T", b"a", delay_level=1)]) is None
