@@ -1276,6 +1276,12 @@ class _ElementHeads(dict):
         return h
 
 
+# encode_batch_run's one-stride path copies the batch a few times (join, head insert, tail,
+# bytes()): cheaper than one part per element up to this many body bytes, 10x dearer at
+# 256 KiB (measured: 64 x 1 KiB 24 vs 41 µs, 64 x 4 KiB 459 vs 43 µs).
+_STRIDED_BODIES_MAX = 64 * 1024
+
+
 def encode_batch_run(flag: int, bodies: Sequence[bytes], props_prefix: bytes, suffixes: bytes,
                      suffix_len: int, body_lens: list[int] | None = None) -> bytes:
     """The SEND_BATCH_MESSAGE body writer for a run of elements of one shape: the same bytes
@@ -1284,7 +1290,7 @@ def encode_batch_run(flag: int, bodies: Sequence[bytes], props_prefix: bytes, su
     batch, the suffixes being the messages' UNIQ_KEY counters back to back.
 
     Why: encode_batch_elements runs Python code per element. Here bodies of one length (the
-    common case) are joined with a separator holding the next element's head, the previous
+    common case; up to _STRIDED_BODIES_MAX bytes of them) are joined with a separator holding the next element's head, the previous
     one's properties and a gap for its suffix, and the suffixes are written into the gaps
     by one strided slice assignment per suffix byte: a handful of C calls whatever the
     number of elements. Bodies of different lengths are interleaved by slice assignments
@@ -1301,7 +1307,7 @@ def encode_batch_run(flag: int, bodies: Sequence[bytes], props_prefix: bytes, su
     tail = _H.pack(pl) + props_prefix
     lens = list(map(len, bodies)) if body_lens is None else body_lens
     bl = lens[0]
-    if lens.count(bl) == n:
+    if lens.count(bl) == n and n * bl <= _STRIDED_BODIES_MAX:
         # [head body tail gap] * n: one stride, the gaps filled a column at a time
         head = _BATCH_HEAD.pack(BATCH_ELEMENT_OVERHEAD + bl + pl, 0, 0, flag, bl)
         gap = bytes(suffix_len)

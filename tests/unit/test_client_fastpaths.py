@@ -315,6 +315,11 @@ def test_encode_batch_run_equals_encode_batch_elements():
         assert msgcodec.encode_batch_run(flag, bodies, prefix, suffixes, k, [len(b) for b in bodies]) == want
         if n:
             assert [(f, bytes(b), p) for f, b, p in msgcodec.parse_batch_body(want)] == elements
+    for n, bl in ((60, 1000), (40, 2000), (64, 1024), (65, 1024)):    # both sides of _STRIDED_BODIES_MAX
+        bodies = [bytes([i]) * bl for i in range(n)]
+        suffixes = b"".join(b"%04X" % i for i in range(n))
+        want = msgcodec.encode_batch_elements([(7, b, b"P" + suffixes[4 * i:4 * i + 4]) for i, b in enumerate(bodies)])
+        assert msgcodec.encode_batch_run(7, bodies, b"P", suffixes, 4) == want
     with pytest.raises(ValueError):
         msgcodec.encode_batch_run(0, [b"a"], b"p", b"", 4)           # 1 body, 0 suffixes
     with pytest.raises(ValueError):
