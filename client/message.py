@@ -15,7 +15,6 @@ import socket
 import sys
 import time
 from array import array
-from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
@@ -209,7 +208,8 @@ class UniqIdGenerator:
         year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
         self._next_month_ms = calendar.timegm((year, month, 1, 0, 0, 0, 0, 0, 0)) * 1000
 
-    def next_id(self) -> str:
+    def _head_now(self) -> str:
+        """The id's first 28 characters: prefix + ms since the start of the month."""
         now = self._now_ms()
         if now != self._last_ms:
             if now >= self._next_month_ms:
@@ -217,16 +217,22 @@ class UniqIdGenerator:
             since = (now - self._month_start_ms) & 0xFFFFFFFF
             self._last_ms = now
             self._head = f"{self._prefix}{since:08X}"
-        return f"{self._head}{next(self._counter) & 0xFFFF:04X}"
+        return self._head
 
-    def next_id_run(self, n: int) -> tuple[str, str]:
+    def next_id(self) -> str:
+        return f"{self._head_now()}{next(self._counter) & 0xFFFF:04X}"
+
+    def next_id_counters(self, n: int) -> tuple[str, bytes]:
         """n ids as next_ids(n) gives them, without a string per id: (head, counters) where
-        counters is the ids' last 4 hex digits, comma-joined ("0A1F,0A20,..."): id i is
-        head + counters[5 * i:5 * i + 4]. The batch send path's template."""
-        first = self.next_id()
+        counters holds the ids' 16-bit counters as n big-endian unsigned shorts: id i is
+        head + counters[2 * i:2 * i + 2].hex().upper(). The batch send path's template
+        (counters.hex().upper() are the ids' last 4 characters back to back; a slice of a
+        table, no Python int per id)."""
+        head = self._head_now()
+        start = next(self._counter)
         if n > 1:
-            deque(itertools.islice(self._counter, n - 1), maxlen=0)     # advance the counter in C
-        return first[:-4], _hex_run(int(first[-4:], 16), n)
+            next(itertools.islice(self._counter, n - 2, n - 1))    # advance the counter in C
+        return head, _counter_run(start, n)
 
     def next_ids(self, n: int) -> list[str]:
         """n ids, as n calls of next_id() within one millisecond would give."""
@@ -236,20 +242,32 @@ class UniqIdGenerator:
         return [first] + [f"{head}{next(counter) & 0xFFFF:04X}" for _ in range(n - 1)]
 
 
-def _hex_run(start: int, n: int) -> str:
-    """The 4-hex-digit (upper case) counters start, start+1, ... (mod 2**16) of n ids,
-    comma-joined, built in C (array + bytes.hex with a separator)."""
-    start &= 0xFFFF
-    first = min(n, 0x10000 - start)
-    a = array("H", range(start, start + first))
-    rest = n - first
-    while rest:                     # the counter wraps at 0xFFFF
-        k = min(rest, 0x10000)
-        a.extend(range(k))
-        rest -= k
-    if sys.byteorder == "little":
-        a.byteswap()
-    return a.tobytes().hex(",", 2).upper()
+_BE16: bytes = b""
+
+
+def _counter_run(start: int, n: int) -> bytes:
+    """The 16-bit counters start, start+1, ... (mod 2**16) of n ids as big-endian unsigned
+    shorts: slices of a 128 KiB table of every value (built on first use), so a run of
+    ids costs a slice, not a Python int per id."""
+    global _BE16
+    table = _BE16
+    if not table:
+        a = array("H", range(0x10000))
+        if sys.byteorder == "little":
+            a.byteswap()
+        table = _BE16 = a.tobytes()
+    start = 2 * (start & 0xFFFF)
+    end = start + 2 * n
+    if end <= len(table):
+        return table[start:end]
+    parts = [table[start:]]             # the counter wraps at 0xFFFF
+    end -= len(table)
+    while end > len(table):
+        parts.append(table)
+        end -= len(table)
+    parts.append(table[:end])
+    return b"".join(parts)
+
 
 def as_message_list(msgs: Iterable) -> list[Message]:
     out = list(msgs)

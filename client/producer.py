@@ -33,8 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
-from operator import attrgetter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from pocketmq.common.constants import RETRY_GROUP_TOPIC_PREFIX, TOPIC_MAX_LENGTH, VALID_NAME_RE
 from pocketmq.client.query import QueryMixin
@@ -79,10 +78,21 @@ SEND_STATUS = {
 
 _uniq = UniqIdGenerator()
 # send_batch's fast path: what must be equal across a batch's messages to share one template
-_shape = attrgetter("topic", "tags", "keys", "delay_level", "flag", "wait_store_msg_ok")
-_properties_of = attrgetter("properties")
-_body_of = attrgetter("body")
 _UNIQ_KEY_LENGTH = len(_uniq.next_id())
+_WAIT_TRUE = "WAIT\x01true"         # a batch's own properties
+_WAIT_FALSE = "WAIT\x01false"
+
+
+def _body_bytes(body, i: int) -> bytes:
+    """Body `i` of a send_batch of bodies as bytes (a str as UTF-8, as Message does)."""
+    if type(body) is bytes:
+        return body
+    if isinstance(body, str):
+        return body.encode()
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body)
+    raise InvalidArgumentError(f"body {i} of the batch is a {type(body).__name__}: expected bytes or str"
+                               + (" (a batch of Messages takes no topic=)" if isinstance(body, Message) else ""))
 
 
 def check_topic(topic: str) -> None:
@@ -459,36 +469,34 @@ class Producer(QueryMixin):
                               time.time_ns() // 1_000_000)
         await inst.api.send_message(addr, ext, body, batch=False, timeout_s=0, oneway=True)
 
-    async def send_batch(self, msgs: Iterable[Message], *, queue: MessageQueue | None = None,
+    async def send_batch(self, msgs: Iterable[Message] | Iterable[bytes], *, topic: str | None = None,
+                         tags: str | None = None, keys: str | Iterable[str] = (),
+                         properties: Mapping[str, str] | None = None, flag: int = 0,
+                         wait_store_msg_ok: bool = True, queue: MessageQueue | None = None,
                          timeout_ms: int | None = None) -> list[SendResult]:
         """Send messages of one topic as SEND_BATCH_MESSAGE, split into sub-batches that
         fit max_message_size_bytes; one SendResult per sub-batch (msg_id lists the
-        UNIQ_KEYs of its messages, comma-separated, in order)."""
+        UNIQ_KEYs of its messages, comma-separated, in order).
+
+        `msgs` are Messages; or, with `topic=`, the messages' bodies (bytes, or str as
+        UTF-8) and `tags`, `keys`, `properties`, `flag`, `wait_store_msg_ok` the fields they
+        share: send_batch(bodies, topic="T", tags="A") sends what
+        send_batch([Message("T", b, tags="A") for b in bodies]) sends, without a Message
+        per body (the cheapest way to send many messages)."""
+        if topic is not None:
+            return await self._send_bodies(msgs, topic, tags, keys, properties, flag, wait_store_msg_ok,
+                                           queue, timeout_ms)
+        if tags is not None or keys or properties or flag or wait_store_msg_ok is not True:
+            raise InvalidArgumentError("tags, keys, properties, flag and wait_store_msg_ok are for a batch of "
+                                       "bodies (pass topic= too); a Message carries its own")
         msgs = list(msgs)
         if not msgs:
             raise InvalidArgumentError("empty batch")
         run = self._batch_run(msgs)
         if run is not None:
-            inst = self._inst()
-            timeout_s = (timeout_ms or self.send_timeout_ms) / 1000
-            m0 = msgs[0]
-            # Every element's properties are the first's text up to its UNIQ_KEY's value
-            # (wire_properties_text puts UNIQ_KEY last; the checks keep it out of the user
-            # properties), then the id: 32 ASCII characters from UniqIdGenerator.
-            text = m0.wire_properties_text("").encode()
-            if not text.endswith(b"UNIQ_KEY\x01"):
-                raise AssertionError("wire_properties_text no longer ends with UNIQ_KEY")
-            pl = len(text) + _UNIQ_KEY_LENGTH
-            if pl > msgcodec.PROPERTIES_LENGTH_BYTES_MAX:
-                raise ValueError("batch element properties longer than 32767 bytes")
-            total = run + len(msgs) * (msgcodec.BATCH_ELEMENT_OVERHEAD + len(m0.topic) + 20 + pl)
-            if total <= self.max_message_size_bytes:     # else: split below, like any batch
-                head, counters = _uniq.next_id_run(len(msgs))
-                body = msgcodec.encode_batch_run(m0.flag, [m.body for m in msgs], text + head.encode(),
-                                                 counters.encode().split(b","))
-                return [await self._send_with_retry(
-                    inst, m0.topic, "WAIT\x01true" if m0.wait_store_msg_ok else "WAIT\x01false", body, 0, 0,
-                    head + counters.replace(",", "," + head), queue, batch=True, timeout_s=timeout_s)]
+            results = await self._send_run(msgs[0], *run, queue, timeout_ms)
+            if results is not None:
+                return results
         topic = msgs[0].topic
         wait = msgs[0].wait_store_msg_ok
         for m in msgs:
@@ -511,17 +519,56 @@ class Producer(QueryMixin):
         results = []
         for idx in split_batch(msgs, props, self.max_message_size_bytes):
             body = msgcodec.encode_batch_elements([(msgs[i].flag, msgs[i].body, props[i]) for i in idx])
-            batch_props = "WAIT\x01true" if wait else "WAIT\x01false"
+            batch_props = _WAIT_TRUE if wait else _WAIT_FALSE
             results.append(await self._send_with_retry(
                 inst, topic, batch_props, body, 0, 0, ",".join(uniqs[i] for i in idx), queue,
                 batch=True, timeout_s=timeout_s))
         return results
 
-    def _batch_run(self, msgs: list) -> int | None:
-        """send_batch's fast path test: the total body size when `msgs` are Messages of one
-        shape (topic, tags, keys, the same properties object, flag, wait_store_msg_ok; no
+    async def _send_bodies(self, bodies: Iterable, topic: str, tags, keys, properties, flag: int,
+                           wait_store_msg_ok: bool, queue: MessageQueue | None,
+                           timeout_ms: int | None) -> list[SendResult]:
+        """send_batch of bodies sharing one Message's other fields (see send_batch)."""
+        bodies = list(bodies)
+        if not bodies:
+            raise InvalidArgumentError("empty batch")
+        lens = [len(b) for b in bodies if type(b) is bytes]     # the type check and the lengths in one pass
+        if len(lens) != len(bodies):
+            bodies = [_body_bytes(b, i) for i, b in enumerate(bodies)]
+            lens = [len(b) for b in bodies]
+        m0 = Message(topic, bodies[0], tags, keys, properties, 0, flag, wait_store_msg_ok)
+        self._check_message(m0)
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            raise InvalidArgumentError("Retry Group is not supported for batching")
+        results = await self._send_run(m0, bodies, lens, self._bodies_total(lens), queue, timeout_ms)
+        if results is None:         # over max_message_size_bytes: sub-batches, like any batch
+            results = await self.send_batch([Message(topic, b, m0.tags, m0.keys, m0.properties, 0, flag,
+                                                     wait_store_msg_ok) for b in bodies],
+                                            queue=queue, timeout_ms=timeout_ms)
+        return results
+
+    def _bodies_total(self, lens: list[int]) -> int:
+        """The total of a batch's body lengths; raises for an empty body or one over
+        max_message_size_bytes, naming it."""
+        n, bl = len(lens), lens[0]
+        if lens.count(bl) == n:                 # one length: the common case, no min/max pass
+            lo = hi = bl
+            total = n * bl
+        else:
+            lo, hi, total = min(lens), max(lens), sum(lens)
+        if not lo:
+            raise InvalidArgumentError(f"the message body length is zero (message {lens.index(0)} of the batch)")
+        if hi > self.max_message_size_bytes:
+            raise MessageTooLargeError(f"the message body size over max value, MAX: {self.max_message_size_bytes} "
+                                       f"(message {lens.index(hi)} of the batch)")
+        return total
+
+    def _batch_run(self, msgs: list) -> tuple[list[bytes], list[int], int] | None:
+        """send_batch's fast path test: (the bodies, their lengths, the total) when `msgs` are
+        Messages of one shape (topic, tags, keys, properties, flag, wait_store_msg_ok; no
         delay) that pass every check of a batch, else None (the general path then checks
-        each message and raises what it raises). Loops in C (map, set)."""
+        each message and raises what it raises). One comprehension of field tuples and a
+        list.count (C) instead of a check per message."""
         m0 = msgs[0]
         if type(m0) is not Message or m0.delay_level or m0.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return None
@@ -530,14 +577,54 @@ class Producer(QueryMixin):
         except MQClientError:
             return None
         if len(msgs) > 1:
-            if set(map(type, msgs)) != {Message} or len(set(map(_shape, msgs))) != 1 or \
-                    len(set(map(id, map(_properties_of, msgs)))) != 1:
+            try:
+                shapes = [(type(m), m.topic, m.tags, m.keys, m.delay_level, m.flag, m.wait_store_msg_ok,
+                           m.properties) for m in msgs]
+            except Exception:       # not Messages: the general path names the problem
                 return None
-            lens = list(map(len, map(_body_of, msgs)))
-            if not min(lens) or max(lens) > self.max_message_size_bytes:
+            if shapes.count(shapes[0]) != len(msgs):
                 return None
-            return sum(lens)
-        return len(m0.body)
+            p0 = m0.properties
+            if p0:
+                # equal properties in another order would be written in m0's order: not the
+                # bytes the general path writes (each message's own order)
+                order = list(p0)
+                for m in msgs:
+                    p = m.properties
+                    if p is not p0 and list(p) != order:
+                        return None
+        bodies = [m.body for m in msgs]
+        lens = [len(b) for b in bodies]
+        try:
+            return bodies, lens, self._bodies_total(lens)
+        except MQClientError:
+            return None
+
+    async def _send_run(self, m0: Message, bodies: list[bytes], lens: list[int], total: int,
+                        queue: MessageQueue | None, timeout_ms: int | None) -> list[SendResult] | None:
+        """One SEND_BATCH_MESSAGE of messages that are `m0` but for their bodies (checked
+        already): the properties of every element are one template, m0's text up to its
+        UNIQ_KEY's value (wire_properties_text puts UNIQ_KEY last; the checks keep it out of
+        the user properties) plus the id's head, then the id's 4-digit counter
+        (protocol.message.encode_batch_run). None when the batch must be split (over
+        max_message_size_bytes): the caller takes the general path."""
+        inst = self._inst()
+        text = m0.wire_properties_text("").encode()
+        if not text.endswith(b"UNIQ_KEY\x01"):
+            raise AssertionError("wire_properties_text no longer ends with UNIQ_KEY")
+        pl = len(text) + _UNIQ_KEY_LENGTH
+        if pl > msgcodec.PROPERTIES_LENGTH_BYTES_MAX:
+            raise ValueError("batch element properties longer than 32767 bytes")
+        n = len(bodies)
+        if total + n * (msgcodec.BATCH_ELEMENT_OVERHEAD + len(m0.topic) + 20 + pl) > self.max_message_size_bytes:
+            return None
+        head, counters = _uniq.next_id_counters(n)
+        body = msgcodec.encode_batch_run(m0.flag, bodies, text + head.encode(), counters.hex().upper().encode(),
+                                         _UNIQ_KEY_LENGTH - len(head), lens)
+        return [await self._send_with_retry(
+            inst, m0.topic, _WAIT_TRUE if m0.wait_store_msg_ok else _WAIT_FALSE, body, 0, 0,
+            head + counters.hex(",", 2).upper().replace(",", "," + head), queue, batch=True,
+            timeout_s=(timeout_ms or self.send_timeout_ms) / 1000)]
 
     async def _send_with_retry(self, inst, topic: str, props: str, body: bytes, sys_flag: int, flag: int,
                                uniq: str, queue: MessageQueue | None, *, batch: bool,

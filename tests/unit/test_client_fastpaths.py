@@ -299,40 +299,45 @@ def test_message_init_equals_the_generated_one():
 
 def test_encode_batch_run_equals_encode_batch_elements():
     rnd = random.Random(21)
-    for _ in range(300):
+    for _ in range(400):
         n = rnd.randrange(0, 70)
         same_len = rnd.random() < 0.5
         bl = rnd.randrange(0, 300)
         bodies = [bytes(rnd.getrandbits(8) for _ in range(bl if same_len else rnd.randrange(0, 300)))
                   for _ in range(n)]
         prefix = ("WAIT\x01true\x02UNIQ_KEY\x01" + "é" * rnd.randrange(3)).encode()
-        if rnd.random() < 0.8:
-            suffixes = [b"%04X" % rnd.randrange(1 << 16) for _ in range(n)]
-        else:                                           # suffixes of different lengths
-            suffixes = [b"x" * rnd.randrange(6) for _ in range(n)]
+        k = rnd.choice([0, 1, 4, 4, 4, 7])
+        suffixes = bytes(rnd.choice(b"0123456789ABCDEFxyz") for _ in range(n * k))
         flag = rnd.choice([0, 1, -1, 1 << 30])
-        want = msgcodec.encode_batch_elements([(flag, b, prefix + s) for b, s in zip(bodies, suffixes)])
-        assert msgcodec.encode_batch_run(flag, bodies, prefix, suffixes) == want
+        elements = [(flag, b, prefix + suffixes[i * k:(i + 1) * k]) for i, b in enumerate(bodies)]
+        want = msgcodec.encode_batch_elements(elements)
+        assert msgcodec.encode_batch_run(flag, bodies, prefix, suffixes, k) == want
+        assert msgcodec.encode_batch_run(flag, bodies, prefix, suffixes, k, [len(b) for b in bodies]) == want
         if n:
-            assert [(f, bytes(b), p) for f, b, p in msgcodec.parse_batch_body(want)] == \
-                [(flag, b, prefix + s) for b, s in zip(bodies, suffixes)]
+            assert [(f, bytes(b), p) for f, b, p in msgcodec.parse_batch_body(want)] == elements
+    for n, bl in ((60, 1000), (40, 2000), (64, 1024), (65, 1024)):    # both sides of _STRIDED_BODIES_MAX
+        bodies = [bytes([i]) * bl for i in range(n)]
+        suffixes = b"".join(b"%04X" % i for i in range(n))
+        want = msgcodec.encode_batch_elements([(7, b, b"P" + suffixes[4 * i:4 * i + 4]) for i, b in enumerate(bodies)])
+        assert msgcodec.encode_batch_run(7, bodies, b"P", suffixes, 4) == want
     with pytest.raises(ValueError):
-        msgcodec.encode_batch_run(0, [b"a"], b"p", [])
+        msgcodec.encode_batch_run(0, [b"a"], b"p", b"", 4)           # 1 body, 0 suffixes
     with pytest.raises(ValueError):
-        msgcodec.encode_batch_run(0, [b"a"], b"p" * 32767, [b"0000"])
+        msgcodec.encode_batch_run(0, [b"a"], b"p" * 32767, b"0000", 4)
 
 
 @pytest.mark.parametrize("start", [0, 7, 0xFFF0, 0xFFFF, 0x1FFFE])
-def test_next_id_run_equals_next_ids(start):
+def test_next_id_counters_equal_next_ids(start):
     import itertools
     from pocketmq.client.message import UniqIdGenerator
-    for n in (1, 2, 17, 64, 70_000):
+    for n in (1, 2, 17, 64, 70_000, 140_000):
         a = UniqIdGenerator(ip=b"\x0a\0\0\1", pid=9, now_ms=lambda: 1_700_000_000_000)
         b = UniqIdGenerator(ip=b"\x0a\0\0\1", pid=9, now_ms=lambda: 1_700_000_000_000)
         b._prefix = a._prefix
         a._counter, b._counter = itertools.count(start), itertools.count(start)
-        head, counters = b.next_id_run(n)
-        assert [head + c for c in counters.split(",")] == a.next_ids(n)
+        head, counters = b.next_id_counters(n)
+        assert len(counters) == 2 * n
+        assert [head + counters[2 * i:2 * i + 2].hex().upper() for i in range(n)] == a.next_ids(n)
         assert b.next_id() == a.next_id()               # the counter moved on alike
 
 
@@ -388,19 +393,89 @@ async def test_send_batch_template_path_sends_what_the_general_path_sends(monkey
                 assert len(sent_plain) == 1 and runs_encoded   # one request, by the template
             runs_encoded.clear()
             assert sent_fast == sent_plain and r_fast == r_plain
+    # equal properties, one object per message (a dict literal per Message()): the template
+    # when the key order is the same, the general path when it is not; the same bytes
+    for orders in ([("a", "b"), ("a", "b")], [("a", "b"), ("b", "a")]):
+        msgs = [Message("T", b"m%d" % i, properties={k: k.upper() for k in orders[i % 2]}) for i in range(6)]
+        runs = []
+        for fast in (True, False):
+            cp = _CapturingProducer()
+            if not fast:
+                monkeypatch.setattr(cp.p, "_batch_run", lambda msgs: None)
+            _same_ids(monkeypatch)
+            runs.append((await cp.p.send_batch(msgs), cp.sent))
+        assert runs[0] == runs[1]
+        assert (_CapturingProducer().p._batch_run(msgs) is None) == (orders[0] != orders[1])
     # batches of mixed shapes, or not of Message, take the general path (same errors)
     cp = _CapturingProducer()
     assert cp.p._batch_run([Message("T", b"a"), Message("T", b"b", tags="X")]) is None
     assert cp.p._batch_run([Message("T", b"a"), Message("T", b"a", properties={"a": "1"})]) is None
     assert cp.p._batch_run([Message("T", b"a"), Message("T", b"")]) is None
     assert cp.p._batch_run([Message("%RETRY%G", b"a")]) is None
-    assert cp.p._batch_run([Message("T", b"ab"), Message("T", b"c")]) == 3
+    assert cp.p._batch_run([Message("T", b"ab"), Message("T", b"c")]) == ([b"ab", b"c"], [2, 1], 3)
+    big = cp.p.max_message_size_bytes + 1
+    assert cp.p._batch_run([Message("T", b"a"), Message("T", b"x" * big)]) is None
+    assert cp.p._batch_run([Message("T", b"a"), Message("T", b"a", delay_level=1)]) is None
+    assert cp.p._batch_run([Message("T", b"a"), Message("U", b"a")]) is None
     from pocketmq.client.errors import InvalidArgumentError
     with pytest.raises(InvalidArgumentError):
         await cp.p.send_batch([Message("T", b"a"), Message("T", b"")])
     with pytest.raises(InvalidArgumentError):
         await cp.p.send_batch([Message("T", b"a"), "not a message"])
     assert isinstance(Producer.send_batch, type(Producer.send))
+
+
+async def test_send_batch_of_bodies_sends_what_a_batch_of_messages_sends(monkeypatch):
+    rnd = random.Random(31)
+    shapes = [{}, {"tags": "TagA"}, {"keys": "k1 k2", "flag": 5}, {"keys": ["a", "b"]},
+              {"wait_store_msg_ok": False},
+              {"tags": "é", "properties": {"u": "ü", "v": ""}}]
+    for shape in shapes:
+        for n in (1, 2, 64, 100):
+            same = rnd.random() < 0.5
+            bodies = [bytes(rnd.randrange(1, 200)) if not same else b"b" * 40 for _ in range(n)]
+            if rnd.random() < 0.3:
+                bodies[0] = "é" * 3                                   # str: UTF-8, as Message does
+            limit = rnd.choice([4 * 1024 * 1024, 3000])
+            runs = []
+            for as_bodies in (True, False):
+                cp = _CapturingProducer(max_message_size_bytes=limit)
+                _same_ids(monkeypatch)
+                if as_bodies:
+                    r = await cp.p.send_batch(bodies, topic="T", **shape)
+                else:
+                    r = await cp.p.send_batch([Message("T", b, **shape) for b in bodies])
+                runs.append((r, cp.sent))
+            assert runs[0] == runs[1]
+            if limit == 4 * 1024 * 1024:
+                assert len(runs[0][1]) == 1
+    # bytearray / memoryview bodies are copied to bytes; a generator is taken whole
+    cp = _CapturingProducer()
+    _same_ids(monkeypatch)
+    await cp.p.send_batch((b for b in [bytearray(b"ab"), memoryview(b"cd")]), topic="T")
+    got = [(f, bytes(b), p) for f, b, p in msgcodec.parse_batch_body(cp.sent[0][2])]
+    assert [b for _, b, _ in got] == [b"ab", b"cd"]
+
+
+async def test_send_batch_of_bodies_refuses_what_a_batch_refuses():
+    from pocketmq.client.errors import InvalidArgumentError, MessageTooLargeError
+    cp = _CapturingProducer(max_message_size_bytes=1000)
+    bad = [([], {}, InvalidArgumentError, "empty batch"),
+           ([b"a", b""], {}, InvalidArgumentError, "message 1 of the batch"),
+           ([b"a", b"x" * 1001], {}, MessageTooLargeError, "message 1 of the batch"),
+           ([b"a", 5], {}, InvalidArgumentError, "body 1 of the batch is a int"),
+           ([Message("T", b"a")], {}, InvalidArgumentError, "takes no topic="),
+           ([b"a"], {"properties": {"TAGS": "x"}}, InvalidArgumentError, "TAGS"),
+           ([b"a"], {"topic": "%RETRY%G"}, InvalidArgumentError, "Retry Group"),
+           ([b"a"], {"topic": "bad topic"}, InvalidArgumentError, "illegal characters")]
+    for bodies, kw, exc, text in bad:
+        with pytest.raises(exc, match=text):
+            await cp.p.send_batch(bodies, **{"topic": "T", **kw})
+    with pytest.raises(InvalidArgumentError, match="pass topic="):
+        await cp.p.send_batch([Message("T", b"a")], tags="A")
+    with pytest.raises(ValueError, match="32767"):
+        await cp.p.send_batch([b"a"], topic="T", properties={"p": "x" * 40000})
+    assert cp.sent == []
 
 
 def test_decode_messages_equals_decode_records_raw_then_from_raw():
