@@ -51,6 +51,8 @@ import operator
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from itertools import compress, repeat
+from operator import is_
 
 from pocketmq.protocol.message import (encode_properties, properties_at, properties_at_many, property_getter,
                                        property_keys)
@@ -783,23 +785,25 @@ class Expression:
         props = properties_at_many(buf, starts, sizes, base)
         keys = property_keys(props, self.names)
         memo = self._memo
-        missing = set(keys).difference(memo)
-        if missing:
-            if len(missing) * 2 > n:
-                # mostly new combinations (a property with a value per message): no table
-                match = self._match_props
-                return [match(p) for p in props]
-            if len(memo) + len(missing) > _MEMO_MAX:
-                self._memo = memo = {}          # a new table, not clear(): a reader may hold the old one
-                missing = set(keys)
-            match, names_b = self._match_props, self._names_b
-            if len(names_b) == 1:
-                name_b = names_b[0]
-                for v in missing:
-                    memo[v] = match(name_b + v if v else b"")
-            else:
-                for vs in missing:
-                    memo[vs] = match(b"\x02".join([nb + v for nb, v in zip(names_b, vs) if v]))
+        found = list(map(memo.get, keys))
+        if None not in found:
+            return found
+        missing = set(compress(keys, map(is_, found, repeat(None))))
+        if len(missing) * 2 > n:
+            # mostly new combinations (a property with a value per message): no table
+            match = self._match_props
+            return [match(p) for p in props]
+        if len(memo) + len(missing) > _MEMO_MAX:
+            self._memo = memo = {}          # a new table, not clear(): a reader may hold the old one
+            missing = set(keys)
+        match, names_b = self._match_props, self._names_b
+        if len(names_b) == 1:
+            name_b = names_b[0]
+            for v in missing:
+                memo[v] = match(name_b + v if v else b"")
+        else:
+            for vs in missing:
+                memo[vs] = match(b"\x02".join([nb + v for nb, v in zip(names_b, vs) if v]))
         return list(map(memo.__getitem__, keys))
 
     def evaluate(self, properties: Mapping[str, str] | str | bytes):
