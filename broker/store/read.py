@@ -16,7 +16,6 @@ deleted segment) goes to the general per-unit loop, whose result it reproduces.
 from __future__ import annotations
 
 import struct
-import weakref
 from bisect import bisect_left
 from functools import lru_cache
 from itertools import compress
@@ -45,8 +44,10 @@ def _tags_struct(m: int) -> struct.Struct:
 
 
 # record filter -> the share of records it matched lately: how many units _get_matching
-# judges at once (too few: another round; too many: work on units the pull never reaches)
-_match_rates: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# judges at once (too few: another round; too many: work on units the pull never reaches).
+# A plain dict (a weak one costs microseconds a pull), emptied when it grows past the bound.
+_match_rates: dict = {}
+_MATCH_RATES_MAX = 1024
 
 
 class ReadPart:
@@ -219,7 +220,7 @@ class ReadPart:
         limit = min(max_msg_nums, cfg.max_transfer_count_on_message_in_memory)
         try:
             rate = _match_rates.get(record_filter, 0.5)
-        except TypeError:               # not weakly referenceable: no memory of its rate
+        except TypeError:               # an unhashable filter: no memory of its rate
             rate = 0.5
         n_units = len(buf) // CQ_UNIT_SIZE
         slices = []
@@ -258,7 +259,28 @@ class ReadPart:
             matched += flags.count(True)
             last = -1                               # the last unit taken in this chunk
             biggest = max(sizes)
-            for k in compress(range(m), flags):
+            take = list(compress(range(m), flags))[:limit - count]
+            if take and total + sum([sizes[k] for k in take]) + biggest <= mem_bytes:
+                # the byte cap cannot stop this chunk (even its biggest unit fits after all it
+                # takes): take them, coalescing records back to back
+                for k in take:
+                    pos = phys[k] - seg_lo
+                    if view is cur_view and pos == cur_end:
+                        cur_end += sizes[k]
+                    else:
+                        if cur_view is not None:
+                            slices.append(cur_view[cur_start:cur_end])
+                        cur_view = view
+                        cur_start = pos
+                        cur_end = pos + sizes[k]
+                    total += sizes[k]
+                count += len(take)
+                if count >= limit:
+                    scanned = i + take[-1] + 1
+                    done = True
+                i += m
+                continue
+            for k in take:
                 if count and biggest > mem_bytes - total:
                     room = mem_bytes - total
                     if max(sizes[last + 1:k + 1]) > room:
@@ -290,6 +312,8 @@ class ReadPart:
         if cur_view is not None:
             slices.append(cur_view[cur_start:cur_end])
         if judged:
+            if len(_match_rates) >= _MATCH_RATES_MAX:
+                _match_rates.clear()
             try:
                 _match_rates[record_filter] = 0.5 * rate + 0.5 * matched / judged
             except TypeError:
