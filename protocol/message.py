@@ -53,7 +53,9 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import repeat as _repeat
 from operator import itemgetter
+from operator import sub as _sub
 
 from pocketmq.protocol.bodies import MessageQueue
 
@@ -560,7 +562,7 @@ def properties_at_many(buf, starts: Sequence[int], sizes: Sequence[int], base: i
     if type(buf) is memoryview:
         return [properties_at(buf, p - base) for p in starts]
     unpack = _SIZE_FLAGS_BODYLEN.unpack_from
-    heads = [unpack(buf, p - base) for p in starts]
+    heads = list(map(unpack, _repeat(buf), map(_sub, starts, _repeat(base)) if base else starts))
     totals, bits, body_lens = zip(*heads)
     if totals != tuple(sizes) or not _OK_HOST_BITS.issuperset(bits):
         return [properties_at(buf, p - base) for p in starts]

@@ -15,34 +15,17 @@ deleted segment) goes to the general per-unit loop, whose result it reproduces.
 """
 from __future__ import annotations
 
-import struct
 from bisect import bisect_left
-from functools import lru_cache
 from itertools import compress
 
 from pocketmq.common.constants import CQ_UNIT_SIZE
 from pocketmq.broker.store.api import (CQ_FILLER_SIZE, GetMessageResult, GetMessageStatus, MessageFilter,
                                        RecordFilter, StoreError)
-from pocketmq.broker.store.consumequeue import CQ_UNIT
+from pocketmq.broker.store.consumequeue import CQ_UNIT, unit_columns, unit_tags
 
 _FOUND = GetMessageStatus.FOUND
 _NO_MATCHED = GetMessageStatus.NO_MATCHED_MESSAGE
 _REMOVING = GetMessageStatus.MESSAGE_WAS_REMOVING
-assert CQ_UNIT.format == ">qiq"
-
-
-@lru_cache(maxsize=1024)
-def _units_struct(m: int) -> struct.Struct:
-    """m consume-queue units' (commit_log_offset, size) in one unpack: one flat tuple, no
-    tuple per unit, tags codes skipped (_tags_struct reads them when a tag filter needs them)."""
-    return struct.Struct(">" + "qi8x" * m)
-
-
-@lru_cache(maxsize=1024)
-def _tags_struct(m: int) -> struct.Struct:
-    return struct.Struct(">" + "12xq" * m)
-
-
 # record filter -> the share of records it matched lately: how many units _get_matching
 # judges at once (too few: another round; too many: work on units the pull never reaches).
 # A plain dict (a weak one costs microseconds a pull), emptied when it grows past the bound.
@@ -234,8 +217,7 @@ class ReadPart:
         done = False
         while i < n_units and not done:
             j = min(n_units, i + max(16, int((limit - count) / max(rate, 0.01)) + 4))
-            units = _units_struct(j - i).unpack_from(buf, i * CQ_UNIT_SIZE)
-            phys, sizes = units[0::2], units[1::2]
+            phys, sizes = unit_columns(buf, i * CQ_UNIT_SIZE, j - i)
             if CQ_FILLER_SIZE in sizes or cl.wrote_offset - phys[0] > self._memory_limit:
                 return None
             found = cl.readable_view(phys[0], sizes[0])
@@ -253,7 +235,7 @@ class ReadPart:
                 rec_buf = view
             flags = match_many(rec_buf, phys, sizes, seg_lo)
             if message_filter is not None:
-                tags = _tags_struct(m).unpack_from(buf, i * CQ_UNIT_SIZE)
+                tags = unit_tags(buf, i * CQ_UNIT_SIZE, m)
                 flags = [f and message_filter(t) for f, t in zip(flags, tags)]
             judged += m
             matched += flags.count(True)
