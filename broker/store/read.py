@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from itertools import compress
+from operator import add, ne
 
 from pocketmq.common.constants import CQ_UNIT_SIZE
 from pocketmq.broker.store.api import (CQ_FILLER_SIZE, GetMessageResult, GetMessageStatus, MessageFilter,
@@ -242,20 +243,25 @@ class ReadPart:
             last = -1                               # the last unit taken in this chunk
             biggest = max(sizes)
             take = list(compress(range(m), flags))[:limit - count]
-            if take and total + sum([sizes[k] for k in take]) + biggest <= mem_bytes:
+            took = [sizes[k] for k in take]
+            if take and total + sum(took) + biggest <= mem_bytes:
                 # the byte cap cannot stop this chunk (even its biggest unit fits after all it
-                # takes): take them, coalescing records back to back
-                for k in take:
-                    pos = phys[k] - seg_lo
-                    if view is cur_view and pos == cur_end:
-                        cur_end += sizes[k]
-                    else:
-                        if cur_view is not None:
-                            slices.append(cur_view[cur_start:cur_end])
-                        cur_view = view
-                        cur_start = pos
-                        cur_end = pos + sizes[k]
-                    total += sizes[k]
+                # takes): take them, one slice per run of records back to back
+                starts = [phys[k] - seg_lo for k in take]
+                ends = list(map(add, starts, took))
+                if view is cur_view and starts[0] == cur_end:
+                    run = cur_start                 # the first continues the current run
+                else:
+                    if cur_view is not None:
+                        slices.append(cur_view[cur_start:cur_end])
+                    run = starts[0]
+                for t in compress(range(1, len(starts)), map(ne, starts[1:], ends)):
+                    slices.append(view[run:ends[t - 1]])
+                    run = starts[t]
+                cur_view = view
+                cur_start = run
+                cur_end = ends[-1]
+                total += sum(took)
                 count += len(take)
                 if count >= limit:
                     scanned = i + take[-1] + 1
