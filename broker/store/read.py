@@ -240,13 +240,15 @@ class ReadPart:
                 flags = [f and message_filter(t) for f, t in zip(flags, tags)]
             judged += m
             matched += flags.count(True)
-            last = -1                               # the last unit taken in this chunk
             biggest = max(sizes)
             take = list(compress(range(m), flags))[:limit - count]
             took = [sizes[k] for k in take]
-            if take and total + sum(took) + biggest <= mem_bytes:
-                # the byte cap cannot stop this chunk (even its biggest unit fits after all it
-                # takes): take them, one slice per run of records back to back
+            if take and total + sum(took) + biggest > mem_bytes:
+                # the byte cap may stop this chunk: the matches taken before it does
+                c = _taken_before_byte_cap(sizes, take, total, count, mem_bytes)
+                take, took = take[:c], took[:c]
+            if take:
+                # one slice per run of records back to back
                 starts = [phys[k] - seg_lo for k in take]
                 ends = list(map(add, starts, took))
                 if view is cur_view and starts[0] == cur_end:
@@ -263,38 +265,15 @@ class ReadPart:
                 cur_end = ends[-1]
                 total += sum(took)
                 count += len(take)
-                if count >= limit:
-                    scanned = i + take[-1] + 1
-                    done = True
-                i += m
-                continue
-            for k in take:
-                if count and biggest > mem_bytes - total:
-                    room = mem_bytes - total
-                    if max(sizes[last + 1:k + 1]) > room:
-                        scanned = i + _first_above(sizes, last + 1, room)
-                        done = True
-                        break
-                size = sizes[k]
-                pos = phys[k] - seg_lo
-                if view is cur_view and pos == cur_end:
-                    cur_end += size
-                else:
-                    if cur_view is not None:
-                        slices.append(cur_view[cur_start:cur_end])
-                    cur_view = view
-                    cur_start = pos
-                    cur_end = pos + size
-                total += size
-                count += 1
-                last = k
-                if count >= limit:
-                    scanned = i + k + 1
-                    done = True
-                    break
-            else:
-                if count and last + 1 < m and max(sizes[last + 1:]) > mem_bytes - total:
-                    scanned = i + _first_above(sizes, last + 1, mem_bytes - total)
+            if take and count >= limit:
+                scanned = i + take[-1] + 1
+                done = True
+            elif count:
+                # the units after the last one taken: the loop checks the byte cap at each
+                # (the unit that stops it ends the pull, taken or not)
+                after = take[-1] + 1 if take else 0
+                if after < m and max(sizes[after:]) > mem_bytes - total:
+                    scanned = i + _first_above(sizes, after, mem_bytes - total)
                     done = True
             i += m
         if cur_view is not None:
@@ -333,6 +312,19 @@ class ReadPart:
         if u is None or u[1] == CQ_FILLER_SIZE:     # a filler stands for no message
             return False
         return self._commitlog.wrote_offset - u[0] > self._memory_limit
+
+
+def _taken_before_byte_cap(sizes, take: list[int], total: int, count: int, mem_bytes: int) -> int:
+    """How many of the matches `take` (unit indices of a chunk) the pull takes before the
+    in-memory byte cap stops it, the cap checked at every unit after the first message
+    taken, as the per-unit loop does: refused units too."""
+    last = -1
+    for c, k in enumerate(take):
+        if (count or c) and max(sizes[last + 1:k + 1]) > mem_bytes - total:
+            return c
+        total += sizes[k]
+        last = k
+    return len(take)
 
 
 def _first_above(sizes, start: int, room: int) -> int:
