@@ -53,7 +53,9 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import repeat as _repeat
 from operator import itemgetter
+from operator import sub as _sub
 
 from pocketmq.protocol.bodies import MessageQueue
 
@@ -66,6 +68,8 @@ __all__ = [
     "compress_body", "decompress_body", "parse_host", "format_host",
     "store_timestamp_pos", "property_value", "tags_code_of_properties", "properties_at", "index_fields_at",
     "property_getter",
+    # batch reads of many records' properties (the broker's SQL92 filter, a whole pull at a time)
+    "properties_at_many", "property_keys",
     # the record layout, for the stores (one owner: nothing else retypes an offset or a mask)
     "POS_QUEUE_OFFSET", "POS_PHYSICAL_OFFSET", "POS_SYSFLAG", "POS_BORN_TIMESTAMP", "POS_BORN_HOST",
     "RECORD_HEAD_MIN", "HOST_V6_FLAGS", "PORT_MAX", "MAX_INT", "BLANK_MARKER_SIZE", "head_struct", "head_struct_at",
@@ -292,6 +296,44 @@ def tags_code_of_properties(props: bytes) -> int:
     return code
 
 
+def property_keys(props: Sequence[bytes], names: Sequence[str]) -> list:
+    """For each properties text (the stored UTF-8 bytes) the values of `names`, exactly
+    property_getter's (the last occurrence wins; a missing or empty value is b""): a list
+    of bytes for one name, of tuples of bytes (in `names` order) for several. What the
+    broker's SQL92 filter keys its per-subscription results on, a whole pull at a time.
+
+    One regex pass per name over all the texts joined, each text preceded by a sentinel
+    "\\x02name\\x01\\x03" so that every text yields exactly two matches (the sentinel's
+    value b"\\x03", then its own); a text that holds the name twice or not at all, or a
+    \\x03 (which would make the sentinel ambiguous), takes property_getter itself for that
+    name."""
+    n = len(props)
+    if not n:
+        return []
+    columns = []
+    clean = None                        # no text holds \x03 (checked once)
+    for name in names:
+        key = b"\x02" + name.encode() + b"\x01"
+        sentinel = key + b"\x03\x02"      # the \x02 starts the text's first chunk
+        joined = sentinel + sentinel.join(props)
+        if clean is None:
+            clean = joined.count(b"\x03") == n
+        values = _key_value_re(key).findall(joined) if clean else ()
+        if len(values) == 2 * n and values.count(b"\x03") == n and values[0::2].count(b"\x03") == n:
+            columns.append(values[1::2])
+        else:
+            get = property_getter(name)
+            columns.append([get(p) or b"" for p in props])
+    if len(columns) == 1:
+        return columns[0]
+    return list(zip(*columns))
+
+
+@lru_cache(maxsize=256)
+def _key_value_re(key: bytes):
+    return re.compile(re.escape(key) + b"([^\x02]*)")
+
+
 # --------------------------------------------------------------------------- hosts
 
 
@@ -499,6 +541,35 @@ def index_fields_at(buf, pos: int = 0, _heads=_HEADS_BY_BITS, _short=_H.unpack_f
     i += tlen
     n = _short(buf, i)[0]
     return f[7], f[11], topic, (bytes(buf[i + 2:i + 2 + n]) if n > 0 else b"")
+
+
+# TOTALSIZE, SYSFLAG's low byte (the host bits), BODYLENGTH of a record with two IPv4 hosts
+_SIZE_FLAGS_BODYLEN = struct.Struct(">i" + "x" * (_POS_SYSFLAG_LOW - 4) + "B" + "x" * (_HEADS_BY_BITS[0].size - 4 - _POS_SYSFLAG_LOW - 1) + "i")
+_OK_HOST_BITS = frozenset(b for b in range(256) if not b & HOST_V6_FLAGS)
+
+
+def properties_at_many(buf, starts: Sequence[int], sizes: Sequence[int], base: int = 0) -> list[bytes]:
+    """[properties_at(buf, p - base) for p in starts] for the whole records of ONE topic
+    (one consume queue's) at `starts` (offsets of buf[0] + base), `sizes` their TOTALSIZEs
+    as the consume queue holds them: one unpack per record (TOTALSIZE, host bits,
+    BODYLENGTH) and one slice ending at the record's end, instead of properties_at's three
+    reads. The topic length is the first record's; a record whose TOTALSIZE is not its
+    unit's size, any IPv6 host, or a buf that is not bytes-like with bytes slices (a
+    memoryview) takes properties_at for all."""
+    n = len(starts)
+    if not n:
+        return []
+    if type(buf) is memoryview:
+        return [properties_at(buf, p - base) for p in starts]
+    unpack = _SIZE_FLAGS_BODYLEN.unpack_from
+    heads = list(map(unpack, _repeat(buf), map(_sub, starts, _repeat(base)) if base else starts))
+    totals, bits, body_lens = zip(*heads)
+    if totals != tuple(sizes) or not _OK_HOST_BITS.issuperset(bits):
+        return [properties_at(buf, p - base) for p in starts]
+    head = _HEADS_BY_BITS[0].size
+    # BODYLENGTH is the head's last field; then body, TOPICLENGTH, TOPIC, PROPERTIESLENGTH
+    k = head + 1 + buf[starts[0] - base + head + body_lens[0]] + 2 - base
+    return [buf[p + bl + k:p + s - base] for p, bl, s in zip(starts, body_lens, sizes)]
 
 
 def record_overhead(sys_flag: int) -> int:

@@ -51,8 +51,11 @@ import operator
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from itertools import compress, repeat
+from operator import is_
 
-from pocketmq.protocol.message import encode_properties, properties_at, property_getter
+from pocketmq.protocol.message import (encode_properties, properties_at, properties_at_many, property_getter,
+                                       property_keys)
 
 __all__ = ["Expression", "ExpressionCache", "ParseError", "compile_expression", "compiled"]
 
@@ -378,6 +381,7 @@ class _Parser:
     def __init__(self, text: str):
         self.toks = _tokenize(text)
         self.i = 0
+        self.names: dict[str, None] = {}       # the properties the expression reads, in order
 
     @property
     def tok(self) -> _Token:
@@ -545,6 +549,7 @@ class _Parser:
             return _const_node(None if k == _NULL else k == _TRUE, t)
         if k == _ID:
             self.take()
+            self.names[t.text] = None
             return _prop_node(t.text, t)
         if k == "(":
             self.take()
@@ -734,13 +739,25 @@ class Expression:
     """A compiled SQL92 filter. `evaluate` gives Java's three-valued result (True, False
     or None for unknown); `matches` is what a pull uses: True only when TRUE (an
     evaluation Java would abort, such as a property that does not convert to a
-    compared number, is not matched)."""
+    compared number, is not matched).
 
-    __slots__ = ("_fn", "match_record", "text")
+    `match_record(buf, pos)` is the store's per-record filter (the reference);
+    `match_records(buf, starts, sizes)` the same for many records of one consume queue at
+    once (also reachable as ``match_record.match_many``, which the store looks for). The
+    result depends only on the values of the properties the expression names (`names`),
+    so match_records reads those values for all records in a few passes
+    (protocol.message's properties_at_many and property_keys) and looks each record's
+    values up in a table of results computed once per distinct combination, by the same
+    evaluator on a properties text holding just those values."""
 
-    def __init__(self, text: str, fn: Fn):
+    __slots__ = ("_fn", "_memo", "_names_b", "match_record", "names", "text")
+
+    def __init__(self, text: str, fn: Fn, names: tuple[str, ...] = ()):
         self.text = text
         self._fn = fn
+        self.names = names
+        self._names_b = tuple(n.encode() + b"\x01" for n in names)
+        self._memo: dict = {}
 
         def match_record(buf, pos: int, _props_at=properties_at) -> bool:
             """The store's record filter: the record at buf[pos:] matches."""
@@ -748,7 +765,46 @@ class Expression:
                 return fn(_props_at(buf, pos)) is True
             except _EvalError:
                 return False
+        match_record.match_many = self.match_records
         self.match_record = match_record
+
+    def _match_props(self, props: bytes) -> bool:
+        try:
+            return self._fn(props) is True
+        except _EvalError:
+            return False
+
+    def match_records(self, buf, starts, sizes, base: int = 0) -> list[bool]:
+        """[match_record(buf, p - base) for p in starts], for whole records of one topic at
+        `starts` whose TOTALSIZEs are `sizes` (what a consume queue's units give)."""
+        n = len(starts)
+        if not n:
+            return []
+        if not self.names:
+            return [self._match_props(b"")] * n
+        props = properties_at_many(buf, starts, sizes, base)
+        keys = property_keys(props, self.names)
+        memo = self._memo
+        found = list(map(memo.get, keys))
+        if None not in found:
+            return found
+        missing = set(compress(keys, map(is_, found, repeat(None))))
+        if len(missing) * 2 > n:
+            # mostly new combinations (a property with a value per message): no table
+            match = self._match_props
+            return [match(p) for p in props]
+        if len(memo) + len(missing) > _MEMO_MAX:
+            self._memo = memo = {}          # a new table, not clear(): a reader may hold the old one
+            missing = set(keys)
+        match, names_b = self._match_props, self._names_b
+        if len(names_b) == 1:
+            name_b = names_b[0]
+            for v in missing:
+                memo[v] = match(name_b + v if v else b"")
+        else:
+            for vs in missing:
+                memo[vs] = match(b"\x02".join([nb + v for nb, v in zip(names_b, vs) if v]))
+        return list(map(memo.__getitem__, keys))
 
     def evaluate(self, properties: Mapping[str, str] | str | bytes):
         """`properties`: a mapping, or the stored form (name\\x01value\\x02..., text or UTF-8)."""
@@ -767,6 +823,10 @@ class Expression:
         return f"Expression({self.text!r})"
 
 
+# distinct property-value combinations remembered per expression (results of match_records)
+_MEMO_MAX = 4096
+
+
 def _stored(properties) -> bytes:
     t = type(properties)
     if t is bytes:
@@ -780,7 +840,8 @@ def compile_expression(text: str) -> Expression:
     """Parse and compile; ParseError (with line and column) when `text` is not valid."""
     if text is None or not text.strip():
         raise ParseError("the expression is empty", 1, 1)
-    return Expression(text, _Parser(text).parse().fn)
+    parser = _Parser(text)
+    return Expression(text, parser.parse().fn, tuple(parser.names))
 
 
 class ExpressionCache:

@@ -8,17 +8,30 @@ deleted with their segment. Records are handed out as slices of the commit log
 (CommitLog.read: memoryviews of the mappings, zero copy), physically adjacent ones
 coalesced. `_get_contiguous` is the common pull's fast path (no filter, records back to
 back in memory): one slice found from the first and last unit, no per-unit loop.
+`_get_matching` is the filtered pull's (a record filter with a `match_many` form, the
+SQL92 filter's): the units decoded and the records judged a chunk at a time, then only
+the matches walked; anything it does not handle (fillers, records out of memory or in a
+deleted segment) goes to the general per-unit loop, whose result it reproduces.
 """
 from __future__ import annotations
+
+from bisect import bisect_left
+from itertools import compress
+from operator import add, ne
 
 from pocketmq.common.constants import CQ_UNIT_SIZE
 from pocketmq.broker.store.api import (CQ_FILLER_SIZE, GetMessageResult, GetMessageStatus, MessageFilter,
                                        RecordFilter, StoreError)
-from pocketmq.broker.store.consumequeue import CQ_UNIT
+from pocketmq.broker.store.consumequeue import CQ_UNIT, unit_columns, unit_tags
 
 _FOUND = GetMessageStatus.FOUND
 _NO_MATCHED = GetMessageStatus.NO_MATCHED_MESSAGE
 _REMOVING = GetMessageStatus.MESSAGE_WAS_REMOVING
+# record filter -> the share of records it matched lately: how many units _get_matching
+# judges at once (too few: another round; too many: work on units the pull never reaches).
+# A plain dict (a weak one costs microseconds a pull), emptied when it grows past the bound.
+_match_rates: dict = {}
+_MATCH_RATES_MAX = 1024
 
 
 class ReadPart:
@@ -58,6 +71,13 @@ class ReadPart:
             fast = self._get_contiguous(buf, offset, max_msg_nums, min_offset, max_offset)
             if fast is not None:
                 return fast
+        elif record_filter is not None:
+            match_many = getattr(record_filter, "match_many", None)
+            if match_many is not None:
+                found = self._get_matching(buf, offset, max_msg_nums, min_offset, max_offset, message_filter,
+                                           record_filter, match_many)
+                if found is not None:
+                    return found
         cl = self._commitlog
         readable_view = cl.readable_view
         fsize = self._file_size
@@ -168,6 +188,106 @@ class ReadPart:
             return None
         return GetMessageResult(_FOUND, offset + n, min_offset, max_offset, n, [view], span)
 
+    def _get_matching(self, buf, offset: int, max_msg_nums: int, min_offset: int, max_offset: int,
+                      message_filter, record_filter, match_many) -> GetMessageResult | None:
+        """The general loop's result for a pull with a record filter that judges many
+        records at once (`match_many(segment, commit_log_offsets, sizes, segment_start) ->
+        [bool]` for records of this queue in one segment). Units are decoded and judged a chunk at a time (sized from the
+        filter's recent match rate, so little is judged beyond where the pull stops), then
+        only the matches are walked, with the loop's limits: max_msg_nums and the in-memory
+        count and byte caps, checked at every unit after the first taken one (a unit the
+        byte cap stops at ends the pull even when it would be refused). None (the loop
+        decides) on a filler unit, a record out of memory, or one not in a readable segment."""
+        cl = self._commitlog
+        cfg = self.config
+        mem_bytes = cfg.max_transfer_bytes_on_message_in_memory
+        limit = min(max_msg_nums, cfg.max_transfer_count_on_message_in_memory)
+        try:
+            rate = _match_rates.get(record_filter, 0.5)
+        except TypeError:               # an unhashable filter: no memory of its rate
+            rate = 0.5
+        n_units = len(buf) // CQ_UNIT_SIZE
+        slices = []
+        cur_view = None
+        cur_start = cur_end = 0
+        total = 0
+        count = 0
+        judged = matched = 0
+        i = 0                           # next unit to judge
+        scanned = n_units               # where the pull stops
+        done = False
+        while i < n_units and not done:
+            j = min(n_units, i + max(16, int((limit - count) / max(rate, 0.01)) + 4))
+            phys, sizes = unit_columns(buf, i * CQ_UNIT_SIZE, j - i)
+            if CQ_FILLER_SIZE in sizes or cl.wrote_offset - phys[0] > self._memory_limit:
+                return None
+            found = cl.readable_view(phys[0], sizes[0])
+            if found is None:
+                return None
+            view, seg_lo, seg_hi = found
+            m = j - i
+            if phys[-1] + sizes[-1] > seg_hi:       # the chunk ends in the next segment
+                m = bisect_left(phys, seg_hi)
+                if phys[m - 1] + sizes[m - 1] > seg_hi:
+                    return None
+                phys, sizes = phys[:m], sizes[:m]
+            rec_buf = view.obj                      # the mapping itself: slices are bytes
+            if len(rec_buf) != view.nbytes:
+                rec_buf = view
+            flags = match_many(rec_buf, phys, sizes, seg_lo)
+            if message_filter is not None:
+                tags = unit_tags(buf, i * CQ_UNIT_SIZE, m)
+                flags = [f and message_filter(t) for f, t in zip(flags, tags)]
+            judged += m
+            matched += flags.count(True)
+            biggest = max(sizes)
+            take = list(compress(range(m), flags))[:limit - count]
+            took = [sizes[k] for k in take]
+            if take and total + sum(took) + biggest > mem_bytes:
+                # the byte cap may stop this chunk: the matches taken before it does
+                c = _taken_before_byte_cap(sizes, take, total, count, mem_bytes)
+                take, took = take[:c], took[:c]
+            if take:
+                # one slice per run of records back to back
+                starts = [phys[k] - seg_lo for k in take]
+                ends = list(map(add, starts, took))
+                if view is cur_view and starts[0] == cur_end:
+                    run = cur_start                 # the first continues the current run
+                else:
+                    if cur_view is not None:
+                        slices.append(cur_view[cur_start:cur_end])
+                    run = starts[0]
+                for t in compress(range(1, len(starts)), map(ne, starts[1:], ends)):
+                    slices.append(view[run:ends[t - 1]])
+                    run = starts[t]
+                cur_view = view
+                cur_start = run
+                cur_end = ends[-1]
+                total += sum(took)
+                count += len(take)
+            if take and count >= limit:
+                scanned = i + take[-1] + 1
+                done = True
+            elif count:
+                # the units after the last one taken: the loop checks the byte cap at each
+                # (the unit that stops it ends the pull, taken or not)
+                after = take[-1] + 1 if take else 0
+                if after < m and max(sizes[after:]) > mem_bytes - total:
+                    scanned = i + _first_above(sizes, after, mem_bytes - total)
+                    done = True
+            i += m
+        if cur_view is not None:
+            slices.append(cur_view[cur_start:cur_end])
+        if judged:
+            if len(_match_rates) >= _MATCH_RATES_MAX:
+                _match_rates.clear()
+            try:
+                _match_rates[record_filter] = 0.5 * rate + 0.5 * matched / judged
+            except TypeError:
+                pass
+        return GetMessageResult(_FOUND if count else _NO_MATCHED, offset + scanned, min_offset, max_offset,
+                                count, slices, total)
+
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self._find_cq(topic, queue_id)
         return cq.max_offset if cq is not None else 0
@@ -192,3 +312,24 @@ class ReadPart:
         if u is None or u[1] == CQ_FILLER_SIZE:     # a filler stands for no message
             return False
         return self._commitlog.wrote_offset - u[0] > self._memory_limit
+
+
+def _taken_before_byte_cap(sizes, take: list[int], total: int, count: int, mem_bytes: int) -> int:
+    """How many of the matches `take` (unit indices of a chunk) the pull takes before the
+    in-memory byte cap stops it, the cap checked at every unit after the first message
+    taken, as the per-unit loop does: refused units too."""
+    last = -1
+    for c, k in enumerate(take):
+        if (count or c) and max(sizes[last + 1:k + 1]) > mem_bytes - total:
+            return c
+        total += sizes[k]
+        last = k
+    return len(take)
+
+
+def _first_above(sizes, start: int, room: int) -> int:
+    """The first index from `start` whose size does not fit in `room` (there is one)."""
+    k = start
+    while sizes[k] <= room:
+        k += 1
+    return k

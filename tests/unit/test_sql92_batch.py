@@ -1,0 +1,192 @@
+"""The SQL92 filter judging many records at once (Expression.match_records, the store's
+_get_matching) against the per-record reference (Expression.match_record, the per-unit
+loop): the same result for every record and every pull, on the SQL92 table's expressions
+and property sets plus fuzzed property texts."""
+from __future__ import annotations
+
+import random
+import types
+
+import pytest
+
+from pocketmq.broker.core.sql92 import compile_expression
+from pocketmq.broker.store.api import MessageToStore
+from pocketmq.broker.store.store import MessageStore
+from pocketmq.broker.store.store_config import StoreConfig
+from pocketmq.protocol.message import (MessageSysFlag, encode_properties, encode_record, properties_at,
+                                       properties_at_many, property_getter, property_keys, tags_code)
+
+from tests.unit.test_sql92 import EQUIVALENT, TABLE
+
+V6_BORN = MessageSysFlag.BORNHOST_V6_FLAG
+V6_BOTH = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+
+EXPRESSIONS = sorted({t for t, _p, _w in TABLE} | {x for pair in EQUIVALENT for x in pair} | {
+    "region = 'eu'", "a > 5", "a > 5 AND region = 'eu'",
+    "a BETWEEN 3 AND 6 OR TAGS IN ('TagB', 'TagC', 'TagD', 'TagE', 'TagF')",
+    "aa = 'x' OR a IS NULL", "NOT (ab <> '\x01')", "a = '' OR a IS NOT NULL", "b AND a > 1",
+    "TAGS IS NULL", "a = 'x\x01y' OR aa IN ('1', '')", "a > ab"})
+
+NAMES = ["a", "aa", "ab", "b", "region", "TAGS", "s", "neg", "x"]
+VALUES = ["7", "3", "eu", "us", "", "x\x01y", "\x01", "\x03", "\x03\x03", "é", "7.5", "-5", "TRUE", "seven",
+          "3000000000", " 7", "a\x01 7", "1", "x"]
+
+
+def fuzzed_properties(rng: random.Random) -> bytes:
+    """A properties text as a client may send it: repeated names (which one wins is the
+    decoder's rule), names that are prefixes of others, \\x01 and \\x03 inside values, empty
+    values, chunks without \\x01, stray separators, non-ASCII and broken UTF-8."""
+    chunks = []
+    for _ in range(rng.randrange(0, 7)):
+        kind = rng.random()
+        if kind < 0.75:
+            chunks.append(rng.choice(NAMES).encode() + b"\x01" + rng.choice(VALUES).encode())
+        elif kind < 0.85:
+            chunks.append(rng.choice([b"", b"a", b"\x01a", b"a\x01", b"\x01"]))
+        elif kind < 0.95:
+            chunks.append(b"a\x01\xff\xfe" if rng.random() < 0.5 else "région\x01eu".encode())
+        else:
+            chunks.append(b"UNIQ_KEY\x01" + rng.randbytes(8).hex().encode())
+    text = b"\x02".join(chunks)
+    if rng.random() < 0.1:
+        text += b"\x02"
+    return text[:32767]
+
+
+def property_texts(n: int, seed: int) -> list[bytes]:
+    sets = [p for _t, p, _w in TABLE]
+    rng = random.Random(seed)
+    out = [encode_properties(p).encode() for p in sets]
+    out += [fuzzed_properties(rng) for _ in range(n)]
+    return out
+
+
+def records(texts: list[bytes], seed: int, sys_flags=(0,)) -> tuple[bytes, list[int], list[int]]:
+    """Records of topic T holding `texts`, back to back; bodies that look like properties."""
+    rng = random.Random(seed)
+    bodies = [b"", b"a\x017\x02region\x01eu", b"\x02a\x017\x02TAGS\x01TagB\x02", b"x" * 300, rng.randbytes(50)]
+    buf, starts, sizes = bytearray(b"\0" * 3), [], []
+    for i, t in enumerate(texts):
+        flag = sys_flags[i % len(sys_flags)]
+        born = (b"\0" * 15 + b"\1", 7) if flag & V6_BORN else (b"\x0a\0\0\7", 7)
+        store = (b"\0" * 15 + b"\2", 9) if flag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else (b"\x0a\0\0\1", 9)
+        r = encode_record("T", 0, 0, bodies[i % len(bodies)], t, flag, 1, born, store, 0, 0, i, len(buf), 2)
+        starts.append(len(buf))
+        sizes.append(len(r))
+        buf += r
+    return bytes(buf), starts, sizes
+
+
+def test_properties_at_many_is_properties_at():
+    texts = property_texts(300, 1)
+    for flags in [(0,), (0, V6_BORN), (V6_BOTH,)]:
+        buf, starts, sizes = records(texts, 2, flags)
+        want = [properties_at(buf, p) for p in starts]
+        assert properties_at_many(buf, starts, sizes) == want
+        assert properties_at_many(memoryview(buf), starts, sizes) == want
+        # offsets of a segment that starts at commit-log offset 1000
+        assert properties_at_many(buf, [p + 1000 for p in starts], sizes, 1000) == want
+        assert properties_at_many(buf, starts[5:9], sizes[5:9]) == want[5:9]
+    # a unit size that is not the record's TOTALSIZE: the length fields decide, as properties_at
+    buf, starts, sizes = records(texts[:10], 3)
+    assert properties_at_many(buf, starts, [s + 1 for s in sizes]) == [properties_at(buf, p) for p in starts]
+    assert properties_at_many(buf, [], []) == []
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_property_keys_are_property_getters(seed):
+    texts = property_texts(400, seed)
+    for names in [["a"], ["aa"], ["a", "ab"], ["region", "TAGS", "a"], ["x"], ["missing"]]:
+        getters = [property_getter(n) for n in names]
+        want = [tuple(g(t) or b"" for g in getters) for t in texts]
+        if len(names) == 1:
+            want = [w[0] for w in want]
+        assert property_keys(texts, names) == want, names
+        # without the texts that hold \x03 or repeat a name: the regex path (same answers)
+        clean = [t for t in texts if b"\x03" not in t]
+        assert property_keys(clean, names) == [w for w, t in zip(want, texts) if b"\x03" not in t]
+    assert property_keys([], ["a"]) == []
+
+
+@pytest.mark.parametrize("text", EXPRESSIONS)
+def test_match_records_is_match_record(text):
+    e = compile_expression(text)
+    texts = property_texts(250, hash(text) & 0xFFFF)
+    for flags in [(0,), (0, V6_BOTH)]:
+        buf, starts, sizes = records(texts, 7, flags)
+        want = [e.match_record(buf, p) for p in starts]
+        # twice: the second call answers from the results table
+        assert e.match_records(buf, starts, sizes) == want
+        assert e.match_records(buf, starts, sizes) == want
+        assert e.match_record.match_many(buf, [p + 64 for p in starts], sizes, 64) == want
+        # the same records in small pulls and alone
+        for i in range(0, len(starts), 7):
+            assert e.match_records(buf, starts[i:i + 7], sizes[i:i + 7]) == want[i:i + 7]
+
+
+def test_results_table_is_bounded_and_high_cardinality_skips_it():
+    e = compile_expression("k = 'v7' OR k > 5")
+    texts = [b"k\x01v%d" % i for i in range(6000)]
+    buf, starts, sizes = records(texts, 8)
+    want = [e.match_record(buf, p) for p in starts]
+    assert e.match_records(buf, starts, sizes) == want           # all different: judged one by one
+    for i in range(0, 6000, 100):                                # 100 new values a call, table bounded
+        assert e.match_records(buf, starts[i:i + 100], sizes[i:i + 100]) == want[i:i + 100]
+    assert len(e._memo) <= 4096
+
+
+def _copy(f):
+    """The per-record filter alone (no match_many): the store takes its per-unit loop."""
+    return types.FunctionType(f.__code__, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+
+
+def _pull_outcome(r):
+    return (r.status, r.next_begin_offset, r.min_offset, r.max_offset, r.message_count, r.buffer_total_size,
+            [bytes(b) for b in r.buffers])
+
+
+@pytest.mark.parametrize("max_bytes", [256 * 1024, 700])
+def test_store_pulls_are_the_per_unit_loops(tmp_path, max_bytes):
+    cfg = StoreConfig(str(tmp_path / "s"), mapped_file_size_commit_log=1 << 15,
+                      store_host=(b"\x0a\0\0\1", 10911), total_physical_memory_bytes=1 << 34,
+                      max_transfer_bytes_on_message_in_memory=max_bytes)
+    store = MessageStore(cfg)
+    store.open()
+    try:
+        rng = random.Random(9)
+        texts = property_texts(600, 10)
+        for i, t in enumerate(texts):
+            props = t.decode("utf-8", "replace").replace("\x02\x02", "\x02")
+            tags = ("TagA", "TagB")[i % 2]
+            props = (props + "\x02" if props else "") + f"TAGS\x01{tags}"
+            body = rng.randbytes(rng.choice([10, 100, 900]))
+            # two queues written in turn: a queue's records are not back to back
+            for q in (0, 1):
+                r = store.put_message(MessageToStore("T", q, 0, body, props, 0, 1, (b"\x0a\0\0\7", 7), 1000 + i))
+                assert r.wrote_offset >= 0
+        store.reput()
+        mx = store.get_max_offset_in_queue("T", 0)
+        tag_b = tags_code("TagB")
+        for text in ["a > 5", "a > 5 AND region = 'eu'", "TAGS = 'TagB' OR a IS NULL", "x = '1'", "FALSE",
+                     "a BETWEEN 3 AND 6 OR TAGS IN ('TagB', 'TagC')"]:
+            e = compile_expression(text)
+            ref = _copy(e.match_record)
+            f = _copy(e.match_record)
+            judged = []
+
+            def match_many(buf, starts, sizes, base, _m=e.match_records):
+                judged.append(len(starts))
+                return _m(buf, starts, sizes, base)
+            f.match_many = match_many
+            for tag_filter in [None, lambda code: code == tag_b]:
+                for max_nums in [1, 3, 32]:
+                    off = 0
+                    while off < mx:
+                        got = store.get_message("T", 0, off, max_nums, tag_filter, f)
+                        want = store.get_message("T", 0, off, max_nums, tag_filter, ref)
+                        assert _pull_outcome(got) == _pull_outcome(want), (text, max_nums, off)
+                        assert got.next_begin_offset > off
+                        off = got.next_begin_offset
+            assert sum(judged) >= mx        # the pulls went through the batch path
+    finally:
+        store.close()
