@@ -295,8 +295,8 @@ class ClientAPI:
 
     def _ready_conn(self, addr: str):
         """The prepared connection to `addr` (heartbeat sent, header codec known), else None:
-        the consumer's hot requests (pull, offset commit) then call its request() directly,
-        one coroutine layer less than the transport's invoke, as the send hot path does."""
+        the consumer's hot requests (pull, offset commit) then call its request() directly
+        instead of the transport's invoke, as the send hot path does."""
         conn = self._t.remoting.connections.get(addr)
         if conn is not None and not conn.closed and "ready" in conn.attrs:
             return conn
