@@ -12,6 +12,9 @@ Measures (defaults keep a run under ~2 minutes on 2 cores):
                   time (one list of Messages, built once; and the bodies API:
                   send_batch(bodies, topic=...)) and 8 in flight
   push consume    messages/s delivered to a no-op listener (pre-produced backlog)
+  lite consume    LitePullConsumer poll(max_records=32) + commit() over a pre-produced
+                  backlog (the side-by-side harness's consume cycle): msgs/s, p99 per
+                  cycle, client CPU per message
   orderly consume the same on a topic of 8 queues, concurrent and orderly=True (the
                   issue's target: orderly at least half of concurrent); --no-orderly skips it
   end-to-end      send -> listener latency p50/p99 at 1,000 and 10,000 msgs/s
@@ -31,7 +34,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pocketmq.client import Message, Producer, PushConsumer
+from pocketmq.client import LitePullConsumer, Message, Producer, PushConsumer
 from pocketmq.protocol.codes import SerializeType
 
 
@@ -168,6 +171,35 @@ async def bench_push_consume(addr, topic, n, st, *, orderly=False, queues=None):
     return out
 
 
+async def bench_lite_consume(addr, topic, n, st, *, poll=32):
+    """poll(max_records=poll) + commit() until `n` messages of a pre-produced backlog are
+    consumed (one queue, like the harness's consume cycle)."""
+    body = b"x" * 128
+    async with Producer("BenchLiteFill", addr, instance_name="bench-lite-fill", serialize_type=st) as p:
+        msgs = [Message(topic, body) for _ in range(64)]
+        for _ in range(n // 64):
+            await p.send_batch(msgs)
+    n = n // 64 * 64
+    c = LitePullConsumer("BenchLite", addr, instance_name="bench-lite", consume_from_where="FIRST_OFFSET",
+                         auto_commit=False, serialize_type=st)
+    got, lats = 0, []
+    async with c:
+        c.assign(await c.fetch_message_queues(topic))
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        while got < n:
+            t = time.perf_counter()
+            batch = await c.poll(timeout_s=5.0, max_records=min(poll, n - got))
+            if not batch:
+                break
+            await c.commit()
+            lats.append(time.perf_counter() - t)
+            got += len(batch)
+        dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    return {"msgs_per_s": got / dt if dt > 0 else 0.0, "consumed": got,
+            "p99_cycle_us": pct(lats, 99) * 1e6 if lats else 0.0,
+            "client_cpu_us_per_msg": cpu * 1e6 / got if got else 0.0}
+
+
 async def bench_e2e(addr, topic, rate, seconds, st):
     lat = []
 
@@ -227,6 +259,8 @@ async def run_all(addr, args):
     print("batch send, 8 in flight", out["batch_send_8"], flush=True)
     out["push_consume"] = await bench_push_consume(addr, f"BenchConsume{suffix}", args.n_consume, st)
     print("push consume", out["push_consume"], flush=True)
+    out["lite_consume"] = await bench_lite_consume(addr, f"BenchLite{suffix}", args.n_consume, st)
+    print("lite consume, poll(32) + commit()", out["lite_consume"], flush=True)
     if not args.no_orderly:
         out["push_consume_8q"] = await bench_push_consume(addr, f"BenchConsume8q{suffix}", args.n_consume, st,
                                                           queues=8)

@@ -97,14 +97,12 @@ from pocketmq.protocol.command import RemotingCommand
 from pocketmq.protocol.errors import BodyError
 from pocketmq.protocol.headers.typed import (
     EndTransactionRequestHeader,
-    PullMessageRequestHeader,
     QueryMessageRequestHeader,
     QueryMessageResponseHeader,
     SendMessageRequestHeader,
     decode_query_message_response_header,
     encode_end_transaction_header,
     encode_query_message_header,
-    encode_pull_header,
     encode_send_header,
 )
 from pocketmq.remoting.connection import RemotingError
@@ -216,6 +214,22 @@ def pull_sys_flag(commit_offset: bool, suspend: bool, subscription: bool) -> int
     return flag
 
 
+def pull_ext_fields(req: PullRequest) -> dict:
+    """A PULL_MESSAGE's extFields straight from the request: equal to
+    encode_pull_header(PullMessageRequestHeader(...)) (pinned by
+    tests/unit/test_client_fastpaths.py), without the header object per pull."""
+    mq = req.mq
+    d = {"consumerGroup": req.group, "topic": mq.topic, "queueId": str(mq.queue_id),
+         "queueOffset": str(req.offset), "maxMsgNums": str(req.max_nums), "sysFlag": str(req.sys_flag),
+         "commitOffset": str(req.commit_offset), "suspendTimeoutMillis": str(req.suspend_ms),
+         "subVersion": str(req.sub_version)}
+    if req.subscription is not None:
+        d["subscription"] = req.subscription
+        if req.expression_type is not None:
+            d["expressionType"] = req.expression_type
+    return d
+
+
 def _queue_ext(mq: MessageQueue) -> dict:
     return {"topic": mq.topic, "queueId": str(mq.queue_id)}
 
@@ -279,6 +293,26 @@ class ClientAPI:
             raise error_for(resp.code, resp.remark, addr)
         return resp
 
+    def _ready_conn(self, addr: str):
+        """The prepared connection to `addr` (heartbeat sent, header codec known), else None:
+        the consumer's hot requests (pull, offset commit) then call its request() directly
+        instead of the transport's invoke, as the send hot path does."""
+        conn = self._t.remoting.connections.get(addr)
+        if conn is not None and not conn.closed and "ready" in conn.attrs:
+            return conn
+        return None
+
+    async def _hot(self, addr: str, code: int, ext: dict, timeout_s: float) -> RemotingCommand:
+        """A consumer hot-path request: over the prepared connection when there is one."""
+        conn = self._ready_conn(addr)
+        if conn is None:
+            return await self._t.invoke(addr, RemotingCommand(code, ext_fields=ext), timeout_s)
+        try:
+            return await conn.request(RemotingCommand(code, 0, 0, None, ext, b"", _PYTHON, CURRENT_VERSION,
+                                                      conn.attrs["serialize_type"]), timeout_s)
+        except RemotingError as e:
+            raise wrap_remoting(e, addr) from None
+
     async def _maybe_oneway(self, addr: str, cmd: RemotingCommand, oneway: bool) -> None:
         """Oneway (nothing to check), or request and check for SUCCESS."""
         if oneway:
@@ -340,11 +374,7 @@ class ClientAPI:
         mq = req.mq
         addr = req.addr
         offset = req.offset
-        h = PullMessageRequestHeader(req.group, mq.topic, mq.queue_id, offset, req.max_nums, req.sys_flag,
-                                     req.commit_offset, req.suspend_ms, req.subscription, req.sub_version,
-                                     req.expression_type if req.subscription is not None else None)
-        resp = await self._t.invoke(addr, RemotingCommand(RequestCode.PULL_MESSAGE,
-                                                          ext_fields=encode_pull_header(h)), req.timeout_s)
+        resp = await self._hot(addr, RequestCode.PULL_MESSAGE, pull_ext_fields(req), req.timeout_s)
         status = _PULL_STATUS.get(resp.code)
         if status is None:
             raise error_for(resp.code, resp.remark, addr)
@@ -381,9 +411,13 @@ class ClientAPI:
 
     async def update_consumer_offset(self, addr: str, group: str, mq: MessageQueue, offset: int, *,
                                      oneway: bool = False) -> None:
-        await self._maybe_oneway(addr, RemotingCommand(
-            RequestCode.UPDATE_CONSUMER_OFFSET,
-            ext_fields={"consumerGroup": group, **_queue_ext(mq), "commitOffset": str(offset)}), oneway)
+        ext = {"consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id), "commitOffset": str(offset)}
+        if oneway:
+            await self._t.invoke_oneway(addr, RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=ext))
+            return
+        resp = await self._hot(addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext, self.timeout_s)
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for(resp.code, resp.remark, addr)
 
     async def max_offset(self, addr: str, mq: MessageQueue) -> int:
         return await self._offset(RequestCode.GET_MAX_OFFSET, addr, _queue_ext(mq))

@@ -381,12 +381,19 @@ class LitePullConsumer(QueryMixin):
         """Store consume offsets (or the given ones) at the broker and wait for it."""
         if self.instance is None:
             raise ClientStateError("consumer not started")
-        if offsets is None:
-            offsets = {mq: st.consume_offset for mq, st in self.subscription_state.assignment.items()
-                       if st.consume_offset >= 0}
-        for mq, off in offsets.items():
-            self.offset_store.update(mq, off)
-        await self.offset_store.persist(list(offsets))
+        store = self.offset_store
+        if offsets is None:         # the consume offsets of the assigned queues (no dict built)
+            mqs = []
+            for mq, st in self.subscription_state.assignment.items():
+                off = st.consume_offset
+                if off >= 0:
+                    store.update(mq, off)
+                    mqs.append(mq)
+        else:
+            for mq, off in offsets.items():
+                store.update(mq, off)
+            mqs = list(offsets)
+        await store.persist(mqs)
 
     async def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
         self._check_running()

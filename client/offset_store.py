@@ -48,6 +48,17 @@ class OffsetTable:
         self.offsets.pop(mq, None)
         self.dirty.discard(mq)
 
+    def take_one(self, mq: MessageQueue) -> int | None:
+        """take_dirty([mq]) without the dict: mq's offset if it was dirty (now clean), else None."""
+        dirty = self.dirty
+        if mq not in dirty:
+            return None
+        off = self.offsets.get(mq)
+        if off is None:
+            return None
+        dirty.discard(mq)
+        return off
+
     def take_dirty(self, mqs=None) -> dict[MessageQueue, int]:
         chosen = self.dirty if mqs is None else self.dirty.intersection(mqs)
         out = {mq: self.offsets[mq] for mq in chosen if mq in self.offsets}
@@ -89,26 +100,35 @@ class RemoteOffsetStore:
 
     async def persist(self, mqs=None, *, oneway: bool = False) -> int:
         """Push changed offsets (of `mqs`, or all). Failed ones stay dirty. Returns how many went."""
+        if type(mqs) is list and len(mqs) == 1:
+            # a lite consumer's commit of its one queue: no dict, no task
+            mq = mqs[0]
+            off = self.table.take_one(mq)
+            return 0 if off is None else await self._persist_one(mq, off, oneway)
         todo = self.table.take_dirty(mqs)
-        sent = 0
+        if len(todo) == 1:
+            return await self._persist_one(*next(iter(todo.items())), oneway)
+        if not todo:
+            return 0
+        return sum(await asyncio.gather(*(self._persist_one(mq, off, oneway) for mq, off in todo.items())))
 
-        async def one(mq, off):
-            nonlocal sent
-            try:
-                addr = await self.instance.master_addr_refreshing(mq.broker_name, mq.topic)
-                await self.instance.api.update_consumer_offset(addr, self.group, mq, off, oneway=oneway)
-                sent += 1
-                self._log(self.commit_failures.succeeded(mq.broker_name, _item(mq), self.clock()))
-            except MQClientError as e:
-                self._log(self.commit_failures.failed(mq.broker_name, _item(mq), f"{e} (offset {off})",
-                                                      type(e).__name__, self.clock()))
-                if self.table.offsets.get(mq) == off:
-                    self.table.dirty.add(mq)
-        if len(todo) == 1:          # (a lite consumer's commit of its one queue: no task)
-            await one(*next(iter(todo.items())))
-        elif todo:
-            await asyncio.gather(*(one(mq, off) for mq, off in todo.items()))
-        return sent
+    async def _persist_one(self, mq: MessageQueue, off: int, oneway: bool) -> int:
+        """One queue's UPDATE_CONSUMER_OFFSET: 1 when it went; on failure 0, logged, and the
+        offset stays dirty (unless a newer one replaced it meanwhile)."""
+        inst = self.instance
+        bn = mq.broker_name
+        failures = self.commit_failures
+        try:
+            addr = await inst.master_addr_refreshing(bn, mq.topic)
+            await inst.api.update_consumer_offset(addr, self.group, mq, off, oneway=oneway)
+        except MQClientError as e:
+            self._log(failures.failed(bn, _item(mq), f"{e} (offset {off})", type(e).__name__, self.clock()))
+            if self.table.offsets.get(mq) == off:
+                self.table.dirty.add(mq)
+            return 0
+        if failures.failing(bn):        # (succeeded() is None without an episode)
+            self._log(failures.succeeded(bn, _item(mq), self.clock()))
+        return 1
 
     def remove(self, mq: MessageQueue) -> None:
         self.table.remove(mq)

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from operator import attrgetter
 
 from sortedcontainers import SortedDict
 
@@ -84,9 +85,14 @@ class FlowLimits:
             raise ValueError("consume_concurrently_max_span must be in [1, 65535]")
 
 
+_queue_offset = attrgetter("queue_offset")
+
+
 def _body_len(msg) -> int:
-    body = getattr(msg, "body", None)
-    return len(body) if body is not None else 0
+    try:
+        return len(msg.body)
+    except (AttributeError, TypeError):     # no body (or None): counts 0
+        return 0
 
 
 class ProcessQueue:
@@ -129,16 +135,26 @@ class ProcessQueue:
     # -- pull side ---------------------------------------------------------------------
     def put_messages(self, msgs, now_ms: int = 0) -> int:
         """Add pulled messages (duplicates by offset are ignored). Returns how many were new."""
-        added = 0
         tree = self.msgs
-        for m in msgs:
-            off = m.queue_offset
-            if off in tree:
-                continue
-            tree[off] = m
-            added += 1
-            self.msg_size_bytes += _body_len(m)
-            self.queue_offset_max = max(self.queue_offset_max, off)
+        offs = list(map(_queue_offset, msgs))
+        if offs and min(offs) > self.queue_offset_max and len(set(offs)) == len(offs):
+            # A pull's messages all beyond what was ever cached, none twice (every pull but
+            # one after a seek back): no duplicate to look for, and the tree takes them in
+            # one update (sortedcontainers sorts in C) instead of one insertion each.
+            tree.update(zip(offs, msgs))
+            added = len(offs)
+            self.msg_size_bytes += sum(map(_body_len, msgs))
+            self.queue_offset_max = max(offs)
+        else:
+            added = 0
+            for m in msgs:
+                off = m.queue_offset
+                if off in tree:
+                    continue
+                tree[off] = m
+                added += 1
+                self.msg_size_bytes += _body_len(m)
+                self.queue_offset_max = max(self.queue_offset_max, off)
         self.msg_count += added
         self.last_pull_ms = now_ms
         return added
@@ -161,6 +177,19 @@ class ProcessQueue:
                 self.msg_size_bytes -= _body_len(old)
                 self.consumed_total += 1
         return self.commit_offset()
+
+    def remove_one(self, msg, now_ms: int = 0) -> None:
+        """remove_messages((msg,), now_ms) without working out the commit point (the push
+        consumer's per-message path, which does not use it: commits read commit_offset())."""
+        tree = self.msgs
+        if not tree:
+            return
+        self.last_consume_ms = now_ms
+        old = tree.pop(msg.queue_offset, None)
+        if old is not None:
+            self.msg_count -= 1
+            self.msg_size_bytes -= _body_len(old)
+            self.consumed_total += 1
 
     def commit_offset(self) -> int:
         """Next offset to consume as far as this queue knows: smallest in-flight

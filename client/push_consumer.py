@@ -44,6 +44,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
+from operator import attrgetter
 
 from pocketmq.client.api import SendBackRequest
 from pocketmq.client.consume_orderly import OrderlyService
@@ -86,6 +87,8 @@ _IN_WORKER: contextvars.ContextVar[PushConsumer | None] = contextvars.ContextVar
                                                                                   default=None)
 
 log = logging.getLogger("pocketmq.client.consumer")
+
+_queue_offset = attrgetter("queue_offset")
 
 
 class ConsumeStatus(Enum):
@@ -566,7 +569,8 @@ class PushConsumer(QueryMixin):
         pq.pull_offset = next_begin_offset
         if msgs:
             known = pq.msgs
-            if known and any(m.queue_offset in known for m in msgs):
+            if (known and min(map(_queue_offset, msgs)) <= pq.queue_offset_max
+                    and any(m.queue_offset in known for m in msgs)):
                 # Offsets already cached (the pull offset moved back): never hand a
                 # message to the listener twice at once.
                 msgs = [m for m in msgs if m.queue_offset not in known]
@@ -659,7 +663,8 @@ class PushConsumer(QueryMixin):
                         continue
                     if ok:
                         stats["consumed"] += 1
-                        pq.remove_messages(msgs, mono_ms())
+                        # (the listener-call clock: last_consume_ms is for running info)
+                        pq.remove_one(m, self._tick_ms)
                         continue
                 else:
                     pq.start_consuming(msgs, self._tick_ms)

@@ -1125,18 +1125,89 @@ def decode_messages(buf, broker_name: str, *, decompress: bool = True) -> list[M
     """A PULL response body straight to the MessageExt a consumer receives, in one pass:
     equal to [MessageExt.from_raw(t, broker_name) for t in decode_records_raw(buf)]
     (properties kept as their text until first read, the retry topic restored), without
-    the intermediate tuple per record. Same validation and ValueError."""
-    return _decode_pull_body(buf, decompress, broker_name)
+    the intermediate tuple per record. Same validation and ValueError.
 
-
-def _decode_pull_body(buf, decompress: bool, broker_name: str | None) -> list:
-    """decode_records_raw (broker_name None) and decode_messages: one loop for both."""
+    The common records (IPv4 hosts, body not compressed: what a pull body nearly always
+    holds) go through _decode_v4_run; the first record it does not take (another layout,
+    or anything suspicious) and all after it go through the general loop, which decodes
+    or rejects it exactly as decode_records_raw does."""
     if type(buf) is not bytes:
         buf = bytes(buf)
-    out = []
+    out: list = []
+    pos = _decode_v4_run(buf, broker_name, out)
+    if pos < len(buf):
+        _decode_pull_body(buf, decompress, broker_name, pos, out)
+    return out
+
+
+_HEAD_V4 = _HEADS_BY_BITS[0]
+_V4_SLOW_FLAGS = MessageSysFlag.COMPRESSED_FLAG | HOST_V6_FLAGS
+
+
+def _decode_v4_run(buf: bytes, broker_name: str, out: list) -> int:
+    """decode_messages' loop for the common record: IPv4 born and store hosts, body not
+    compressed. Appends MessageExt to `out` and returns the position of the first record it
+    did not take (len(buf) when it took them all): one of another layout, or one that fails
+    any check of the general loop (which then decodes or rejects it). Per record: one head
+    unpack, the properties length, two slices and a decode; the topic (one per pull body)
+    is decoded once and recognised in place on the following records (no slice, no hash)."""
     append = out.append
     n = len(buf)
     pos = 0
+    unpack = _HEAD_V4.unpack_from
+    unpack_short = _H.unpack_from
+    hs = _HEAD_V4.size
+    slow = _V4_SLOW_FLAGS
+    magic_ok = MESSAGE_MAGIC_CODE
+    new = _tuple_new
+    ext = MessageExt
+    topic_raw = b""
+    topic_len = -1
+    topic = ""
+    retry = False
+    try:
+        while pos < n:
+            (total, magic, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
+             born_ts, born_addr, born_port, store_ts, store_addr, store_port, reconsume_times,
+             prepared_offset, bl) = unpack(buf, pos)
+            end = pos + total
+            b = pos + hs                # BODY
+            p = b + bl                  # TOPICLEN
+            if magic != magic_ok or sys_flag & slow or bl < 0 or end > n:
+                return pos
+            tl = buf[p]
+            pp = p + 3 + tl             # PROPERTIES
+            if tl > TOPIC_LENGTH_BYTES_MAX or pp > end or unpack_short(buf, pp - 2)[0] != end - pp:
+                return pos
+            if tl != topic_len or not buf.startswith(topic_raw, p + 1):
+                raw = buf[p + 1:p + 1 + tl]
+                topic = raw.decode()
+                topic_raw, topic_len = raw, tl
+                retry = topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+            props = buf[pp:end].decode()
+            shown = topic
+            if retry and props:
+                # MessageExt.from_raw's shown topic: a %RETRY% record's original one
+                shown = property_value(props, RETRY_TOPIC) or topic
+            append(new(ext, (shown, buf[b:p], queue_id, queue_offset, props, flag, sys_flag, physical_offset,
+                             born_ts, (born_addr, born_port), store_ts, (store_addr, store_port),
+                             reconsume_times, prepared_offset, body_crc, total, broker_name, topic)))
+            pos = end
+    except (struct.error, IndexError, UnicodeDecodeError):
+        pass            # a short or undecodable record: the general loop names the problem
+    return pos
+
+
+def _decode_pull_body(buf, decompress: bool, broker_name: str | None, pos: int = 0,
+                      out: list | None = None) -> list:
+    """decode_records_raw (broker_name None) and decode_messages (from `pos`, appending to
+    `out`): one loop for both."""
+    if type(buf) is not bytes:
+        buf = bytes(buf)
+    if out is None:
+        out = []
+    append = out.append
+    n = len(buf)
     heads = _HEADS_BY_BITS
     unpack_int = _I.unpack_from
     unpack_short = _H.unpack_from

@@ -532,3 +532,207 @@ def test_message_dataclass_subclass_gets_the_same_conversions():
     assert type(m.properties) is msgcodec.FrozenProperties
     with pytest.raises(dataclasses.FrozenInstanceError):
         m.trace_id = "x"  # type: ignore[misc]
+
+
+# --- consume path (clientconsume): each shortcut equals the general code -----------------
+
+def _v4_record(i: int, topic: str = "T", props: str = "UNIQ_KEY\x01ABC\x02WAIT\x01true", body: bytes = b"b",
+               born=(bytes([10, 0, 0, 1]), 1234), store=(bytes([127, 0, 0, 1]), 10911), sys_flag: int = 0) -> bytes:
+    return msgcodec.encode_record(topic, 1, 7, body, props, sys_flag, 1_700_000_000_000 + i, born, store,
+                                  0, 0, i, 1000 + 300 * i, 1_700_000_000_500 + i)
+
+
+def _general(body, bn):
+    """decode_messages' reference: the general loop alone, from the first record."""
+    return msgcodec._decode_pull_body(body, True, bn)
+
+
+def test_v4_run_takes_the_common_records_and_hands_the_rest_to_the_general_loop():
+    plain = b"".join(_v4_record(i) for i in range(5))
+    out = []
+    assert msgcodec._decode_v4_run(plain, "bn", out) == len(plain)
+    assert out == _general(plain, "bn") and [tuple(m) for m in out] == [tuple(m) for m in _general(plain, "bn")]
+    v6 = _v4_record(5, born=(bytes(range(16)), 5))
+    zipped = _v4_record(6, body=msgcodec.compress_body(b"z" * 50), sys_flag=msgcodec.MessageSysFlag.COMPRESSED_FLAG)
+    retry = _v4_record(7, topic="%RETRY%G", props="RETRY_TOPIC\x01Orig\x02TAGS\x01a")
+    for odd in (v6, zipped):
+        body = plain + odd + plain
+        out = []
+        assert msgcodec._decode_v4_run(body, "bn", out) == len(plain)     # stops at the odd one
+        got = msgcodec.decode_messages(body, "bn")
+        assert got == _general(body, "bn") and len(got) == 11
+    got = msgcodec.decode_messages(plain + retry + _v4_record(8, topic="U"), "bn")
+    assert [(m.topic, m.real_topic) for m in got] == [("T", "T")] * 5 + [("Orig", "%RETRY%G"), ("U", "U")]
+    assert got == _general(plain + retry + _v4_record(8, topic="U"), "bn")
+
+
+def test_decode_messages_equals_the_general_loop_on_random_and_damaged_bodies():
+    rnd = random.Random(23)
+    bodies = []
+    for _ in range(40):
+        bodies.append(b"".join(_random_record(rnd, i) if rnd.random() < 0.3 else _v4_record(i, rnd.choice(["T", "Tx"]))
+                               for i in range(rnd.randrange(1, 30))))
+    base = b"".join(_v4_record(i) for i in range(6))
+    for _ in range(300):            # bit flips and cuts anywhere: same records or the same ValueError
+        b = bytearray(base)
+        if rnd.random() < 0.2:
+            b = b[:rnd.randrange(1, len(b))]
+        else:
+            b[rnd.randrange(len(b))] ^= 1 << rnd.randrange(8)
+        bodies.append(bytes(b))
+    for body in bodies:
+        try:
+            want = _general(body, "bn")
+        except ValueError as e:
+            with pytest.raises(ValueError) as got:
+                msgcodec.decode_messages(body, "bn")
+            assert str(got.value) == str(e)
+            continue
+        got = msgcodec.decode_messages(body, "bn")
+        assert got == want and [tuple(g) for g in got] == [tuple(w) for w in want]
+
+
+def test_pull_ext_fields_equal_the_encoded_header():
+    from pocketmq.client.api import PullRequest, pull_ext_fields
+    from pocketmq.protocol.bodies import MessageQueue
+    from pocketmq.protocol.headers.typed import PullMessageRequestHeader, encode_pull_header
+    mq = MessageQueue("T", "broker-a", 3)
+    for sub, etype in ((None, "TAG"), ("a || b", "TAG"), ("x > 1", "SQL92"), ("*", None)):
+        for commit in (0, 77):
+            req = PullRequest("a:1", "G", mq, 12345, 32, 3 if commit else 2, commit, 15000, sub, 99, 30.0, etype)
+            h = PullMessageRequestHeader("G", "T", 3, 12345, 32, req.sys_flag, commit, 15000, sub, 99,
+                                         etype if sub is not None else None)
+            assert pull_ext_fields(req) == encode_pull_header(h)
+
+
+class _ReadyConn:
+    """A prepared connection: records what ClientAPI hands to request()."""
+
+    def __init__(self, serialize_type):
+        self.closed = False
+        self.attrs = {"ready": True, "serialize_type": serialize_type}
+        self.requests = []
+
+    async def request(self, cmd, timeout_s):
+        self.requests.append((cmd, timeout_s))
+        return RemotingCommand(0, ext_fields={"nextBeginOffset": "5", "minOffset": "0", "maxOffset": "9"},
+                               flag=1)
+
+
+async def test_pull_and_offset_commit_over_a_ready_connection_send_what_invoke_would():
+    from pocketmq.client.api import ClientAPI, PullRequest, PULL_BODY, pull_ext_fields
+    from pocketmq.protocol.bodies import MessageQueue
+    from pocketmq.protocol.codes import LanguageCode
+    from tests.unit.test_client_api import RecordingTransport
+    mq = MessageQueue("T", "broker-a", 3)
+    t = RecordingTransport(RemotingCommand(0, ext_fields={"nextBeginOffset": "5"}), RemotingCommand(0))
+    conn = t.remoting.connections["b:1"] = _ReadyConn(SerializeType.MSGPACK)
+    api = ClientAPI(t)
+    req = PullRequest("b:1", "G", mq, 4, 32, 2, 0, 15000, "*", 1, 30.0, "TAG", PULL_BODY)
+    res = await api.pull_message(req)
+    await api.update_consumer_offset("b:1", "G", mq, 77)
+    assert res.next_begin_offset == 5 and t.sent == []          # nothing went through invoke
+    (pull, pull_t), (upd, upd_t) = conn.requests
+    assert (pull.code, pull.ext_fields, pull_t) == (RequestCode.PULL_MESSAGE, pull_ext_fields(req), 30.0)
+    assert (upd.code, upd.ext_fields, upd_t) == (RequestCode.UPDATE_CONSUMER_OFFSET, {
+        "consumerGroup": "G", "topic": "T", "queueId": "3", "commitOffset": "77"}, api.timeout_s)
+    for cmd in (pull, upd):
+        assert (cmd.language, cmd.serialize_type, cmd.flag) == (LanguageCode.PYTHON, SerializeType.MSGPACK, 0)
+    # no prepared connection: the transport's invoke, with the same request
+    conn.closed = True
+    await api.pull_message(req)
+    await api.update_consumer_offset("b:1", "G", mq, 78)
+    assert [(how, c.code, c.ext_fields) for _, c, how in t.sent] == [
+        ("invoke", RequestCode.PULL_MESSAGE, pull_ext_fields(req)),
+        ("invoke", RequestCode.UPDATE_CONSUMER_OFFSET,
+         {"consumerGroup": "G", "topic": "T", "queueId": "3", "commitOffset": "78"})]
+
+
+class _OffsetInstance:
+    def __init__(self):
+        self.api = self
+        self.sent = []
+        self.fail = False
+
+    async def master_addr_refreshing(self, broker_name, topic):
+        return "b:1"
+
+    async def update_consumer_offset(self, addr, group, mq, offset, oneway=False):
+        if self.fail:
+            from pocketmq.client.errors import RemotingFailure
+            raise RemotingFailure("down")
+        self.sent.append((mq, offset))
+
+
+async def test_persist_of_one_queue_equals_the_general_persist():
+    from pocketmq.client.offset_store import OffsetTable, RemoteOffsetStore
+    from pocketmq.protocol.bodies import MessageQueue
+    mqs = [MessageQueue("T", "broker-a", q) for q in range(3)]
+    rnd = random.Random(3)
+    for _ in range(200):
+        a, b = OffsetTable(), OffsetTable()
+        for _ in range(rnd.randrange(6)):
+            mq, off = rnd.choice(mqs), rnd.randrange(-1, 5)
+            a.update(mq, off), b.update(mq, off)
+        mq = rnd.choice(mqs)
+        got = a.take_one(mq)
+        want = b.take_dirty([mq])
+        assert (got is None and want == {}) or want == {mq: got}
+        assert (a.offsets, a.dirty) == (b.offsets, b.dirty)
+    inst = _OffsetInstance()
+    store = RemoteOffsetStore(inst, "G")
+    store.update(mqs[0], 5)
+    assert await store.persist([mqs[0]]) == 1 and await store.persist([mqs[0]]) == 0    # sent once
+    inst.fail = True
+    store.update(mqs[0], 6)
+    assert await store.persist([mqs[0]]) == 0 and mqs[0] in store.table.dirty          # stays dirty
+    inst.fail = False
+    store.update(mqs[1], 1)
+    assert await store.persist() == 2 and sorted(inst.sent) == [(mqs[0], 5), (mqs[0], 6), (mqs[1], 1)]
+
+
+class _Msg:
+    def __init__(self, off, body=b"xy"):
+        self.queue_offset = off
+        self.body = body
+
+
+def _put_one_by_one(pq, msgs, now_ms):
+    """ProcessQueue.put_messages' general loop (the reference for its bulk path)."""
+    added = 0
+    for m in msgs:
+        if m.queue_offset in pq.msgs:
+            continue
+        pq.msgs[m.queue_offset] = m
+        added += 1
+        pq.msg_size_bytes += len(m.body) if m.body is not None else 0
+        pq.queue_offset_max = max(pq.queue_offset_max, m.queue_offset)
+    pq.msg_count += added
+    pq.last_pull_ms = now_ms
+    return added
+
+
+def test_process_queue_bulk_put_and_remove_one_equal_the_general_code():
+    from pocketmq.client.process_queue import ProcessQueue
+    rnd = random.Random(9)
+    for _ in range(100):
+        a, b = ProcessQueue(), ProcessQueue()
+        nxt = 0
+        for step in range(rnd.randrange(1, 12)):
+            if rnd.random() < 0.2:
+                nxt = max(0, nxt - rnd.randrange(1, 20))            # a seek back: offsets seen again
+            n = rnd.randrange(0, 8)
+            offs = [nxt + i for i in range(n)]
+            if rnd.random() < 0.1 and offs:
+                offs.append(offs[0])                                # the same offset twice in one pull
+            nxt += n
+            msgs = [_Msg(o, None if rnd.random() < 0.1 else b"x" * rnd.randrange(4)) for o in offs]
+            assert a.put_messages(msgs, step) == _put_one_by_one(b, msgs, step)
+            for m in [m for m in msgs if rnd.random() < 0.4]:
+                a.remove_one(m, step)
+                b.remove_messages((m,), step)
+            assert list(a.msgs.items()) == list(b.msgs.items())
+            assert [(p.msg_count, p.msg_size_bytes, p.queue_offset_max, p.consumed_total, p.last_consume_ms,
+                     p.last_pull_ms, p.commit_offset()) for p in (a, b)][0] == \
+                (b.msg_count, b.msg_size_bytes, b.queue_offset_max, b.consumed_total, b.last_consume_ms,
+                 b.last_pull_ms, b.commit_offset())
