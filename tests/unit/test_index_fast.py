@@ -176,3 +176,10 @@ def test_raw_keys_match_the_property_getters():
             props += "\x02"
         b = props.encode()
         assert _raw_keys(b) == reference_raw_keys(b), props
+
+
+def test_memo_bounds_do_not_change_the_bytes(tmp_path, monkeypatch):
+    want = scenario(tmp_path / "base", 12)
+    monkeypatch.setattr(index_mod, "_HEAD_HASHES_MAX", 3)      # memos cleared all the time
+    monkeypatch.setattr(index_mod, "_TOPIC_MEMOS_MAX", 1)
+    assert scenario(tmp_path / "small", 12) == want
