@@ -105,15 +105,14 @@ def index_key_hash(key: str) -> int:
 
 # String.hashCode is the polynomial sum(c[i] * 31^(n-1-i)) mod 2^32, so for a key split
 # as head + tail, hash(head + tail) = hash(head) * 31^len(tail) + hash(tail). The build
-# hashes `topic#key` as hash("topic#" + key[:-2]) * 31^2 + hash(key[-2:]):
-# the tail from a table of every ASCII pair, `topic#` + head memoized per topic
-# (_TopicHashes), itself from its own head and tail on a miss. A client msgId (UNIQ_KEY) is 32 hex digits of
+# hashes `topic#key` as hash("topic#" + key[:-2]) * 31^2 + hash(key[-2:]): the tail from
+# a table of every ASCII pair, `topic#` + head memoized per topic (_TopicHashes), itself
+# from its own head and tail on a miss. A client msgId (UNIQ_KEY) is 32 hex digits of
 # which only the last few change from one message to the next, and words of KEYS share
 # their heads as often: per key that is C loops over dict hits, no loop over characters.
 _MASK = 0xFFFFFFFF
-_POW_N = 256
-_POW31 = [pow(31, n, 1 << 32) for n in range(_POW_N + 1)]       # 31^0 .. 31^256 mod 2^32
-_POW31_2 = _POW31[2]
+_POW_N = 256                     # heads longer than this are hashed directly (no recursion)
+_POW31_2 = 31 * 31
 _HEAD_HASHES_MAX = 4096          # memoized heads per topic (cleared when full: a bounded memory)
 _TOPIC_MEMOS_MAX = 1024          # topics with a memo (all dropped when full)
 
