@@ -31,10 +31,19 @@ walks the records the dispatcher has passed (below `reput_from`) from the index'
 progress point, at most `index_build_batch` (broker key indexBuildBatchNums, 20,000)
 records per call, on each `flush_consume_queues` (the flush thread, every second) and
 before each query; at open it indexes everything missing. The bound keeps the index
-to a bounded share of the one interpreter the broker has (it costs about twice a put
-per message); under a sustained load above that rate the index lags, and a query sees
-what is indexed so far, as with Java (the answer's indexLastUpdatePhyoffset says how
-far). Prepared and rolled-back transaction halves are not indexed (Java's rule).
+to a bounded share of the one interpreter the broker has; under a sustained load above
+that rate the index lags, and a query sees what is indexed so far, as with Java (the
+answer's indexLastUpdatePhyoffset says how far). Prepared and rolled-back transaction
+halves are not indexed (Java's rule).
+
+How (`_index_records`): one pass over each commit-log segment's mapping, one unpack of
+a record's head, its properties sliced by the length fields, its KEYS and UNIQ_KEY found
+by one regex; every GIL_YIELD_EVERY records the keys gathered are hashed (`_key_hashes`:
+C loops over per-topic memos of `topic#head` and a table of two-byte tails) and written
+(`_put_entries`: the entries, consecutive in the file, as one array, the slots in one C
+loop, the header once), then the GIL is handed over. The bytes are those of the plain
+one-key-at-a-time builder it replaced (tests/support/index_reference.py), pinned by
+tests/unit/test_index_fast.py.
 
 Durability: the files are mmapped and fdatasync'ed before each checkpoint, which records
 the last file's endTimestamp as RocketMQ's indexMsgTimestamp. After a crash, files whose
@@ -51,24 +60,30 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import re
 import struct
+import sys
 import threading
 import time
-from operator import mul
+from array import array
+from collections import deque
+from itertools import repeat
+from operator import add, and_, floordiv, getitem, itemgetter, mod, mul, rshift, sub
 from datetime import datetime
 from typing import Iterator
 
 from pocketmq.broker.store.api import QueryMessageResult
-from pocketmq.protocol.message import (BLANK_MAGIC_CODE, KEY_SEPARATOR, KEYS, MAX_INT, MESSAGE_MAGIC_CODE, UNIQ_KEY,
-                                       MessageSysFlag, decode_record, index_fields_at, java_string_hash,
-                                       property_getter, unpack_size_magic)
+from pocketmq.protocol.message import (BLANK_MAGIC_CODE, HOST_V6_FLAGS, KEY_SEPARATOR, KEYS, MAX_INT,
+                                       MESSAGE_MAGIC_CODE, NAME_VALUE_SEPARATOR, POS_SYSFLAG, PROPERTY_SEPARATOR,
+                                       UNIQ_KEY, MessageSysFlag, decode_record, head_struct, java_string_hash,
+                                       store_timestamp_pos, unpack_size_magic)
 
 __all__ = ["INDEX_HEADER_SIZE", "INDEX_SLOT_SIZE", "INDEX_ENTRY_SIZE", "IndexFile", "IndexService",
            "IndexPart", "index_key_hash", "index_file_size", "index_file_name", "message_index_keys"]
 
 
 # records indexed between two GIL hand-overs (about 0.1-0.2 ms of work)
-GIL_YIELD_EVERY = 32
+GIL_YIELD_EVERY = 64
 _sleep = time.sleep
 log = logging.getLogger("pocketmq.store")
 
@@ -88,70 +103,76 @@ def index_key_hash(key: str) -> int:
     return 0 if h == _MIN_INT else abs(h)
 
 
-# String.hashCode is the polynomial sum(c[i] * 31^(n-1-i)) mod 2^32: for ASCII bytes it
-# is a dot product with precomputed powers, which map/sum run in C (used for the parts
-# hashed once and cached; the per-record part is short).
+# String.hashCode is the polynomial sum(c[i] * 31^(n-1-i)) mod 2^32, so for a key split
+# as head + tail, hash(head + tail) = hash(head) * 31^len(tail) + hash(tail). The build
+# hashes `topic#key` as hash("topic#" + key[:-2]) * 31^2 + hash(key[-2:]): the tail from
+# a table of every ASCII pair, `topic#` + head memoized per topic (_TopicHashes), itself
+# from its own head and tail on a miss. A client msgId (UNIQ_KEY) is 32 hex digits of
+# which only the last few change from one message to the next, and words of KEYS share
+# their heads as often: per key that is C loops over dict hits, no loop over characters.
 _MASK = 0xFFFFFFFF
-_POW_N = 256
-_POWERS_DESC = [pow(31, _POW_N - 1 - i, 1 << 32) for i in range(_POW_N)]   # 31^255 .. 31^0
+_POW_N = 256                     # heads longer than this are hashed directly (no recursion)
+_POW31_2 = 31 * 31
+_HEAD_HASHES_MAX = 4096          # memoized heads per topic (cleared when full: a bounded memory)
+_TOPIC_MEMOS_MAX = 1024          # topics with a memo (all dropped when full)
 
 
 def _poly_hash(b: bytes) -> int:
-    """Unsigned Java hashCode of ASCII bytes."""
-    n = len(b)
-    if n <= _POW_N:
-        return sum(map(mul, b, _POWERS_DESC[_POW_N - n:])) & _MASK
+    """Unsigned Java hashCode (mod 2^32) of ASCII bytes."""
     h = 0
     for c in b:
         h = (31 * h + c) & _MASK
     return h
 
 
-_SUFFIX = 12                # the part of a long key hashed per record (a UNIQ_KEY's time + counter)
-_PREFIX_CACHE_MAX = 4096    # distinct long-key prefixes remembered per topic (producers)
+class _TailHashes(dict):
+    """The hash of every string of at most two ASCII bytes (16,513 of them, made at
+    import); other bytes (from non-ASCII keys, whose hashes are taken another way) are
+    computed on demand."""
+
+    __slots__ = ()
+
+    def __missing__(self, k: bytes) -> int:
+        return _poly_hash(k)
 
 
-class _KeyHasher:
-    """index_key_hash(topic + "#" + key) for raw key bytes, the topic's part computed once:
-    hash(p + k) = hash(p) * 31^len(k) + hash(k) (mod 2^32). A long key's head is cached
-    too: a client msgId (UNIQ_KEY) is 20 hex digits naming the producer (address,
-    pid, class loader) then 12 that change per message, so per record only those 12 are
-    hashed (the per-character loop is most of the index's cost)."""
+_TAIL_HASHES = _TailHashes({b"": 0})
+_TAIL_HASHES.update((bytes((a,)), a) for a in range(128))
+_TAIL_HASHES.update((bytes((a, b)), a * 31 + b) for a in range(128) for b in range(128))
 
-    __slots__ = ("prefix", "prefix_hash", "heads")
 
-    def __init__(self, topic: str) -> None:
-        self.prefix = topic + "#"
-        self.prefix_hash = java_string_hash(self.prefix) & _MASK
-        self.heads: dict[bytes, int] = {}
+class _TopicHashes(dict):
+    """One topic's memo: ASCII head bytes -> unsigned hash of `topic#head` (mod 2^32). The
+    empty head is `topic#` itself; a miss is its own head's hash (usually known) * 31^2 +
+    its last two bytes' (the table); heads longer than _POW_N are hashed directly.
+    Cleared when full (bounded memory)."""
 
-    def __call__(self, key: bytes) -> int:
-        if not key.isascii():
-            return index_key_hash(self.prefix + key.decode("utf-8", "replace"))
-        n = len(key)
-        if n > _SUFFIX + 4:
-            head = key[:n - _SUFFIX]
-            h = self.heads.get(head)
-            if h is None:
-                if len(self.heads) >= _PREFIX_CACHE_MAX:
-                    self.heads.clear()
-                h = self.heads[head] = self._head_hash(head)
-            for c in key[n - _SUFFIX:]:
-                h = (31 * h + c) & _MASK
+    __slots__ = ()
+
+    def __missing__(self, k: bytes) -> int:
+        n = len(k)
+        if n > _POW_N:
+            h = (self[b""] * pow(31, n, 1 << 32) + _poly_hash(k)) & _MASK
+        elif n == 1:
+            h = (self[b""] * 31 + k[0]) & _MASK
         else:
-            h = self.prefix_hash
-            for c in key:
-                h = (31 * h + c) & _MASK
-        if h & 0x80000000:
-            h -= 0x100000000
-        return 0 if h == _MIN_INT else abs(h)
+            h = (self[k[:-2]] * _POW31_2 + _TAIL_HASHES[k[-2:]]) & _MASK
+        if len(self) >= _HEAD_HASHES_MAX:
+            prefix = self[b""]
+            self.clear()
+            self[b""] = prefix
+        self[k] = h
+        return h
 
-    def _head_hash(self, head: bytes) -> int:
-        """Unsigned hash of prefix + head (ASCII)."""
-        m = len(head)
-        if m < _POW_N:
-            return (self.prefix_hash * _POWERS_DESC[_POW_N - 1 - m] + _poly_hash(head)) & _MASK   # 31^m
-        return java_string_hash(self.prefix + head.decode("ascii")) & _MASK
+
+def _topic_hashes(topic: bytes) -> _TopicHashes:
+    """A new memo for a topic (as the record stores it, any characters)."""
+    return _TopicHashes({b"": java_string_hash(topic.decode("utf-8", "replace") + "#") & _MASK})
+
+
+def _key_hash_slow(topic: bytes, key: bytes) -> int:
+    """index_key_hash of topic#key from the stored bytes (non-ASCII keys: UTF-16 units)."""
+    return index_key_hash(f"{topic.decode('utf-8', 'replace')}#{key.decode('utf-8', 'replace')}")
 
 
 def index_file_size(slot_num: int, index_num: int) -> int:
@@ -165,19 +186,28 @@ def index_file_name(timestamp_ms: int) -> str:
                                              timestamp_ms % 1000)
 
 
-_uniq_of = property_getter(UNIQ_KEY)
-_keys_of = property_getter(KEYS)
+# KEYS and UNIQ_KEY of a record in one pass over its properties as stored: every
+# name\x01value chunk named one of them, the last one of each name winning (Java's
+# HashMap.put while parsing; the same answer as property_getter's rfind). A value runs to
+# the next \x02 (it may hold \x01); an empty value is no key.
+_KEYS_B = KEYS.encode()
+_UNIQ_B = UNIQ_KEY.encode()
 _KEY_SEPARATOR_B = KEY_SEPARATOR.encode()
+_KEY_PROPS = re.compile(b"(?:^|" + re.escape(PROPERTY_SEPARATOR.encode()) + b")(" + re.escape(_UNIQ_B) + b"|"
+                        + re.escape(_KEYS_B) + b")" + re.escape(NAME_VALUE_SEPARATOR.encode()) + b"([^"
+                        + re.escape(PROPERTY_SEPARATOR.encode()) + b"]*)")
+_find_key_props = _KEY_PROPS.findall
 
 
 def _raw_keys(props: bytes) -> list[bytes]:
     """The index keys of one record, on its properties as stored, without the topic:
-    UNIQ_KEY then each KEYS word (Java's buildIndex order)."""
+    UNIQ_KEY then each non-empty KEYS word (Java's buildIndex order)."""
+    found = dict(_find_key_props(props))
     out = []
-    uniq = _uniq_of(props)
+    uniq = found.get(_UNIQ_B)
     if uniq:
         out.append(uniq)
-    keys = _keys_of(props)
+    keys = found.get(_KEYS_B)
     if keys:
         out.extend(k for k in keys.split(_KEY_SEPARATOR_B) if k)
     return out
@@ -272,41 +302,13 @@ class IndexFile:
 
     # ------------------------------------------------------------------ entries
 
-    def put_keys(self, hashes: list[int], phy: int, store_ts: int,
-                 _slot_unpack=_SLOT.unpack_from, _slot_pack=_SLOT.pack_into, _entry_pack=_ENTRY.pack_into) -> int:
-        """Add one record's keys (Java putKey, per key); returns how many fit. The header
-        is written once, after the last entry, so a reader never sees a count beyond the
-        entries written."""
-        mm = self.mm
-        slot_num = self.slot_num
-        idx = self.index_count
-        if idx <= 1:
-            self.begin_ts = store_ts
-            self.begin_phy = phy
-        begin_ts = self.begin_ts
-        diff = 0 if begin_ts <= 0 else (store_ts - begin_ts) // 1000
-        diff = 0 if diff < 0 else (diff if diff <= MAX_INT else MAX_INT)
-        entries_base = INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE
-        room = self.index_num - idx
-        n = 0
-        for h in hashes:
-            if n >= room:
-                break
-            slot_pos = INDEX_HEADER_SIZE + (h % slot_num) * INDEX_SLOT_SIZE
-            prev = _slot_unpack(mm, slot_pos)[0]
-            if prev <= 0 or prev > idx:
-                prev = 0
-                self.slot_count += 1
-            _entry_pack(mm, entries_base + idx * INDEX_ENTRY_SIZE, h, phy, diff, prev)
-            _slot_pack(mm, slot_pos, idx)
-            idx += 1
-            n += 1
-        if n:
-            self.index_count = idx
-            self.end_ts = store_ts
-            self.end_phy = phy
-            _HEADER.pack_into(mm, 0, begin_ts, store_ts, self.begin_phy, phy, self.slot_count, idx)
-        return n
+    def put_keys(self, hashes: list[int], phy: int, store_ts: int) -> int:
+        """Add one record's keys (Java putKey, per key); returns how many fit (the build
+        adds many records' keys at once with _put_entries, which this calls)."""
+        n = min(len(hashes), self.index_num - self.index_count)
+        if n > 0:
+            _put_entries(self, hashes[:n], [phy] * n, [store_ts] * n)
+        return max(n, 0)
 
     def select(self, key_hash: int, begin_ms: int, end_ms: int) -> Iterator[int]:
         """Commit-log offsets of the entries with this key hash whose second-resolution
@@ -412,21 +414,6 @@ class IndexService:
 
     # ------------------------------------------------------------------ writing
 
-    def put_hashes(self, hashes: list[int], phy: int, store_ts: int) -> None:
-        files = self.files
-        f = files[-1] if files else None
-        if f is not None and f.index_count + len(hashes) <= f.index_num:
-            f.put_keys(hashes, phy, store_ts)        # the common case: the record fits the active file
-            if f not in self._dirty:
-                self._dirty.append(f)
-            return
-        while hashes:
-            f = self._active(store_ts)
-            n = f.put_keys(hashes, phy, store_ts)
-            if f not in self._dirty:
-                self._dirty.append(f)
-            hashes = hashes[n:]
-
     def _active(self, store_ts: int) -> IndexFile:
         if self.files and not self.files[-1].full:
             return self.files[-1]
@@ -513,6 +500,241 @@ class IndexService:
             pass
 
 
+# ---------------------------------------------------------------------- the build
+
+_U32 = "I" if array("I").itemsize == 4 else "L"
+_SWAP = sys.byteorder == "little"        # the files are big-endian; arrays are native
+
+
+def _slim_head(sys_flag: int) -> tuple[struct.Struct, int]:
+    """(TOTALSIZE, MAGICCODE, SYSFLAG, STORETIMESTAMP, BODYLENGTH) of a record with these
+    host sizes in one unpack, and the size of its head (protocol's positions)."""
+    head = head_struct(sys_flag)
+    ts_pos = store_timestamp_pos(sys_flag)
+    fmt = ">ii%dxi%dxq%dxi" % (POS_SYSFLAG - 8, ts_pos - POS_SYSFLAG - 4, head.size - 4 - ts_pos - 8)
+    slim = struct.Struct(fmt)
+    assert slim.size == head.size
+    return slim, head.size
+
+
+_BORN_V6 = MessageSysFlag.BORNHOST_V6_FLAG
+_STORE_V6 = MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+_SLIM_HEADS = {flag: _slim_head(flag) for flag in (0, _BORN_V6, _STORE_V6, _BORN_V6 | _STORE_V6)}
+
+
+_HEAD_OF = itemgetter(slice(None, -2))
+_SECOND_BYTE = itemgetter(slice(1, 2))      # b"": a key of one byte
+_TAIL_OF = itemgetter(slice(-2, None))
+_ZERO_WORD = array(_U32, [0])
+
+
+def _key_hashes(keys: list[bytes], memos: list) -> list[int]:
+    """keyHash (abs of Java's hashCode of topic#key, MIN_VALUE -> 0) of non-empty ASCII
+    keys, each with its topic's memo, in C loops over the list:
+    hash(topic# + key[:-2]) * 31^2 + hash(key[-2:]), taken mod 2^32 and as a Java int
+    by reading the low half of each 64-bit sum as a signed 32-bit word."""
+    sums = array("Q", map(add, map(mul, map(getitem, memos, map(_HEAD_OF, keys)), repeat(_POW31_2)),
+                          map(_TAIL_HASHES.__getitem__, map(_TAIL_OF, keys))))
+    if b"" in map(_SECOND_BYTE, keys):          # a one-byte key: hash(topic#) * 31 + its byte
+        for j, k in enumerate(keys):
+            if len(k) == 1:
+                sums[j] = (memos[j][b""] * 31 + k[0]) & _MASK
+    out = list(map(abs, memoryview(sums).cast("B").cast("i")[_LOW_WORD::2]))
+    if _MIN_ABS in out:                                      # abs(Integer.MIN_VALUE): Java's 0
+        out = [0 if x == _MIN_ABS else x for x in out]
+    return out
+
+
+_LOW_WORD = 0 if sys.byteorder == "little" else 1
+_MIN_ABS = 1 << 31
+
+
+def _put_entries(f: IndexFile, hashes: list[int], phys: list[int], tss: list[int]) -> None:
+    """Java putKey for each key in order, into f, which has room for all of them: the
+    entries (consecutive) as one array, the slots in one C loop, the header once. The
+    chain needs each slot's previous entry: read from the file for all keys at once; a
+    slot met twice in this call (rare with Java's 5M slots) or an out-of-range slot value
+    (a damaged file) takes the per-key path, the same rule one key at a time."""
+    m = len(hashes)
+    idx0 = f.index_count
+    slot_num = f.slot_num
+    if idx0 <= 1:
+        f.begin_ts = tss[0]
+        f.begin_phy = phys[0]
+    begin_ts = f.begin_ts
+    slot_of = list(map(mod, hashes, repeat(slot_num)))
+    view = memoryview(f.mm)
+    try:
+        slots = view[INDEX_HEADER_SIZE:INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE].cast(_U32)
+        try:
+            prevs = array(_U32, map(slots.__getitem__, slot_of))
+            if _SWAP:
+                prevs.byteswap()
+            if max(prevs) <= idx0 and len(set(slot_of)) == m:
+                new_slots = prevs.count(0)
+            else:
+                new_slots = 0
+                seen: dict[int, int] = {}
+                for j, s in enumerate(slot_of):
+                    idx = idx0 + j
+                    prev = seen.get(s)
+                    if prev is None:
+                        prev = prevs[j]
+                        if prev > MAX_INT or prev == 0 or prev > idx:    # <= 0 as a Java int, or ahead
+                            prev = 0
+                            new_slots += 1
+                    prevs[j] = prev
+                    seen[s] = idx
+            if begin_ts <= 0:
+                diffs = _ZERO_WORD * m
+            elif min(tss) >= begin_ts and max(tss) - begin_ts < MAX_INT * 1000:
+                diffs = array(_U32, map(floordiv, map(sub, tss, repeat(begin_ts)), repeat(1000)))
+            else:       # a store time before the file's first, or 68 years after: clamped
+                diffs = array(_U32, [min(max((ts - begin_ts) // 1000, 0), MAX_INT) for ts in tss])
+            ents = _ZERO_WORD * (5 * m)
+            ents[0::5] = array(_U32, hashes)
+            ents[1::5] = array(_U32, map(rshift, phys, repeat(32)))
+            ents[2::5] = array(_U32, map(and_, phys, repeat(_MASK)))
+            ents[3::5] = diffs
+            ents[4::5] = prevs
+            numbers = array(_U32, range(idx0, idx0 + m))
+            if _SWAP:
+                ents.byteswap()
+                numbers.byteswap()
+            pos = INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE + idx0 * INDEX_ENTRY_SIZE
+            view[pos:pos + m * INDEX_ENTRY_SIZE] = memoryview(ents).cast("B")
+            deque(map(slots.__setitem__, slot_of, numbers), maxlen=0)   # in order: a slot's last entry stays
+        finally:
+            slots.release()
+    finally:
+        view.release()
+    f.index_count = idx0 + m
+    f.slot_count += new_slots
+    f.end_ts = tss[-1]
+    f.end_phy = phys[-1]
+    f._write_header()
+
+
+def _index_records(store, svc: "IndexService", find, start: int, limit: int, max_records: int,
+                   done_through: int, memos: dict, chunk: int) -> int:
+    """Index the records from `start` to `limit`, at most max_records (< 0: all), moving
+    store._index_from along; returns the records walked. One pass over each commit-log
+    segment's mapping: one unpack of a record's head, its properties sliced by the
+    lengths, the keys found by one regex; every `chunk` records the keys gathered are
+    hashed and written (_key_hashes, _put_entries) and the GIL is handed over."""
+    find_keys = _find_key_props
+    slim_v4, head_v4 = _SLIM_HEADS[0]
+    slim_heads = _SLIM_HEADS
+    unpack_v4 = slim_v4.unpack_from
+    magic_code = MESSAGE_MAGIC_CODE
+    half_bit = MessageSysFlag.TRANSACTION_PREPARED_TYPE   # PREPARED (4), ROLLBACK (12): not indexed
+    v6_bits = HOST_V6_FLAGS
+    uniq_b, keys_b, sep_b = _UNIQ_B, _KEYS_B, _KEY_SEPARATOR_B
+    n = 0
+    stopped = False
+    keys: list[bytes] = []               # the chunk's keys, and per key its record's
+    key_phys: list[int] = []             # commit-log offset,
+    key_tss: list[int] = []              # store time,
+    key_memos: list = []                 # topic memo (_TopicHashes)
+    slow: list[tuple[int, bytes, bytes]] = []     # (key number, topic, key) of non-ASCII keys
+
+    def flush_chunk() -> None:
+        hashes = _key_hashes(keys, key_memos)
+        for j, topic, k in slow:                 # non-ASCII keys
+            hashes[j] = _key_hash_slow(topic, k)
+        a = 0
+        m = len(keys)
+        while a < m:
+            f = svc._active(key_tss[a])           # the last file, or a new one when it is full
+            b = min(m, a + f.index_num - f.index_count)
+            _put_entries(f, hashes[a:b], key_phys[a:b], key_tss[a:b])
+            if f not in svc._dirty:
+                svc._dirty.append(f)
+            a = b
+        keys.clear()
+        key_phys.clear()
+        key_tss.clear()
+        key_memos.clear()
+        slow.clear()
+
+    pos = base = 0
+    while start < limit and n != max_records and not stopped:
+        mf = find(start)
+        if mf is None:
+            break
+        mm = mf.mm
+        base = mf.start
+        pos = start - base
+        end = min(limit - base, mf.size)
+        while pos < end and n != max_records:
+            try:
+                total, magic, sys_flag, ts, body_len = unpack_v4(mm, pos)
+                head_size = head_v4
+            except struct.error:         # fewer bytes left than a head: a blank marker
+                total, magic = unpack_size_magic(mm, pos)
+                if magic == magic_code:
+                    magic = 0            # no record is that short
+            if magic != magic_code:
+                if magic == BLANK_MAGIC_CODE:
+                    pos = mf.size        # the segment's end: the next one
+                    break
+                log.error("index build stopped at %d: no record there", base + pos)
+                stopped = True
+                break
+            phy = base + pos
+            if phy > done_through and not sys_flag & half_bit:
+                if sys_flag & v6_bits:
+                    slim, head_size = slim_heads[sys_flag & v6_bits]
+                    total, magic, sys_flag, ts, body_len = slim.unpack_from(mm, pos)
+                i = pos + head_size + body_len
+                tlen = mm[i]
+                props = mm[i + tlen + 3:pos + total]     # PROPERTIES: the record's last field
+                if props:
+                    found = dict(find_keys(props))
+                    if found:
+                        k = found.get(uniq_b)
+                        ks = [k] if k else []
+                        k = found.get(keys_b)
+                        if k:
+                            words = k.split(sep_b)
+                            ks += words if b"" not in words else [w for w in words if w]
+                        if ks:
+                            topic = mm[i + 1:i + 1 + tlen]
+                            memo = memos.get(topic)
+                            if memo is None:
+                                if len(memos) >= _TOPIC_MEMOS_MAX:
+                                    memos.clear()
+                                memo = memos[topic] = _topic_hashes(topic)
+                            if not props.isascii():
+                                slow += [(len(keys) + j, topic, k) for j, k in enumerate(ks) if not k.isascii()]
+                            c = len(ks)
+                            keys += ks
+                            if c == 1:
+                                key_phys.append(phy)
+                                key_tss.append(ts)
+                                key_memos.append(memo)
+                            else:
+                                key_phys += [phy] * c
+                                key_tss += [ts] * c
+                                key_memos += [memo] * c
+            pos += total
+            n += 1
+            if not n % chunk:
+                if keys:
+                    flush_chunk()
+                store._index_from = base + pos
+                # The build runs on the flush thread; in long stretches of pure Python it
+                # would keep the GIL for the interpreter's whole switch interval (5 ms)
+                # each time the event loop let go of it for a socket call: consume and
+                # send p99 went from ~1.5 to ~10 ms. Hand it over every chunk.
+                _sleep(0)
+        start = base + pos
+    if keys:
+        flush_chunk()
+    store._index_from = start
+    return n
+
+
 class IndexPart:
     """MessageStore's index methods (a part of the MessageStore class: state in store.py)."""
 
@@ -551,50 +773,11 @@ class IndexPart:
         if svc is None:
             return 0
         with svc.lock:
-            limit = self._reput_from
             start = max(self._index_from, self._commitlog.min_offset)
-            done_through = self._index_done_through
-            n = 0
-            find = self._commitlog.queue.find
-            hashers = self._index_hashers
-            put = svc.put_hashes
-            # PREPARED (4) and ROLLBACK (12) have this bit, NOT_TYPE (0) and COMMIT (8) not
-            half_bit = MessageSysFlag.TRANSACTION_PREPARED_TYPE
-            if max_records > 0:
-                stop_at = max_records
-            else:
-                stop_at = -1
-            while start < limit and n != stop_at:
-                mf = find(start)
-                if mf is None:
-                    break
-                view = mf.view
-                pos = start - mf.start
-                total, magic = unpack_size_magic(view, pos)
-                if magic != MESSAGE_MAGIC_CODE:
-                    if magic == BLANK_MAGIC_CODE:
-                        start = mf.end
-                        continue
-                    log.error("index build stopped at %d: no record there", start)
-                    break
-                if start > done_through:
-                    sys_flag, store_ts, topic_b, props = index_fields_at(view, pos)
-                    if props and not sys_flag & half_bit:
-                        keys = _raw_keys(props)
-                        if keys:
-                            hasher = hashers.get(topic_b)
-                            if hasher is None:
-                                hasher = hashers[topic_b] = _KeyHasher(topic_b.decode("utf-8", "replace"))
-                            put([hasher(k) for k in keys], start, store_ts)
-                start += total
-                n += 1
-                if not n % GIL_YIELD_EVERY:
-                    # The build runs on the flush thread; in long stretches of pure Python it
-                    # would keep the GIL for the interpreter's whole switch interval (5 ms)
-                    # each time the event loop let go of it for a socket call: consume and
-                    # send p99 went from ~1.5 to ~10 ms. Hand it over every few records.
-                    _sleep(0)
             self._index_from = start
+            n = _index_records(self, svc, self._commitlog.queue.find, start, self._reput_from,
+                               max_records if max_records > 0 else -1, self._index_done_through,
+                               self._index_hashers, GIL_YIELD_EVERY)
             svc.expire(self._commitlog.min_offset)
             return n
 

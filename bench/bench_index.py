@@ -1,0 +1,158 @@
+"""Message-index build benchmark: the CPU per record of `_index_catch_up` (what the flush
+thread runs every second, and a query before it answers), in-process.
+
+    python bench/bench_index.py [--messages 100000] [--batch 20000] [--keys 2] [--reference]
+                                [--slots 5000000] [--entries 20000000] [--rounds 3]
+
+Stores `--messages` records shaped like the peers benchmark's with keys: a 128-byte body,
+TAGS, KEYS with `--keys` space-separated words and a client UNIQ_KEY (32 hex digits, 64
+per millisecond as from a batch send), so `--keys + 1` index entries per record. Then it
+builds the index with `_index_catch_up(--batch)` calls (indexBuildBatchNums, 20,000)
+until it has caught up, and prints the process CPU time (`time.process_time`: other
+processes on a shared host do not inflate it) per record and per entry. Java's geometry
+by default (5M slots, 20M entries: a 420 MB sparse file; its page faults are counted,
+as the broker pays them).
+
+`--reference` builds a second, identical store with the plain builder of before
+(tests/support/index_reference.py), alternating which goes first over `--rounds` fresh
+builds, and checks that both wrote the same index bytes. The calibration line is the CPU
+cost of one Python function call right now: read the figures against it.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from pocketmq.broker.store.api import MessageToStore  # noqa: E402
+from pocketmq.broker.store.index import INDEX_HEADER_SIZE, INDEX_ENTRY_SIZE, INDEX_SLOT_SIZE  # noqa: E402
+from pocketmq.broker.store.store import MessageStore  # noqa: E402
+from pocketmq.broker.store.store_config import StoreConfig  # noqa: E402
+
+HOST = (bytes([192, 168, 0, 10]), 50000)
+STORE_HOST = (bytes([192, 168, 0, 1]), 10911)
+T0 = 1_700_000_000_000
+
+
+def messages(n: int, keys: int) -> list[MessageToStore]:
+    body = os.urandom(128)
+    out = []
+    for i in range(n):
+        ms = i // 64                          # 64 ids per millisecond, as a batch send makes them
+        uniq = f"C0A8000A1F2E5A3B9C4D{ms:08X}{i & 0xFFFF:04X}"
+        words = " ".join(f"order-{(i * 7 + j) % 50_000}" for j in range(keys))
+        props = f"TAGS\x01TagA\x02KEYS\x01{words}\x02UNIQ_KEY\x01{uniq}\x02WAIT\x01true"
+        out.append(MessageToStore("BenchIndex", i % 4, 0, body, props, 0, T0 + ms, HOST, T0 + ms))
+    return out
+
+
+def filled(root: str, name: str, msgs, slots: int, entries: int) -> MessageStore:
+    path = os.path.join(root, name)
+    shutil.rmtree(path, ignore_errors=True)
+    cfg = StoreConfig(path, store_host=STORE_HOST, message_index_enable=True,
+                      max_hash_slot_num=slots, max_index_num=entries)
+    s = MessageStore(cfg)
+    s.open()
+    put = s.put_message
+    for m in msgs:
+        put(m)
+    return s
+
+
+def build(s: MessageStore, batch: int, catch_up) -> tuple[float, int]:
+    """CPU seconds to index everything in `batch`-record calls; records walked."""
+    walked = 0
+    t0 = time.process_time()
+    while True:
+        n = catch_up(s, batch)
+        walked += n
+        if n == 0:
+            break
+    return time.process_time() - t0, walked
+
+
+def digest(s: MessageStore) -> str:
+    """A hash of every index file's header, slots and written entries."""
+    h = hashlib.sha256()
+    svc = s._index
+    for f in svc.files:
+        f.map()
+        used = INDEX_HEADER_SIZE + f.slot_num * INDEX_SLOT_SIZE + f.index_count * INDEX_ENTRY_SIZE
+        h.update(os.path.basename(f.path).encode())
+        h.update(f.mm[:used])
+    return h.hexdigest()
+
+
+def calibration_ns() -> float:
+    def f():
+        pass
+    t0 = time.process_time()
+    for _ in range(1_000_000):
+        f()
+    return (time.process_time() - t0) * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--batch", type=int, default=20_000, help="records per _index_catch_up call (0: all)")
+    ap.add_argument("--keys", type=int, default=2, help="KEYS words per record (plus the UNIQ_KEY)")
+    ap.add_argument("--slots", type=int, default=5_000_000)
+    ap.add_argument("--entries", type=int, default=20_000_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reference", action="store_true", help="also time the plain builder and compare bytes")
+    ap.add_argument("--dir", default=None)
+    args = ap.parse_args()
+    root = args.dir or tempfile.mkdtemp(prefix="pocketmq-bench-index-")
+    n = args.messages
+    builders = {"fast": MessageStore._index_catch_up}
+    if args.reference:
+        from tests.support.index_reference import reference_catch_up
+        builders["reference"] = reference_catch_up
+    try:
+        print(f"calibration: {calibration_ns():.0f} ns CPU per no-op Python call; "
+              f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        msgs = messages(n, args.keys)
+        per_entry = args.keys + 1
+        results: dict[str, list[float]] = {k: [] for k in builders}
+        for r in range(args.rounds):
+            order = list(builders) if r % 2 == 0 else list(reversed(builders))
+            digests = {}
+            for name in order:
+                s = filled(root, name, msgs, args.slots, args.entries)
+                try:
+                    cpu, walked = build(s, args.batch, builders[name])
+                    assert walked == n, (walked, n)
+                    results[name].append(cpu)
+                    print(f"round {r + 1} {name:9}: {cpu * 1e6 / n:6.2f} us CPU per record, "
+                          f"{cpu * 1e6 / (n * per_entry):5.2f} per entry ({n:,} records, {per_entry} entries each, "
+                          f"batches of {args.batch or 'all'})", flush=True)
+                    if len(builders) > 1:
+                        digests[name] = digest(s)
+                finally:
+                    s.close()
+                    shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            if len(set(digests.values())) > 1:
+                print("MISMATCH: the builders wrote different index bytes", digests)
+                sys.exit(1)
+        for name, cpus in results.items():
+            best = min(cpus)
+            print(f"{name:9} best: {best * 1e6 / n:.2f} us CPU per record "
+                  f"(median {sorted(cpus)[len(cpus) // 2] * 1e6 / n:.2f})")
+        if args.reference:
+            print("index bytes identical: yes")
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    finally:
+        if args.dir is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
