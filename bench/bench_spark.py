@@ -162,10 +162,16 @@ def phase_pull(namesrv, ranges) -> int:
     return sum(len(part) for r in ranges for parts in pull_range(namesrv, r, "*", True) for part in parts)
 
 
-def phase_arrow(namesrv, ranges) -> int:
+def phase_arrow(namesrv, ranges, columns=None) -> int:
     from pocketmq.spark.read import read_range
 
-    return sum(b.num_rows for r in ranges for b in read_range(namesrv, r, "*", True))
+    return sum(b.num_rows for r in ranges for b in read_range(namesrv, r, "*", True, columns))
+
+
+def schema_columns(ddl: str | None) -> tuple[str, ...] | None:
+    """The reader's columns for a --schema DDL of plain `name type` pairs (the Spark phases
+    check the types: schema.projection)."""
+    return tuple(part.split()[0] for part in ddl.split(",")) if ddl else None
 
 
 def pull_bodies(namesrv, r) -> tuple[str, list[bytes]]:
@@ -218,8 +224,10 @@ def spark_session(master: str):
     return s
 
 
-def reader(spark, namesrv, topic, ending: dict | None = None):
+def reader(spark, namesrv, topic, ending: dict | None = None, schema: str | None = None):
     r = spark.read.format("pocketmq").option("namesrvAddr", namesrv).option("subscribe", topic)
+    if schema:
+        r = r.schema(schema)
     if ending is not None:
         r = r.option("endingOffsets", json.dumps(ending))
     return r.load()
@@ -267,7 +275,8 @@ def run(namesrv: str, broker_pids: list[int], args) -> dict:
     phases = []
 
     decode_us, tuples_us = decode_cost_us(namesrv, ranges)
-    for name, fn in (("pull", phase_pull), ("pull+arrow", phase_arrow)):
+    columns = schema_columns(args.schema)
+    for name, fn in (("pull", phase_pull), ("pull+arrow", lambda ns, rs: phase_arrow(ns, rs, columns))):
         fn(namesrv, [ranges[0]._replace(end=min(ranges[0].end, ranges[0].start + 100))])   # warm-up
         with Meter(broker_cpu) as m:
             n = fn(namesrv, ranges)
@@ -282,17 +291,17 @@ def run(namesrv: str, broker_pids: list[int], args) -> dict:
         out_dir = tempfile.mkdtemp(prefix="bench-spark-parquet-")
         try:
             # the first Python-source query of a session starts the workers: not timed
-            reader(spark, namesrv, topic, small).count()
-            reader(spark, namesrv, topic, small).write.mode("overwrite").parquet(os.path.join(out_dir, "warm"))
+            reader(spark, namesrv, topic, small, args.schema).count()
+            reader(spark, namesrv, topic, small, args.schema).write.mode("overwrite").parquet(os.path.join(out_dir, "warm"))
             for k in range(args.repeat):
                 # the JVM's JIT warms over the first full-size runs: later rounds are faster
                 suffix = "" if k == 0 else f" #{k + 1}"
                 with Meter(meters) as m:
-                    n = reader(spark, namesrv, topic).count()
+                    n = reader(spark, namesrv, topic, schema=args.schema).count()
                 assert n == args.messages, f"count() gave {n}"
                 phases.append(row("spark count()" + suffix, n, m, m.other["spark"] / n * 1e6))
                 with Meter(meters) as m:
-                    reader(spark, namesrv, topic).write.mode("overwrite").parquet(os.path.join(out_dir, "out"))
+                    reader(spark, namesrv, topic, schema=args.schema).write.mode("overwrite").parquet(os.path.join(out_dir, "out"))
                 n = spark.read.parquet(os.path.join(out_dir, "out")).count()
                 assert n == args.messages, f"parquet holds {n} rows"
                 phases.append(row("spark parquet" + suffix, n, m, m.other["spark"] / n * 1e6))
@@ -392,13 +401,14 @@ def ceiling_source():
         def __init__(self, options):
             self.columns = wanted(options)
             self.rows = int(options["rows"])
+            self.batch_rows = int(options.get("batchRows", CEILING_BATCH_ROWS))
 
         def partitions(self):
             per, extra = divmod(self.rows, CEILING_PARTITIONS)
             return [InputPartition(per + (i < extra)) for i in range(CEILING_PARTITIONS)]
 
         def read(self, partition):
-            batch = prebuilt_batch(CEILING_BATCH_ROWS, self.columns)
+            batch = prebuilt_batch(self.batch_rows, self.columns)
             left = partition.value
             while left > 0:
                 yield batch if left >= batch.num_rows else batch.slice(0, left)
@@ -447,7 +457,7 @@ def run_ceilings(args) -> dict:
         phases.append(p)
 
     def source(columns):
-        r = spark.read.format("pocketmq_ceiling").option("rows", str(n))
+        r = spark.read.format("pocketmq_ceiling").option("rows", str(n)).option("batchRows", str(args.batch_rows))
         return r.option("columns", ",".join(columns)).load() if columns else r.load()
 
     try:
@@ -502,12 +512,16 @@ def main(argv=None):
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--no-spark", action="store_true", help="only the in-process phases")
     ap.add_argument("--repeat", type=int, default=1, help="rounds of the count() and Parquet phases")
+    ap.add_argument("--schema", help="read with .schema(DDL): a subset of the columns (the pull+arrow and "
+                                     "Spark phases build only those)")
     ap.add_argument("--no-index", action="store_true",
                     help="broker messageIndexEnable=false: no index build competing with the read phases")
     ap.add_argument("--stream-cap", type=int, default=0,
                     help="also time a readStream availableNow run with maxOffsetsPerTrigger=N (noop sink)")
     ap.add_argument("--ceilings", action="store_true",
                     help="no broker: Spark's own cost (JVM-only baseline, a Python source of prebuilt batches)")
+    ap.add_argument("--batch-rows", type=int, default=CEILING_BATCH_ROWS,
+                    help="--ceilings: rows per prebuilt batch (the reader's batches are ~8,192 rows)")
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args(argv)
     # a kill (timeout, ^C from a wrapper) still stops the daemons and removes the temp dirs
