@@ -3,6 +3,8 @@
     python -m bench.bench_spark                        # starts mqnamesrv + mqbroker in a temp dir
     python -m bench.bench_spark --messages 1000000     # the issue's figure
     python -m bench.bench_spark --namesrv 127.0.0.1:9876
+    python -m bench.bench_spark --messages 1000000 --repeat 2 --schema "queue_offset long"
+    python -m bench.bench_spark --ceilings --messages 1000000   # no broker: Spark's own cost
 
 Loads N messages of 128 B (a tag, two keys, a user property and the producer's UNIQ_KEY;
 send_batch) into a fresh topic, then times four phases over all of it:
@@ -24,6 +26,11 @@ decode (and decode_records_raw on the same bodies, the per-record path it replac
 reference), Arrow (segments_to_batch), Spark (the JVM and the worker's share besides our read).
 The machine's speed drifts: the loopback calibration line (bench_broker's) comes first,
 and CPU per row is steadier than wall time when other work shares the cores.
+
+--ceilings measures the host instead of the source (no broker): the JVM alone (spark.range,
+a Parquet file of the row schema: count(), full scan, rewrite into Parquet) and a Python
+source yielding one prebuilt batch over and over with 13, 12 and 3 columns (count(), noop
+sink, Parquet): what Spark costs per row whatever a source does.
 """
 from __future__ import annotations
 

@@ -229,6 +229,10 @@ def test_stream_reader_partitions_and_pickling():
     real._latest, real._bounds, real._target = {a: 1}, {a: (0, 1)}, {a: 1}
     back = pickle.loads(pickle.dumps(real))
     assert back.opts == real.opts and back._inst is None and back._latest is None and back._bounds == {}
+    # ... and the columns a given schema asked for (schema.projection)
+    narrow = pickle.loads(pickle.dumps(PocketMQStreamReader({"namesrvAddr": "h:1", "subscribe": "T"},
+                                                            ("queue_offset", "body"))))
+    assert narrow.columns == ("queue_offset", "body") and back.columns is None
 
 
 def test_stream_reader_stores_group_offsets_that_moved():
