@@ -3,6 +3,8 @@
     python -m bench.bench_spark                        # starts mqnamesrv + mqbroker in a temp dir
     python -m bench.bench_spark --messages 1000000     # the issue's figure
     python -m bench.bench_spark --namesrv 127.0.0.1:9876
+    python -m bench.bench_spark --messages 1000000 --repeat 2 --schema "queue_offset long"
+    python -m bench.bench_spark --ceilings --messages 1000000   # no broker: Spark's own cost
 
 Loads N messages of 128 B (a tag, two keys, a user property and the producer's UNIQ_KEY;
 send_batch) into a fresh topic, then times four phases over all of it:
@@ -24,6 +26,11 @@ decode (and decode_records_raw on the same bodies, the per-record path it replac
 reference), Arrow (segments_to_batch), Spark (the JVM and the worker's share besides our read).
 The machine's speed drifts: the loopback calibration line (bench_broker's) comes first,
 and CPU per row is steadier than wall time when other work shares the cores.
+
+--ceilings measures the host instead of the source (no broker): the JVM alone (spark.range,
+a Parquet file of the row schema: count(), full scan, rewrite into Parquet) and a Python
+source yielding one prebuilt batch over and over with 13, 12 and 3 columns (count(), noop
+sink, Parquet): what Spark costs per row whatever a source does.
 """
 from __future__ import annotations
 
@@ -51,9 +58,21 @@ SEND_BATCH = 100
 SEND_IN_FLIGHT = 8
 
 
+def process_cpu_seconds(pid: int, reaped: bool = False) -> float:
+    """utime+stime of a process (/proc), plus cutime+cstime (its children it reaped) with
+    `reaped`."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def tree_cpu_seconds(root_pid: int) -> float:
-    """utime+stime of a process and all its live descendants (the Spark JVM and its
-    Python workers, which are long-lived daemons: reaped children would show in cutime)."""
+    """CPU of a process and all its descendants (the Spark JVM and its Python workers): the
+    live ones' utime+stime plus what each reaped of its children (a worker that exits
+    during a phase moves its CPU into its parent's cutime, so the sum is kept)."""
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -69,7 +88,7 @@ def tree_cpu_seconds(root_pid: int) -> float:
     while todo:
         pid = todo.pop()
         try:
-            total += cpu_seconds(pid)
+            total += process_cpu_seconds(pid, reaped=True)
         except OSError:
             continue
         todo.extend(children.get(pid, ()))
@@ -150,10 +169,16 @@ def phase_pull(namesrv, ranges) -> int:
     return sum(len(part) for r in ranges for parts in pull_range(namesrv, r, "*", True) for part in parts)
 
 
-def phase_arrow(namesrv, ranges) -> int:
+def phase_arrow(namesrv, ranges, columns=None) -> int:
     from pocketmq.spark.read import read_range
 
-    return sum(b.num_rows for r in ranges for b in read_range(namesrv, r, "*", True))
+    return sum(b.num_rows for r in ranges for b in read_range(namesrv, r, "*", True, columns))
+
+
+def schema_columns(ddl: str | None) -> tuple[str, ...] | None:
+    """The reader's columns for a --schema DDL of plain `name type` pairs (the Spark phases
+    check the types: schema.projection)."""
+    return tuple(part.split()[0] for part in ddl.split(",")) if ddl else None
 
 
 def pull_bodies(namesrv, r) -> tuple[str, list[bytes]]:
@@ -206,8 +231,10 @@ def spark_session(master: str):
     return s
 
 
-def reader(spark, namesrv, topic, ending: dict | None = None):
+def reader(spark, namesrv, topic, ending: dict | None = None, schema: str | None = None):
     r = spark.read.format("pocketmq").option("namesrvAddr", namesrv).option("subscribe", topic)
+    if schema:
+        r = r.schema(schema)
     if ending is not None:
         r = r.option("endingOffsets", json.dumps(ending))
     return r.load()
@@ -255,7 +282,8 @@ def run(namesrv: str, broker_pids: list[int], args) -> dict:
     phases = []
 
     decode_us, tuples_us = decode_cost_us(namesrv, ranges)
-    for name, fn in (("pull", phase_pull), ("pull+arrow", phase_arrow)):
+    columns = schema_columns(args.schema)
+    for name, fn in (("pull", phase_pull), ("pull+arrow", lambda ns, rs: phase_arrow(ns, rs, columns))):
         fn(namesrv, [ranges[0]._replace(end=min(ranges[0].end, ranges[0].start + 100))])   # warm-up
         with Meter(broker_cpu) as m:
             n = fn(namesrv, ranges)
@@ -270,17 +298,20 @@ def run(namesrv: str, broker_pids: list[int], args) -> dict:
         out_dir = tempfile.mkdtemp(prefix="bench-spark-parquet-")
         try:
             # the first Python-source query of a session starts the workers: not timed
-            reader(spark, namesrv, topic, small).count()
-            reader(spark, namesrv, topic, small).write.mode("overwrite").parquet(os.path.join(out_dir, "warm"))
-            with Meter(meters) as m:
-                n = reader(spark, namesrv, topic).count()
-            assert n == args.messages, f"count() gave {n}"
-            phases.append(row("spark count()", n, m, m.other["spark"] / n * 1e6))
-            with Meter(meters) as m:
-                reader(spark, namesrv, topic).write.mode("overwrite").parquet(os.path.join(out_dir, "out"))
-            n = spark.read.parquet(os.path.join(out_dir, "out")).count()
-            assert n == args.messages, f"parquet holds {n} rows"
-            phases.append(row("spark parquet", n, m, m.other["spark"] / n * 1e6))
+            reader(spark, namesrv, topic, small, args.schema).count()
+            reader(spark, namesrv, topic, small, args.schema).write.mode("overwrite").parquet(os.path.join(out_dir, "warm"))
+            for k in range(args.repeat):
+                # the JVM's JIT warms over the first full-size runs: later rounds are faster
+                suffix = "" if k == 0 else f" #{k + 1}"
+                with Meter(meters) as m:
+                    n = reader(spark, namesrv, topic, schema=args.schema).count()
+                assert n == args.messages, f"count() gave {n}"
+                phases.append(row("spark count()" + suffix, n, m, m.other["spark"] / n * 1e6))
+                with Meter(meters) as m:
+                    reader(spark, namesrv, topic, schema=args.schema).write.mode("overwrite").parquet(os.path.join(out_dir, "out"))
+                n = spark.read.parquet(os.path.join(out_dir, "out")).count()
+                assert n == args.messages, f"parquet holds {n} rows"
+                phases.append(row("spark parquet" + suffix, n, m, m.other["spark"] / n * 1e6))
             if args.stream_cap:
                 got = phase_stream(spark, namesrv, topic, args.stream_cap, out_dir, meters)
                 if got is not None:
@@ -306,17 +337,164 @@ def run(namesrv: str, broker_pids: list[int], args) -> dict:
              "decode (column-wise: record_starts + framing)": decode_us,
              "arrow (segments_to_batch)": arrow_us,
              "for reference: decode_records_raw on the same bodies": tuples_us}
-    for name in ("spark count()", "spark parquet"):
-        if name in by:
-            split[f"spark, {name[6:]} (JVM + workers beyond our read)"] = \
-                by[name]["cpu_us_per_row"] - by["pull+arrow"]["cpu_us_per_row"]
+    for name in (p["phase"] for p in phases if p["phase"].startswith(("spark count()", "spark parquet"))):
+        split[f"spark, {name[6:]} (JVM + workers beyond our read)"] = \
+            by[name]["cpu_us_per_row"] - by["pull+arrow"]["cpu_us_per_row"]
     print("CPU µs per row: " + ", ".join(f"{k} {v:.2f}" for k, v in split.items() if v is not None), flush=True)
     out.update(phases=phases, split_cpu_us_per_row={k: None if v is None else round(v, 2) for k, v in split.items()})
     return out
 
 
+# -- ceilings: what Spark costs with no broker and no read ----------------------------------
+
+CEILING_PARTITIONS = 4
+CEILING_BATCH_ROWS = 8192
+# the schema variants a Python source yields (column names of spark.schema.COLUMNS)
+CEILING_VARIANTS = {
+    "13 columns (the source's schema)": None,
+    "12 columns (no properties map)": ("topic", "broker_name", "queue_id", "queue_offset", "msg_id", "tags", "keys",
+                                       "body", "born_timestamp", "store_timestamp", "born_host", "reconsume_times"),
+    "3 columns (queue_id, queue_offset, store_timestamp)": ("queue_id", "queue_offset", "store_timestamp"),
+}
+
+
+def prebuilt_batch(rows: int, columns: tuple[str, ...] | None):
+    """One RecordBatch shaped like the reader's (values as bench load() sends them; the
+    properties map holds the user property only, as the reader's), of `columns` (None: all)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from pocketmq.spark.schema import ARROW_SCHEMA
+
+    ids = np.arange(rows)
+    body = os.urandom(BODY_SIZE)
+    ms = 1_763_900_000_000 + ids
+    ts = pa.array(ms, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
+    colors = ["red" if i % 2 else "blue" for i in range(rows)]
+    data = {
+        "topic": pa.array(["BenchSparkCeiling"] * rows, pa.string()),
+        "broker_name": pa.repeat(pa.scalar("broker-a", pa.string()), rows),
+        "queue_id": pa.array(ids % 4, pa.int32()),
+        "queue_offset": pa.array(ids, pa.int64()),
+        "msg_id": pa.array([f"7F00000100002A9F0000{i:012X}" for i in range(rows)], pa.string()),
+        "tags": pa.array(["TagA"] * rows, pa.string()),
+        "keys": pa.array([f"k{i} order-{i % 997}" for i in range(rows)], pa.string()),
+        "body": pa.array([body] * rows, pa.binary()),
+        "properties": pa.MapArray.from_arrays(pa.array(np.arange(rows + 1), pa.int32()),
+                                              pa.array(["color"] * rows, pa.string()), pa.array(colors, pa.string())),
+        "born_timestamp": ts,
+        "store_timestamp": ts,
+        "born_host": pa.array(["127.0.0.1:51234"] * rows, pa.string()),
+        "reconsume_times": pa.array(np.zeros(rows, np.int32)),
+    }
+    names = columns or tuple(ARROW_SCHEMA.names)
+    schema = pa.schema([ARROW_SCHEMA.field(c) for c in names])
+    return pa.RecordBatch.from_arrays([data[c] for c in names], schema=schema)
+
+
+def ceiling_source():
+    """A Python data source `pocketmq_ceiling` (option `columns`: a comma list, `rows`)
+    that yields one prebuilt batch over and over: Spark's own cost for the reader's shape
+    of data (no broker, no pull, no conversion)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from pocketmq.spark.schema import COLUMNS
+
+    def wanted(options) -> tuple[str, ...] | None:
+        cols = options.get("columns")
+        return tuple(cols.split(",")) if cols else None
+
+    class CeilingReader(DataSourceReader):
+        def __init__(self, options):
+            self.columns = wanted(options)
+            self.rows = int(options["rows"])
+            self.batch_rows = int(options.get("batchRows", CEILING_BATCH_ROWS))
+
+        def partitions(self):
+            per, extra = divmod(self.rows, CEILING_PARTITIONS)
+            return [InputPartition(per + (i < extra)) for i in range(CEILING_PARTITIONS)]
+
+        def read(self, partition):
+            batch = prebuilt_batch(self.batch_rows, self.columns)
+            left = partition.value
+            while left > 0:
+                yield batch if left >= batch.num_rows else batch.slice(0, left)
+                left -= batch.num_rows
+
+    class CeilingSource(DataSource):
+        @classmethod
+        def name(cls):
+            return "pocketmq_ceiling"
+
+        def schema(self):
+            kinds = dict(COLUMNS)
+            return ", ".join(f"{c} {kinds[c]}" for c in wanted(self.options) or kinds)
+
+        def reader(self, schema):
+            return CeilingReader(self.options)
+
+    return CeilingSource
+
+
+def run_ceilings(args) -> dict:
+    """--ceilings: on args.master, with no broker: (a) the JVM alone (spark.range count; a
+    Parquet file of the 13-column data: count() from its metadata, a full scan into the noop
+    sink, a rewrite into Parquet), (b) a Python source yielding a prebuilt batch of the
+    13-column schema, (c) the same with narrower schemas (CEILING_VARIANTS): count(), noop
+    sink, Parquet. CPU per row: the JVM alone and its Python workers apart."""
+    if __name__ != "__main__":          # workers must unpickle the source by value
+        from pyspark import cloudpickle
+
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    n = args.messages
+    spark = spark_session(args.master)
+    jvm = spark.sparkContext._gateway.proc.pid
+    meters = {"jvm": lambda: process_cpu_seconds(jvm),
+              "workers": lambda: tree_cpu_seconds(jvm) - process_cpu_seconds(jvm)}
+    spark.dataSource.register(ceiling_source())
+    out_dir = tempfile.mkdtemp(prefix="bench-spark-ceilings-")
+    phases = []
+
+    def timed(name, rows, action):
+        with Meter(meters) as m:
+            got = action()
+        if got is not None:
+            assert got == rows, f"{name}: {got} rows"
+        p = row(name, rows, m, (m.other["jvm"] + m.other["workers"]) / rows * 1e6)
+        phases.append(p)
+
+    def source(columns):
+        r = spark.read.format("pocketmq_ceiling").option("rows", str(n)).option("batchRows", str(args.batch_rows))
+        return r.option("columns", ",".join(columns)).load() if columns else r.load()
+
+    try:
+        # warm-up: JIT and the Python workers, not timed
+        source(None).limit(10).count()
+        spark.range(n).count()
+        data = os.path.join(out_dir, "data")
+        source(None).write.parquet(data)
+        for k in range(2):
+            timed(f"jvm: spark.range({n}).count()", n, lambda: spark.range(n).count())
+            timed("jvm: parquet (13 columns) count() [row-group metadata]", n,
+                  lambda: spark.read.parquet(data).count())
+            timed("jvm: parquet (13 columns) full scan -> noop", n,
+                  lambda: spark.read.parquet(data).write.format("noop").mode("overwrite").save())
+            timed("jvm: parquet (13 columns) -> parquet", n,
+                  lambda: spark.read.parquet(data).write.mode("overwrite").parquet(os.path.join(out_dir, f"j{k}")))
+            for label, cols in CEILING_VARIANTS.items():
+                timed(f"python source, {label}: count()", n, lambda: source(cols).count())
+                timed(f"python source, {label}: -> noop", n,
+                      lambda: source(cols).write.format("noop").mode("overwrite").save())
+                timed(f"python source, {label}: -> parquet", n,
+                      lambda: source(cols).write.mode("overwrite").parquet(os.path.join(out_dir, f"p{k}")))
+    finally:
+        spark.stop()
+        shutil.rmtree(out_dir, ignore_errors=True)
+    return {"rows": n, "master": args.master, "ceilings": phases}
+
+
 @contextlib.contextmanager
-def cluster_or(namesrv: str | None):
+def cluster_or(namesrv: str | None, broker_args: list[str] | None = None):
     """(nameserver address, broker pids): the given cluster (its broker's CPU unknown), or
     a fresh mqnamesrv + mqbroker in a temp dir, stopped and removed afterwards."""
     if namesrv:
@@ -325,7 +503,7 @@ def cluster_or(namesrv: str | None):
     from tests.support.daemons import Cluster
 
     root = tempfile.mkdtemp(prefix="bench-spark-")
-    cluster = Cluster(root).start()
+    cluster = Cluster(root, broker_args).start()
     try:
         yield cluster.namesrv_addr, [cluster.broker.proc.pid]
     finally:
@@ -340,8 +518,17 @@ def main(argv=None):
     ap.add_argument("--namesrv", help="use a running cluster (broker CPU is then not measured)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--no-spark", action="store_true", help="only the in-process phases")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds of the count() and Parquet phases")
+    ap.add_argument("--schema", help="read with .schema(DDL): a subset of the columns (the pull+arrow and "
+                                     "Spark phases build only those)")
+    ap.add_argument("--no-index", action="store_true",
+                    help="broker messageIndexEnable=false: no index build competing with the read phases")
     ap.add_argument("--stream-cap", type=int, default=0,
                     help="also time a readStream availableNow run with maxOffsetsPerTrigger=N (noop sink)")
+    ap.add_argument("--ceilings", action="store_true",
+                    help="no broker: Spark's own cost (JVM-only baseline, a Python source of prebuilt batches)")
+    ap.add_argument("--batch-rows", type=int, default=CEILING_BATCH_ROWS,
+                    help="--ceilings: rows per prebuilt batch (the reader's batches are ~8,192 rows)")
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args(argv)
     # a kill (timeout, ^C from a wrapper) still stops the daemons and removes the temp dirs
@@ -349,8 +536,14 @@ def main(argv=None):
 
     calibration = {"before": loopback_echo_rtt_us()}
     print(f"calibration before: loopback_echo_rtt_us={calibration['before']:.1f}", flush=True)
-    with cluster_or(args.namesrv) as (namesrv, broker_pids):
-        result = run(namesrv, broker_pids, args)
+    if args.ceilings:
+        result = run_ceilings(args)
+    else:
+        # the message index is built behind the dispatcher (indexBuildBatchNums a second):
+        # after a 1,000,000-message load it runs for a minute, through the read phases
+        broker_args = ["--messageIndexEnable=false"] if args.no_index else []
+        with cluster_or(args.namesrv, broker_args) as (namesrv, broker_pids):
+            result = run(namesrv, broker_pids, args)
     calibration["after"] = loopback_echo_rtt_us()
     print(f"calibration after: loopback_echo_rtt_us={calibration['after']:.1f}", flush=True)
     result["calibration_rtt_us"] = calibration

@@ -51,7 +51,7 @@ from pocketmq.protocol.message import (
 )
 from pocketmq.spark.options import tag_set
 from pocketmq.spark.plan import PULL_TIMEOUT_S, READ_GROUP, DataLossError, QueueRange, data_loss_message
-from pocketmq.spark.schema import ARROW_SCHEMA
+from pocketmq.spark.schema import ARROW_SCHEMA, arrow_schema
 
 log = logging.getLogger("pocketmq.spark")
 
@@ -140,18 +140,20 @@ def _user_map_plain(texts: list[str]) -> pa.MapArray:
                                    pa.array(vals, pa.string()))
 
 
-def records_to_batch(records, broker_name: str) -> pa.RecordBatch:
+def records_to_batch(records, broker_name: str, columns: tuple[str, ...] | None = None) -> pa.RecordBatch:
     """decode_records_raw tuples -> one RecordBatch of ARROW_SCHEMA. `records` is a list of
     tuples or a list of such lists (the pulls of one batch: each is transposed on its own,
     which keeps the C-level zip(*records) in the CPU cache). The fields are handed to
     pyarrow as columns; the properties texts of all rows are parsed at once by
     pyarrow.compute (properties_columns: tags, keys, UNIQ_KEY and the user map from it).
     Python steps per row remain only for the hosts (one dict lookup each) and for the
-    offset msg id of rows without a UNIQ_KEY."""
+    offset msg id of rows without a UNIQ_KEY. `columns` (schema.projection): only these, in
+    that order (made from the whole row here: this is the path of the rare records the
+    column-wise one leaves out)."""
     cols = _columns(records)
     n = len(cols[0])
     if not n:
-        return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)
+        return _empty(columns)
     everything, user_map = properties_columns(pa.array(cols[4], pa.string()))
     msg_ids = pc.map_lookup(everything, UNIQ_KEY, "last")
     if msg_ids.null_count:
@@ -178,7 +180,13 @@ def records_to_batch(records, broker_name: str) -> pa.RecordBatch:
         pa.array(list(map(hosts.__getitem__, cols[9])), pa.string()),
         pa.array(cols[12], pa.int32()),
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+    batch = pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+    return batch if columns is None else batch.select(list(columns))
+
+
+def _empty(columns: tuple[str, ...] | None) -> pa.RecordBatch:
+    schema = arrow_schema(columns)
+    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
 
 
 def _columns(records) -> list:
@@ -218,12 +226,14 @@ async def _pulls(inst, r: QueueRange, offset: int, sub_expression: str, rows: in
 _GO_ON = (PullResult.FOUND, PullResult.NO_MATCHED_MSG)
 
 
-def read_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_data_loss: bool):
+def read_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_data_loss: bool,
+               columns: tuple[str, ...] | None = None):
     """Yield RecordBatches of the messages of `r` (exactly [start, end), tag-filtered), about
     BATCH_ROWS rows each (Arrow's and Spark's costs per batch are fixed: few large batches),
-    made READ_AHEAD batches ahead by a thread while Spark consumes the previous ones."""
+    made READ_AHEAD batches ahead by a thread while Spark consumes the previous ones.
+    `columns` (schema.projection): only these columns, in that order (None: every one)."""
     batches = (batch for parts in pull_range(namesrv_addr, r, sub_expression, fail_on_data_loss)
-               for batch in parts_to_batches(parts, r.broker_name))
+               for batch in parts_to_batches(parts, r.broker_name, columns))
     return read_ahead(batches, READ_AHEAD)
 
 
@@ -482,9 +492,12 @@ def _host(key) -> tuple[bytes, int]:
     return b[:4], int.from_bytes(b[4:], "big", signed=True)
 
 
-def segments_to_batch(segments: list[ColumnSegment], broker_name: str) -> pa.RecordBatch:
+def segments_to_batch(segments: list[ColumnSegment], broker_name: str,
+                      columns: tuple[str, ...] | None = None) -> pa.RecordBatch:
     """ColumnSegments (in queue order) -> one RecordBatch of ARROW_SCHEMA, the same as
-    records_to_batch gives for the same records (tests/spark/test_columnar.py pins it)."""
+    records_to_batch gives for the same records (tests/spark/test_columnar.py pins it).
+    `columns` (schema.projection): only these, in that order; the others are not computed
+    (no properties parsing unless msg_id, tags, keys or properties is asked for)."""
     def col(name):
         parts = [getattr(s, name) for s in segments]
         if len(parts) == 1:
@@ -493,55 +506,72 @@ def segments_to_batch(segments: list[ColumnSegment], broker_name: str) -> pa.Rec
 
     n = sum(len(s) for s in segments)
     if not n:
-        return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)
-    everything, user_map = properties_columns(col("props"))
-    msg_ids = pc.map_lookup(everything, UNIQ_KEY, "last")
-    if msg_ids.null_count:
-        missing = pc.is_null(msg_ids)
-        store_hosts, clo = col("store_host"), col("commit_log_offset")
-        fallback = [offset_msg_id(*_host(store_hosts[i]), int(clo[i]))
-                    for i in pc.indices_nonzero(missing).to_numpy()]
-        msg_ids = pc.replace_with_mask(msg_ids, missing, pa.array(fallback, pa.string()))
-    born = col("born_host")
-    if (born == born[0]).all():
-        born_hosts = pa.repeat(pa.scalar(format_host(*_host(born[0])), pa.string()), n)
-    else:
+        return _empty(columns)
+    parsed = []         # properties_columns' result, computed once when a column needs it
+
+    def props(user: bool) -> pa.MapArray:
+        if not parsed:
+            parsed.extend(properties_columns(col("props")))
+        return parsed[user]
+
+    def msg_ids():
+        ids = pc.map_lookup(props(False), UNIQ_KEY, "last")
+        if ids.null_count:
+            missing = pc.is_null(ids)
+            store_hosts, clo = col("store_host"), col("commit_log_offset")
+            fallback = [offset_msg_id(*_host(store_hosts[i]), int(clo[i]))
+                        for i in pc.indices_nonzero(missing).to_numpy()]
+            ids = pc.replace_with_mask(ids, missing, pa.array(fallback, pa.string()))
+        return ids
+
+    def born_hosts():
+        born = col("born_host")
+        if (born == born[0]).all():
+            return pa.repeat(pa.scalar(format_host(*_host(born[0])), pa.string()), n)
         keys, which = np.unique(born, return_inverse=True)
-        born_hosts = pa.array([format_host(*_host(k)) for k in keys], pa.string()).take(which)
-    ts = pa.timestamp("us", tz="UTC")
-    ms = pa.timestamp("ms", tz="UTC")
-    arrays = [
-        col("topic"),
-        pa.repeat(pa.scalar(broker_name, pa.string()), n),
-        pa.array(col("queue_id"), pa.int32()),
-        pa.array(col("queue_offset"), pa.int64()),
-        msg_ids,
-        pc.map_lookup(everything, TAGS, "last"),
-        pc.map_lookup(everything, KEYS, "last"),
-        col("body"),
-        user_map,
-        pa.array(col("born_timestamp"), pa.int64()).cast(ms).cast(ts),
-        pa.array(col("store_timestamp"), pa.int64()).cast(ms).cast(ts),
-        born_hosts,
-        pa.array(col("reconsume_times"), pa.int32()),
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+        return pa.array([format_host(*_host(k)) for k in keys], pa.string()).take(which)
+
+    def timestamps(name):
+        return pa.array(col(name), pa.int64()).cast(_MS).cast(_TS)
+
+    make = {
+        "topic": lambda: col("topic"),
+        "broker_name": lambda: pa.repeat(pa.scalar(broker_name, pa.string()), n),
+        "queue_id": lambda: pa.array(col("queue_id"), pa.int32()),
+        "queue_offset": lambda: pa.array(col("queue_offset"), pa.int64()),
+        "msg_id": msg_ids,
+        "tags": lambda: pc.map_lookup(props(False), TAGS, "last"),
+        "keys": lambda: pc.map_lookup(props(False), KEYS, "last"),
+        "body": lambda: col("body"),
+        "properties": lambda: props(True),
+        "born_timestamp": lambda: timestamps("born_timestamp"),
+        "store_timestamp": lambda: timestamps("store_timestamp"),
+        "born_host": born_hosts,
+        "reconsume_times": lambda: pa.array(col("reconsume_times"), pa.int32()),
+    }
+    schema = arrow_schema(columns)
+    return pa.RecordBatch.from_arrays([make[name]() for name in schema.names], schema=schema)
 
 
-def parts_to_batches(parts: list, broker_name: str):
+_MS = pa.timestamp("ms", tz="UTC")
+_TS = pa.timestamp("us", tz="UTC")
+
+
+def parts_to_batches(parts: list, broker_name: str, columns: tuple[str, ...] | None = None):
     """A batch's segments (pull_range) -> RecordBatches in queue order: each run of
-    ColumnSegments by segments_to_batch, each run of tuple lists by records_to_batch."""
+    ColumnSegments by segments_to_batch, each run of tuple lists by records_to_batch;
+    `columns` as theirs."""
     run: list = []
     for seg in parts:
         if run and (type(seg) is ColumnSegment) != (type(run[0]) is ColumnSegment):
-            yield _run_batch(run, broker_name)
+            yield _run_batch(run, broker_name, columns)
             run = []
         run.append(seg)
     if run:
-        yield _run_batch(run, broker_name)
+        yield _run_batch(run, broker_name, columns)
 
 
-def _run_batch(run: list, broker_name: str) -> pa.RecordBatch:
+def _run_batch(run: list, broker_name: str, columns: tuple[str, ...] | None) -> pa.RecordBatch:
     if type(run[0]) is ColumnSegment:
-        return segments_to_batch(run, broker_name)
-    return records_to_batch(run, broker_name)
+        return segments_to_batch(run, broker_name, columns)
+    return records_to_batch(run, broker_name, columns)

@@ -9,6 +9,9 @@ read and write).
 
 Planning (queues, offset ranges) runs in the driver's Python process; each partition is a
 QueueRange (a small NamedTuple) and `read()` pulls it from the broker on the executor.
+
+A reader builds the columns of the schema it is given (schema.projection): the full row
+schema by default, or a subset the user names with `.schema(...)`.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from pyspark.sql.datasource import (
 )
 
 from pocketmq.spark.options import parse_reader_options, parse_writer_options
-from pocketmq.spark.schema import DDL
+from pocketmq.spark.schema import DDL, projection
 
 
 class QueuePartition(InputPartition):
@@ -39,13 +42,13 @@ class PocketMQDataSource(DataSource):
         return DDL
 
     def reader(self, schema):
-        return PocketMQReader(self.options)
+        return PocketMQReader(self.options, projection(schema))
 
     def writer(self, schema, overwrite: bool):
         return PocketMQWriter(self.options, overwrite)
 
     def streamReader(self, schema):
-        return _stream_module().PocketMQStreamReader(self.options)
+        return _stream_module().PocketMQStreamReader(self.options, projection(schema))
 
     def streamWriter(self, schema, overwrite: bool):
         return _stream_module().PocketMQStreamWriter(self.options)
@@ -65,8 +68,9 @@ def _stream_module():
 
 
 class PocketMQReader(DataSourceReader):
-    def __init__(self, options):
+    def __init__(self, options, columns: tuple[str, ...] | None = None):
         self.opts = parse_reader_options(dict(options))
+        self.columns = columns      # schema.projection: None = every column
 
     def partitions(self):
         from pocketmq.spark.plan import plan_read
@@ -81,7 +85,8 @@ class PocketMQReader(DataSourceReader):
         r = partition.value
         if r is None:
             return iter(())
-        return read_range(self.opts.namesrv_addr, r, self.opts.sub_expression, self.opts.fail_on_data_loss)
+        return read_range(self.opts.namesrv_addr, r, self.opts.sub_expression, self.opts.fail_on_data_loss,
+                          self.columns)
 
 
 @dataclass

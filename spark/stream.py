@@ -57,8 +57,9 @@ DRIVER_CALL_TIMEOUT_S = 120.0
 
 
 class PocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options):
+    def __init__(self, options, columns: tuple[str, ...] | None = None):
         self.opts = parse_reader_options(dict(options), streaming=True)
+        self.columns = columns                               # schema.projection: None = every column
         self._inst = None                                    # the driver's ClientInstance, opened on use
         self._target: dict[QueueKey, int] | None = None      # availableNow: the max offsets at its start
         self._latest: dict[QueueKey, int] | None = None      # the true latest offsets, for progress
@@ -67,7 +68,8 @@ class PocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __getstate__(self):
         # Spark pickles the reader into the executors' read tasks: only the options travel
-        return {"opts": self.opts, "_inst": None, "_target": None, "_latest": None, "_bounds": {}, "_stored": None}
+        return {"opts": self.opts, "columns": self.columns, "_inst": None, "_target": None, "_latest": None,
+                "_bounds": {}, "_stored": None}
 
     # -- the driver's connection ------------------------------------------------------------
     def _run(self, fn):
@@ -190,7 +192,7 @@ class PocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from pocketmq.spark.read import read_range
 
         return read_range(self.opts.namesrv_addr, partition.value, self.opts.sub_expression,
-                          self.opts.fail_on_data_loss)
+                          self.opts.fail_on_data_loss, self.columns)
 
     # -- after a micro-batch ----------------------------------------------------------------
     def commit(self, end: dict) -> None:

@@ -148,3 +148,25 @@ def test_clear_errors_for_bad_options(spark, cluster, dataset):
         spark.read.format("pocketmq").option("namesrvAddr", cluster.namesrv_addr).load().collect()
     with pytest.raises(Exception, match="startingOffsets"):
         _read(spark, cluster, topic, startingOffsets="{nope").collect()
+
+
+def test_a_given_schema_reads_those_columns_only(spark, cluster, dataset):
+    """`.schema(...)` names a subset of the columns (any order): the reader builds only those
+    (Spark cannot prune a Python source's columns itself); a column it lacks or a wrong type
+    is refused by name."""
+    topic, sent, _ = dataset
+    base = spark.read.format("pocketmq").option("namesrvAddr", cluster.namesrv_addr).option("subscribe", topic)
+    df = base.schema("queue_offset long, body binary, broker_name string, queue_id int, msg_id string").load()
+    assert df.columns == ["queue_offset", "body", "broker_name", "queue_id", "msg_id"]
+    rows = df.collect()
+    assert sorted(map(_key, rows)) == sorted(sent)
+    for row in rows:
+        m, r = sent[_key(row)]
+        assert row.body == m.body and row.msg_id == r.msg_id
+    assert base.schema("queue_offset long").load().count() == 48
+    assert base.schema("tags string").option("subExpression", "TagB").load().distinct().collect() == \
+        [("TagB",)]
+    with pytest.raises(Exception, match="column 'offset', which the source does not have"):
+        base.schema("offset long").load().collect()
+    with pytest.raises(Exception, match="column queue_id is int, the schema says bigint"):
+        base.schema("queue_id long").load().collect()

@@ -254,3 +254,21 @@ def test_inner_framing_off_takes_the_plain_path():
     segments = read._body_segments(bytes(body), MQ, "addr")
     assert [type(s) for s in segments] == [list]
     _same([bytes(body)])
+
+
+@pytest.mark.parametrize("columns", [("queue_offset",), ("body", "queue_id", "store_timestamp"),
+                                     ("msg_id", "topic"), ("properties", "tags", "born_host", "keys"),
+                                     ("reconsume_times", "born_timestamp", "broker_name")])
+def test_columns_asked_for_are_the_full_batch_s_columns(columns):
+    """A projection (schema.projection) gives the full batch's columns, in its order, on both
+    paths (column-wise, and records_to_batch for the compressed and IPv6 records)."""
+    body = _body(0, 30, {2: {"compressed": True}, 9: {"born": V6}, 11: {"text": ""}, 12: {"text": "a\x011\x02a\x012"}})
+    r = QueueRange(TOPIC, MQ.broker_name, MQ.queue_id, 0, 10_000)
+    res = PullResult(PullResult.FOUND, 30, 0, 10_000, [], 0, body)
+    parts, _ = read._judge(res, r, 0, None, True, read._body_segments(body, MQ, "addr"))
+    full = pa.Table.from_batches(list(read.parts_to_batches(parts, MQ.broker_name)))
+    got = list(read.parts_to_batches(parts, MQ.broker_name, columns))
+    assert [b.schema.names for b in got] == [list(columns)] * len(got) and len(got) == 5
+    assert pa.Table.from_batches(got).to_pylist() == full.select(list(columns)).to_pylist()
+    assert read.records_to_batch([], MQ.broker_name, columns).schema.names == list(columns)
+    assert read.segments_to_batch([], MQ.broker_name, columns).num_rows == 0

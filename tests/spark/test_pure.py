@@ -20,6 +20,7 @@ from pocketmq.spark.options import (
     tag_set,
 )
 from pocketmq.spark.plan import DataLossError, QueueRange, admit, resolve_range, split_ranges
+from pocketmq.spark.schema import ARROW_SCHEMA, COLUMNS, DDL, SchemaError, arrow_schema, projection
 
 pytestmark = pytest.mark.spark
 pa = pytest.importorskip("pyarrow")
@@ -228,6 +229,10 @@ def test_stream_reader_partitions_and_pickling():
     real._latest, real._bounds, real._target = {a: 1}, {a: (0, 1)}, {a: 1}
     back = pickle.loads(pickle.dumps(real))
     assert back.opts == real.opts and back._inst is None and back._latest is None and back._bounds == {}
+    # ... and the columns a given schema asked for (schema.projection)
+    narrow = pickle.loads(pickle.dumps(PocketMQStreamReader({"namesrvAddr": "h:1", "subscribe": "T"},
+                                                            ("queue_offset", "body"))))
+    assert narrow.columns == ("queue_offset", "body") and back.columns is None
 
 
 def test_stream_reader_stores_group_offsets_that_moved():
@@ -418,3 +423,37 @@ def test_read_ahead_keeps_order_raises_in_order_and_stops_when_closed():
     # the producer stops after at most the items the queue held plus the one it was making
     assert finished.wait(10)
     assert len(produced) <= 3 + 2 + 2
+
+
+def test_projection_of_the_given_schema():
+    from pyspark.sql.types import StructType
+
+    def struct(ddl: str) -> StructType:
+        # what `.schema(ddl)` hands reader(schema): pyspark parses DDL without a session
+        # only through the JSON form, so build it field by field
+        from pyspark.sql.types import (BinaryType, IntegerType, LongType, MapType, StringType, StructField,
+                                       TimestampNTZType, TimestampType)
+        kinds = {"string": StringType(), "int": IntegerType(), "long": LongType(), "bigint": LongType(),
+                 "binary": BinaryType(), "timestamp": TimestampType(), "timestamp_ntz": TimestampNTZType(),
+                 "map<string,string>": MapType(StringType(), StringType())}
+        fields = []
+        for part in ddl.split(", "):
+            name, kind, *rest = part.split(" ")
+            fields.append(StructField(name, kinds[kind], nullable=not rest))
+        return StructType(fields)
+
+    assert projection(struct(DDL)) is None
+    assert projection(struct("queue_offset long, body binary")) == ("queue_offset", "body")
+    assert projection(struct("properties map<string,string>, topic string")) == ("properties", "topic")
+    # the full set in another order is a projection too (the batches follow the schema's order)
+    reordered = ", ".join(f"{n} {k}" for n, k in reversed(COLUMNS))
+    assert projection(struct(reordered)) == tuple(n for n, _ in reversed(COLUMNS))
+    assert arrow_schema(("body", "queue_id")).names == ["body", "queue_id"]
+    assert arrow_schema(None) == ARROW_SCHEMA
+    for ddl, error in (("offset long", "does not have"), ("queue_offset int", "queue_offset is bigint"),
+                       ("born_timestamp timestamp_ntz", "the schema says timestamp_ntz"),
+                       ("body binary NOT", "nullable"), ("body binary, body binary", "twice")):
+        with pytest.raises(SchemaError, match=error):
+            projection(struct(ddl))
+    with pytest.raises(SchemaError, match="no column"):
+        projection(StructType([]))
