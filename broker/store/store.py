@@ -95,7 +95,7 @@ class MessageStore(RecoveryPart, AppendPart, DispatchPart, ReadPart, SearchPart,
         self._index_from = 0
         self._index_done_through = -1
         self._index_flushed_ts = 0          # the checkpoint's indexMsgTimestamp
-        self._index_hashers: dict = {}               # topic bytes -> index._KeyHasher
+        self._index_hashers: dict = {}               # topic bytes -> index._TopicHashes (its hash memo)
         # lifecycle
         self._failed: str | None = None
         self._open = False
