@@ -797,14 +797,21 @@ class Expression:
             self._memo = memo = {}          # a new table, not clear(): a reader may hold the old one
             missing = set(keys)
         match, names_b = self._match_props, self._names_b
+        fresh = {}
         if len(names_b) == 1:
             name_b = names_b[0]
             for v in missing:
-                memo[v] = match(name_b + v if v else b"")
+                fresh[v] = match(name_b + v if v else b"")
+            short = [v for v in fresh if len(v) <= _MEMO_KEY_MAX]
         else:
             for vs in missing:
-                memo[vs] = match(b"\x02".join([nb + v for nb, v in zip(names_b, vs) if v]))
-        return list(map(memo.__getitem__, keys))
+                fresh[vs] = match(b"\x02".join([nb + v for nb, v in zip(names_b, vs) if v]))
+            short = [vs for vs in fresh if sum(map(len, vs)) <= _MEMO_KEY_MAX]
+        # only short values are remembered: the table's bytes stay bounded (long ones, an
+        # order id or a blob, are judged again next time)
+        for k in short:
+            memo[k] = fresh[k]
+        return [f if f is not None else fresh[k] for f, k in zip(found, keys)]
 
     def evaluate(self, properties: Mapping[str, str] | str | bytes):
         """`properties`: a mapping, or the stored form (name\\x01value\\x02..., text or UTF-8)."""
@@ -823,8 +830,11 @@ class Expression:
         return f"Expression({self.text!r})"
 
 
-# distinct property-value combinations remembered per expression (results of match_records)
-_MEMO_MAX = 4096
+# distinct property-value combinations remembered per expression (results of match_records),
+# each at most _MEMO_KEY_MAX bytes of values: ~150 KB a table at most (and the expression
+# cache holds at most 1,024 expressions)
+_MEMO_MAX = 1024
+_MEMO_KEY_MAX = 64
 
 
 def _stored(properties) -> bytes:

@@ -43,12 +43,14 @@ _ZERO_UNIT = bytes(CQ_UNIT_SIZE)
 EXISTS, APPENDED, FILLED = "EXISTS", "APPENDED", "FILLED"
 
 
-@lru_cache(maxsize=1024)
+# One Struct per chunk size m: the filtered pull judges at most 256 units at once
+# (read._CHUNK_MAX), so each is at most ~40 KB and the caches a few MB.
+@lru_cache(maxsize=128)
 def _columns_struct(m: int) -> struct.Struct:
     return struct.Struct(">" + "qi8x" * m)
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=128)
 def _tags_struct(m: int) -> struct.Struct:
     return struct.Struct(">" + "12xq" * m)
 

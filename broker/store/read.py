@@ -15,6 +15,7 @@ deleted segment) goes to the general per-unit loop, whose result it reproduces.
 """
 from __future__ import annotations
 
+import struct
 from bisect import bisect_left
 from itertools import compress
 from operator import add, ne
@@ -32,6 +33,9 @@ _REMOVING = GetMessageStatus.MESSAGE_WAS_REMOVING
 # A plain dict (a weak one costs microseconds a pull), emptied when it grows past the bound.
 _match_rates: dict = {}
 _MATCH_RATES_MAX = 1024
+# units judged at once at most: bounds the unpack Structs consumequeue caches per chunk size
+# (a rarely matching filter would otherwise ask for thousands of units in one go)
+_CHUNK_MAX = 256
 
 
 class ReadPart:
@@ -217,7 +221,7 @@ class ReadPart:
         scanned = n_units               # where the pull stops
         done = False
         while i < n_units and not done:
-            j = min(n_units, i + max(16, int((limit - count) / max(rate, 0.01)) + 4))
+            j = min(n_units, i + min(_CHUNK_MAX, max(16, int((limit - count) / max(rate, 0.01)) + 4)))
             phys, sizes = unit_columns(buf, i * CQ_UNIT_SIZE, j - i)
             if CQ_FILLER_SIZE in sizes or cl.wrote_offset - phys[0] > self._memory_limit:
                 return None
@@ -234,7 +238,12 @@ class ReadPart:
             rec_buf = view.obj                      # the mapping itself: slices are bytes
             if len(rec_buf) != view.nbytes:
                 rec_buf = view
-            flags = match_many(rec_buf, phys, sizes, seg_lo)
+            try:
+                flags = match_many(rec_buf, phys, sizes, seg_lo)
+            except (struct.error, IndexError, ValueError):
+                # a damaged record somewhere in the chunk (the loop may never reach it, e.g.
+                # beyond where the pull stops): the per-unit loop decides
+                return None
             if message_filter is not None:
                 tags = unit_tags(buf, i * CQ_UNIT_SIZE, m)
                 flags = [f and message_filter(t) for f, t in zip(flags, tags)]
@@ -267,6 +276,10 @@ class ReadPart:
                 count += len(take)
             if take and count >= limit:
                 scanned = i + take[-1] + 1
+                # the loop steps over fillers before it checks the count: so do we (they
+                # may start the next chunk, which was never decoded)
+                while scanned < n_units and unit_columns(buf, scanned * CQ_UNIT_SIZE, 1)[1][0] == CQ_FILLER_SIZE:
+                    scanned += 1
                 done = True
             elif count:
                 # the units after the last one taken: the loop checks the byte cap at each

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from pocketmq.broker.core.sql92 import compile_expression
+from pocketmq.broker.core.sql92 import _MEMO_KEY_MAX, _MEMO_MAX, compile_expression
 from pocketmq.broker.store.api import MessageToStore
 from pocketmq.broker.store.store import MessageStore
 from pocketmq.broker.store.store_config import StoreConfig
@@ -132,7 +132,7 @@ def test_results_table_is_bounded_and_high_cardinality_skips_it():
     assert e.match_records(buf, starts, sizes) == want           # all different: judged one by one
     for i in range(0, 6000, 100):                                # 100 new values a call, table bounded
         assert e.match_records(buf, starts[i:i + 100], sizes[i:i + 100]) == want[i:i + 100]
-    assert len(e._memo) <= 4096
+    assert len(e._memo) <= _MEMO_MAX
 
 
 def _copy(f):
@@ -188,5 +188,85 @@ def test_store_pulls_are_the_per_unit_loops(tmp_path, max_bytes):
                         assert got.next_begin_offset > off
                         off = got.next_begin_offset
             assert sum(judged) >= mx        # the pulls went through the batch path
+    finally:
+        store.close()
+
+
+def test_long_values_are_judged_not_remembered():
+    e = compile_expression("k = 'x' OR k > 5")
+    long_v = [b"9" * (_MEMO_KEY_MAX + 1), b"x" * (_MEMO_KEY_MAX + 5), b"y" * 300]
+    texts = [b"k\x01" + long_v[i % 3] for i in range(30)] + [b"k\x01x", b"k\x017", b"k\x013"] * 10
+    buf, starts, sizes = records(texts, 11)
+    want = [e.match_record(buf, p) for p in starts]
+    assert e.match_records(buf, starts, sizes) == want
+    assert e.match_records(buf, starts, sizes) == want           # the second time from the table
+    assert e._memo and all(len(k) <= _MEMO_KEY_MAX for k in e._memo)
+    e2 = compile_expression("k = 'x' AND j IS NULL")
+    texts = [b"k\x01x\x02j\x01" + b"z" * 100, b"k\x01x", b"k\x01" + b"w" * 70] * 5
+    buf, starts, sizes = records(texts, 12)
+    want = [e2.match_record(buf, p) for p in starts]
+    assert e2.match_records(buf, starts, sizes) == want == [False, True, False] * 5
+    assert all(sum(map(len, k)) <= _MEMO_KEY_MAX for k in e2._memo)
+
+
+def _store_with_filler(tmp_path):
+    cfg = StoreConfig(str(tmp_path / "s"), mapped_file_size_commit_log=1 << 16,
+                      store_host=(b"\x0a\0\0\1", 10911), total_physical_memory_bytes=1 << 34)
+    store = MessageStore(cfg)
+    store.open()
+
+    def put(v):
+        r = store.put_message(MessageToStore("T", 0, 0, b"body", f"a\x01{v}", 0, 1, (b"\x0a\0\0\7", 7), 1000))
+        assert r.wrote_offset >= 0
+    for _ in range(15):
+        put("0")
+    put("9")                                    # unit 15: the only match of the first chunk
+    store._cq_table["T"][0]._write_fillers(2)   # units 16, 17: a gap in the queue
+    for v in ["9", "0", "9"] * 200:
+        put(v)
+    store.reput()
+    return store
+
+
+def test_fillers_after_the_last_taken_are_stepped_over_and_chunks_bounded(tmp_path):
+    store = _store_with_filler(tmp_path)
+    try:
+        e = compile_expression("a > 5")
+        ref = _copy(e.match_record)
+        f = _copy(e.match_record)
+        judged = []
+
+        def match_many(buf, starts, sizes, base, _m=e.match_records):
+            judged.append(len(starts))
+            return _m(buf, starts, sizes, base)
+        f.match_many = match_many
+        mx = store.get_max_offset_in_queue("T", 0)
+        for max_nums in [1, 2, 32, 400]:
+            for off in range(mx):
+                got = store.get_message("T", 0, off, max_nums, None, f)
+                want = store.get_message("T", 0, off, max_nums, None, ref)
+                assert _pull_outcome(got) == _pull_outcome(want), (max_nums, off)
+        first = store.get_message("T", 0, 0, 1, None, f)
+        assert (first.message_count, first.next_begin_offset) == (1, 18)    # past both fillers
+        assert judged and max(judged) <= 256
+    finally:
+        store.close()
+
+
+def test_a_batch_reader_failure_leaves_the_pull_to_the_loop(tmp_path):
+    import struct
+    store = _store_with_filler(tmp_path)
+    try:
+        e = compile_expression("a > 5")
+        ref = _copy(e.match_record)
+        f = _copy(e.match_record)
+
+        def broken(buf, starts, sizes, base):
+            raise struct.error("damaged record")
+        f.match_many = broken
+        for off in (0, 20, 100):
+            got = store.get_message("T", 0, off, 32, None, f)
+            want = store.get_message("T", 0, off, 32, None, ref)
+            assert _pull_outcome(got) == _pull_outcome(want)
     finally:
         store.close()
