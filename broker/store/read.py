@@ -15,7 +15,6 @@ deleted segment) goes to the general per-unit loop, whose result it reproduces.
 """
 from __future__ import annotations
 
-import struct
 from bisect import bisect_left
 from itertools import compress
 from operator import add, ne
@@ -240,9 +239,10 @@ class ReadPart:
                 rec_buf = view
             try:
                 flags = match_many(rec_buf, phys, sizes, seg_lo)
-            except (struct.error, IndexError, ValueError):
-                # a damaged record somewhere in the chunk (the loop may never reach it, e.g.
-                # beyond where the pull stops): the per-unit loop decides
+            except Exception:
+                # a record the batch reader cannot read (damaged: struct.error, IndexError...)
+                # somewhere in the chunk, maybe beyond where the pull stops: the per-unit loop,
+                # the reference, decides (and reads only what the pull reaches)
                 return None
             if message_filter is not None:
                 tags = unit_tags(buf, i * CQ_UNIT_SIZE, m)
