@@ -229,10 +229,19 @@ class UniqIdGenerator:
         (counters.hex().upper() are the ids' last 4 characters back to back; a slice of a
         table, no Python int per id)."""
         head = self._head_now()
-        start = next(self._counter)
-        if n > 1:
-            next(itertools.islice(self._counter, n - 2, n - 1))    # advance the counter in C
-        return head, _counter_run(start, n)
+        # all n counter values in one C call (the GIL held throughout): another thread's
+        # next_id() cannot take one of them between a first value and the skip of the rest
+        last = next(itertools.islice(self._counter, n - 1, n))
+        return head, _counter_run(last - (n - 1), n)
+
+    def reseed(self) -> None:
+        """In a forked child: its own pid and random part and a fresh counter, as a new
+        process would have (else parent and child make the same ids in the same ms)."""
+        ip = bytes.fromhex(self._prefix[:8])
+        pid = os.getpid() & 0xFFFF
+        self._prefix = (ip + pid.to_bytes(2, "big") + random.getrandbits(32).to_bytes(4, "big")).hex().upper()
+        self._counter = itertools.count(random.getrandbits(15))
+        self._last_ms = -1
 
     def next_ids(self, n: int) -> list[str]:
         """n ids, as n calls of next_id() within one millisecond would give."""

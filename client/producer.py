@@ -31,6 +31,7 @@ time on per-request work (frame, header, response, future); see docs/client.md.
 from __future__ import annotations
 
 import asyncio
+import os
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -77,6 +78,9 @@ SEND_STATUS = {
 }
 
 _uniq = UniqIdGenerator()
+if hasattr(os, "register_at_fork"):
+    # a child forked after this import must not share the parent's id prefix and counter
+    os.register_at_fork(after_in_child=_uniq.reseed)
 # send_batch's fast path: what must be equal across a batch's messages to share one template
 _UNIQ_KEY_LENGTH = len(_uniq.next_id())
 _WAIT_TRUE = "WAIT\x01true"         # a batch's own properties
@@ -529,6 +533,10 @@ class Producer(QueryMixin):
                            wait_store_msg_ok: bool, queue: MessageQueue | None,
                            timeout_ms: int | None) -> list[SendResult]:
         """send_batch of bodies sharing one Message's other fields (see send_batch)."""
+        if isinstance(bodies, (str, bytes, bytearray, memoryview)):
+            # list() would split it into one message per character or byte
+            raise InvalidArgumentError(f"send_batch(topic=...) takes a list of bodies, not one "
+                                       f"{type(bodies).__name__}")
         bodies = list(bodies)
         if not bodies:
             raise InvalidArgumentError("empty batch")

@@ -181,7 +181,10 @@ def records_to_batch(records, broker_name: str, columns: tuple[str, ...] | None 
         pa.array(cols[12], pa.int32()),
     ]
     batch = pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
-    return batch if columns is None else batch.select(list(columns))
+    if columns is None:
+        return batch
+    # not RecordBatch.select: pyarrow < 12 lacks it
+    return pa.RecordBatch.from_arrays([batch.column(c) for c in columns], schema=arrow_schema(columns))
 
 
 def _empty(columns: tuple[str, ...] | None) -> pa.RecordBatch:

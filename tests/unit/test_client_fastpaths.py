@@ -341,6 +341,57 @@ def test_next_id_counters_equal_next_ids(start):
         assert b.next_id() == a.next_id()               # the counter moved on alike
 
 
+def test_next_id_counters_stay_unique_across_threads():
+    # a batch's counters are taken in one step: another thread's next_id() cannot land
+    # inside them (it did when the first value and the skip of the rest were two steps)
+    import sys
+    import threading
+    from pocketmq.client.message import UniqIdGenerator
+    g = UniqIdGenerator(ip=b"\x0a\0\0\1", pid=9, now_ms=lambda: 1_700_000_000_000)
+    ids_a, ids_b = [], []
+
+    def batches():
+        for _ in range(3000):
+            head, counters = g.next_id_counters(4)
+            ids_a.extend(head + counters[2 * i:2 * i + 2].hex().upper() for i in range(4))
+
+    def singles():
+        for _ in range(12000):
+            ids_b.append(g.next_id())
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=batches), threading.Thread(target=singles)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert len(set(ids_a + ids_b)) == len(ids_a) + len(ids_b) == 24000
+
+
+def test_uniq_ids_reseeded_in_a_forked_child():
+    import os
+    from pocketmq.client import producer
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork")
+    parent_prefix = producer._uniq._prefix
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                    # the child: report its prefix and exit
+        try:
+            os.write(w, producer._uniq._prefix.encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    child_prefix = os.read(r, 100).decode()
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert child_prefix and child_prefix != parent_prefix
+    assert child_prefix[:8] == parent_prefix[:8]     # same host, its own pid and random part
+
+
 class _CapturingProducer:
     """A Producer whose wire send is recorded (what _send_with_retry was given), not sent."""
 
@@ -473,6 +524,9 @@ async def test_send_batch_of_bodies_refuses_what_a_batch_refuses():
             await cp.p.send_batch(bodies, **{"topic": "T", **kw})
     with pytest.raises(InvalidArgumentError, match="pass topic="):
         await cp.p.send_batch([Message("T", b"a")], tags="A")
+    for one in ("hello", b"hello", bytearray(b"hi")):   # one body, not a list: refused, not split
+        with pytest.raises(InvalidArgumentError, match="list of bodies"):
+            await cp.p.send_batch(one, topic="T")
     with pytest.raises(ValueError, match="32767"):
         await cp.p.send_batch([b"a"], topic="T", properties={"p": "x" * 40000})
     assert cp.sent == []
