@@ -6,6 +6,7 @@ address), never guessed with sleeps. Every wait is bounded.
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import signal
@@ -18,10 +19,38 @@ READY_NS = re.compile(r"The Name Server boot success\..*address \S+:(\d+)")
 READY_BROKER = re.compile(r"The broker\[[^,]+, ([\d.]+):(\d+)\] boot success")
 
 
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port a daemon can listen on: never one this process handed out before (bind to
+    port 0 can give the same port twice in a row: two daemons then fight for it), and
+    below the kernel's ephemeral range, so no outgoing connection of the suite takes it
+    between this check and the daemon's bind (CI saw both as 'address already in use')."""
+    low = _ephemeral_low()
+    rng = random.Random()
+    for _ in range(2000):
+        port = rng.randrange(10000, low) if low > 12000 else 0
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no free port found")
 
 
 def _script(name: str) -> list[str]:
