@@ -67,6 +67,13 @@ def opt_i32(ext: dict, name: str, default: int | None = None) -> int | None:
     return opt_int(ext, name, default, INT_MIN, INT_MAX)
 
 
+# Names check_ext_names found valid, per kind: every request of a client repeats the same
+# topic, group and client id, and a regex match per name per request was ~1.5 µs of the
+# broker's ~3 µs per pull spent here. Bounded: cleared when a kind holds NAMES_SEEN_MAX.
+NAMES_SEEN_MAX = 4096
+_names_seen: dict[str, set] = {}
+
+
 def check_ext_names(ext: dict) -> None:
     """HeaderError naming the first header field that carries a name (topic, consumerGroup,
     producerGroup, group, clientID, brokerName, clusterName...) and breaks the name rules
@@ -75,12 +82,21 @@ def check_ext_names(ext: dict) -> None:
     if not ext:
         return
     get = ext.get
+    seen_of = _names_seen
     for field, kind in EXT_NAME_FIELDS:
         v = get(field)
         if v:
+            seen = seen_of.get(kind)
+            if seen is None:
+                seen = seen_of[kind] = set()
+            elif type(v) is str and v in seen:
+                continue
             err = name_error(kind, field, v)
             if err is not None:
                 raise HeaderError(err)
+            if len(seen) >= NAMES_SEEN_MAX:
+                seen.clear()
+            seen.add(v)
 
 
 def names_checked(proc):
@@ -192,6 +208,33 @@ class PullMessageRequestHeader:
 
 
 def decode_pull_header(ext: dict) -> PullMessageRequestHeader:
+    """The PULL_MESSAGE header; HeaderError names a missing or bad field. Fast path for a
+    well-formed header (every pull of every consumer: ~7 µs of the broker's pull was the
+    eleven field helpers), else decode_pull_header_checked, the plain field-by-field
+    decoder, which names the problem (tests/unit/test_header_fastpaths.py pins the two)."""
+    try:
+        g = ext.get
+        group, topic = ext["consumerGroup"], ext["topic"]
+        sv, et = g("subVersion"), g("expressionType")
+        h = PullMessageRequestHeader(
+            group, topic, int(ext["queueId"]), int(ext["queueOffset"]), int(ext["maxMsgNums"]),
+            int(ext["sysFlag"]), int(ext["commitOffset"]), int(ext["suspendTimeoutMillis"]),
+            g("subscription"), 0 if sv is None or sv == "" else int(sv),
+            None if et is None or et == "" else et)
+        if (group is not None and topic is not None
+                and INT_MIN <= h.queue_id <= INT_MAX and INT_MIN <= h.max_msg_nums <= INT_MAX
+                and INT_MIN <= h.sys_flag <= INT_MAX and LONG_MIN <= h.queue_offset <= LONG_MAX
+                and LONG_MIN <= h.commit_offset <= LONG_MAX
+                and LONG_MIN <= h.suspend_timeout_millis <= LONG_MAX
+                and LONG_MIN <= h.sub_version <= LONG_MAX):
+            return h
+    except (KeyError, ValueError, TypeError):
+        pass
+    return decode_pull_header_checked(ext)
+
+
+def decode_pull_header_checked(ext: dict) -> PullMessageRequestHeader:
+    """decode_pull_header field by field: the reference of its fast path, and the error."""
     return PullMessageRequestHeader(
         consumer_group=req_str(ext, "consumerGroup"),
         topic=req_str(ext, "topic"),
