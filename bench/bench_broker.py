@@ -5,7 +5,7 @@ the load from this process:
 
     python bench/bench_broker.py [--seconds 5] [--flush ASYNC_FLUSH|SYNC_FLUSH] [--codec json|msgpack]
                                  [--pull-batch 32] [--busy-poll-us N] [--metrics-port N]
-                                 [--sync-gap-us N ...] [--no-index] [--in-process]
+                                 [--sync-gap-us N ...] [--no-index] [--in-process] [--settle-s S]
 
 Reports: sync sends/s and p50/p99 latency (one in flight), sends/s with 64 in
 flight, batched sends (64 x 128 B per request) msgs/s, pull consumption
@@ -233,7 +233,7 @@ async def main_async(args, cluster):
     addr = cluster.broker_addr
     results = []
 
-    async def run(name, coro_fn):
+    async def run(name, coro_fn, settle_s=0.0):
         c0, th0, t0 = cpu_seconds(pid), thread_cpu_seconds(pid), time.perf_counter()
         n, extra = await coro_fn()
         dt, dc = time.perf_counter() - t0, cpu_seconds(pid) - c0
@@ -243,6 +243,11 @@ async def main_async(args, cluster):
                "broker_main_cpu_us_per_msg": (th1[0] - th0[0]) * per,
                "broker_main_sys_us_per_msg": (th1[1] - th0[1]) * per,
                "broker_threads_cpu_us_per_msg": (th1[2] - th0[2]) * per}
+        if settle_s:
+            # what the phase's messages cost the broker in all, work left behind them (the
+            # message index) included: its CPU until settle_s after the phase, per message
+            await asyncio.sleep(settle_s)
+            row["broker_cpu_us_per_msg_settled"] = (cpu_seconds(pid) - c0) * per
         row.update(extra)
         results.append(row)
         print(" ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
@@ -254,7 +259,8 @@ async def main_async(args, cluster):
     for gap in args.sync_gap_us:
         await run(f"sync_send_gap_{gap}us", lambda gap=gap: phase_sync(addr, "BenchSync", args.seconds, gap))
     await run("send_64_in_flight", lambda: phase_inflight(addr, "BenchAsync", args.seconds))
-    await run("batch_send_64x128B", lambda: phase_inflight(addr, "BenchBatch", args.seconds, inflight=8, batch=True))
+    await run("batch_send_64x128B", lambda: phase_inflight(addr, "BenchBatch", args.seconds, inflight=8, batch=True),
+              args.settle_s)
     await run("pull", lambda: phase_pull(addr, "BenchBatch", 1, args.seconds, max_nums=args.pull_batch))
     return results
 
@@ -314,6 +320,9 @@ def main():
     ap.add_argument("--sync-gap-us", type=int, action="append", default=[],
                     help="also run the sync phase with this idle gap between sends (repeatable): "
                          "the broker's CPU per send once its loop sleeps between requests")
+    ap.add_argument("--settle-s", type=float, default=0.0,
+                    help="after the batched phase, wait this long and also report the broker's CPU "
+                         "per message of that phase including the work left behind it (the index)")
     ap.add_argument("--no-index", action="store_true",
                     help="broker messageIndexEnable=false (the message index is built behind the dispatcher)")
     ap.add_argument("--in-process", action="store_true",
