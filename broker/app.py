@@ -41,6 +41,7 @@ from pocketmq.broker.processors.context import BrokerContext, BrokerStats
 from pocketmq.broker.processors.pull import replay
 from pocketmq.broker.services.flush import FlushService
 from pocketmq.broker.services.hold import HoldService
+from pocketmq.broker.services.index_pump import IndexPump
 from pocketmq.broker.services.schedule import ScheduleService
 from pocketmq.broker.services.stats import run_stats_ticks
 from pocketmq.broker.services.transaction_check import TransactionCheckService
@@ -118,6 +119,7 @@ class Broker:
         self.store = None
         self.flush_service: FlushService | None = None
         self.hold_service: HoldService | None = None
+        self.index_pump: IndexPump | None = None
         self.ns_client = RemotingClient()
         self.stats = BrokerStats()
         # Prometheus (metricsPort): request latency per code, flush latency, the endpoint
@@ -195,11 +197,20 @@ class Broker:
         self.schedule_service = ScheduleService(self.store, self.schedule_cursors, self.delay_levels,
                                                 now_ms=self.now_ms)
         hold_dispatch, schedule_wake = self.hold_service.on_dispatch, self.schedule_service.wake
+        if cfg.messageIndexEnable:
+            self.index_pump = pump = IndexPump(self.store)
+            index_kick = pump.kick
 
-        def on_dispatch(topic, queue_id, max_offset, tags_code, store_ts):
-            if topic == SCHEDULE_TOPIC:
-                schedule_wake()
-            hold_dispatch(topic, queue_id, max_offset, tags_code, store_ts)
+            def on_dispatch(topic, queue_id, max_offset, tags_code, store_ts):
+                if topic == SCHEDULE_TOPIC:
+                    schedule_wake()
+                hold_dispatch(topic, queue_id, max_offset, tags_code, store_ts)
+                index_kick()
+        else:
+            def on_dispatch(topic, queue_id, max_offset, tags_code, store_ts):
+                if topic == SCHEDULE_TOPIC:
+                    schedule_wake()
+                hold_dispatch(topic, queue_id, max_offset, tags_code, store_ts)
         self.store.on_dispatch = on_dispatch
         self.schedule_service.start()
         # Decisions are rebuilt from the op queue before END_TRANSACTION can be served.
@@ -333,6 +344,8 @@ class Broker:
             await self.transaction_service.close()
         if self.hold_service is not None:
             await self.hold_service.close()
+        if self.index_pump is not None:
+            self.index_pump.close()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

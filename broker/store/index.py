@@ -25,15 +25,16 @@ the slot are skipped by keyHash, and (unlike Java) every candidate is checked ag
 the record itself (topic, KEYS / UNIQ_KEY, exact store time), so hash collisions and
 the index's one-second resolution never show in results.
 
-Who builds it: not the put path (it stays as fast as without an index). Like Java's
-reput thread, the index lags a little and catches up in batches: `_index_catch_up`
+Who builds it: not the put path (it stays as fast as without an index). `_index_catch_up`
 walks the records the dispatcher has passed (below `reput_from`) from the index's own
-progress point, at most `index_build_batch` (broker key indexBuildBatchNums, 20,000)
-records per call, on each `flush_consume_queues` (the flush thread, every second) and
-before each query; at open it indexes everything missing. The bound keeps the index
-to a bounded share of the one interpreter the broker has; under a sustained load above
-that rate the index lags, and a query sees what is indexed so far, as with Java (the
-answer's indexLastUpdatePhyoffset says how far). Prepared and rolled-back transaction
+progress point. Like Java's reput thread, the index keeps pace with the dispatcher: the
+broker's event loop calls `index_some` in short steps right behind it
+(broker/services/index_pump.py, once `index_backlog_bytes` reaches 8 KiB); the tail
+below that, and whatever a restart left, is walked on each `flush_consume_queues` (the
+flush thread, every second) and before each query, at most `index_build_batch` (broker
+key indexBuildBatchNums, 20,000) records per call; at open it indexes everything missing.
+A query sees what is indexed so far, as with Java (the answer's indexLastUpdatePhyoffset
+says how far). Prepared and rolled-back transaction
 halves are not indexed (Java's rule).
 
 How (`_index_records`): one pass over each commit-log segment's mapping, one unpack of
@@ -780,6 +781,26 @@ class IndexPart:
                                self._index_hashers, GIL_YIELD_EVERY)
             svc.expire(self._commitlog.min_offset)
             return n
+
+    def index_backlog_bytes(self) -> int:
+        """Commit-log bytes the dispatcher has passed that the index has not walked yet
+        (0 with the index off). Cheap: the broker's loop asks after each dispatch."""
+        if self._index is None:
+            return 0
+        return self._reput_from - self._index_from
+
+    def index_some(self, max_records: int) -> int:
+        """Index at most max_records of the backlog now; the number walked. The broker's
+        IndexPump (broker/services/index_pump.py) calls it on the event loop right behind the
+        dispatcher. A failure is transient (as in _flush_index): logged, 0 returned, and the
+        flush thread's pass or the next call tries again."""
+        if self._index is None:
+            return 0
+        try:
+            return self._index_catch_up(max_records)
+        except OSError as e:
+            self._note_transient("build the message index", e)
+            return 0
 
     def _flush_index(self) -> int:
         """Flush's hook: catch up, fdatasync; the checkpoint's indexMsgTimestamp."""

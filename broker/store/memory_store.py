@@ -118,6 +118,12 @@ class MemoryStore:
     def catch_up_dispatch(self) -> bool:
         return True                 # dispatch happens in the put itself
 
+    def index_backlog_bytes(self) -> int:
+        return 0                    # queries scan the messages: no index to build
+
+    def index_some(self, max_records: int) -> int:
+        return 0
+
     def reput(self) -> int:
         return 0
 
