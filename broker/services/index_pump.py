@@ -10,30 +10,35 @@ the flush thread took the GIL from the loop in 64-record slices while it worked.
 
 So the loop indexes as it dispatches, like Java's reput thread (whose dispatchers
 build the index per message): after a dispatch, once `backlog_bytes` of commit log
-wait to be indexed, one step of at most `step_records` records runs as a loop
-callback (after the replies of the current read are written, between reads), and
-steps follow one another while that much is waiting. The cost of indexing a
+wait to be indexed, a step runs as a loop callback (after the replies of the current
+read are written, between reads): sub-steps of `step_records` records until less than
+that waits, so each loop turn indexes what the previous one dispatched; only a backlog
+longer than `step_budget_s` (10 ms) of work is spread over several turns. The cost of indexing a
 message is then paid by the broker while it stores such messages, and the tail
 below `backlog_bytes` is left to the flush thread's pass and to queries (which catch
-up first). A step is short (~32 records: a fraction of a millisecond) so requests
-interleave with a long catch-up instead of waiting behind it; no lock is held
-across steps.
+up first). A long catch-up (after a stall) is spread over loop turns so requests
+interleave with it instead of waiting behind it; no lock is held across steps.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+from time import perf_counter
 
 log = logging.getLogger("pocketmq.broker.index")
 
 
 class IndexPump:
-    # Records per step: long enough to amortise a step's fixed cost (~10 µs: the index
-    # lock, the segment lookup), short enough that a request waits at most ~0.2 ms behind it.
+    # Records per sub-step: enough to amortise its fixed cost (~10 µs: the index lock, the
+    # segment lookup); the budget below bounds how long a request waits behind a step.
     step_records = 32
     # Start stepping once this much commit log waits: sync sends index in groups of
     # about this size instead of one record per step.
     backlog_bytes = 8192
+    # One loop callback indexes what the loop dispatched before it, but for at most this
+    # long (then yields a turn to the sockets): only a backlog left by something else (the
+    # flush thread behind, a long stall) takes more than one callback.
+    step_budget_s = 0.010
 
     def __init__(self, store) -> None:
         self.store = store
@@ -55,18 +60,30 @@ class IndexPump:
         self._loop.call_soon(self._step)
 
     def _step(self) -> None:
+        """Index sub-steps of step_records until the backlog is under backlog_bytes (all
+        that was dispatched before this callback) or step_budget_s has passed; then, if
+        still behind, again on the next loop turn. Not a fixed amount per turn: with several
+        batches in flight one loop turn dispatches hundreds of records (8 x 64 measured),
+        and 32 records a turn, or 2 ms, fell behind."""
         self._scheduled = False
         if self._closed:
             return
         store = self.store
-        try:
-            n = store.index_some(self.step_records)
-        except Exception:       # a closed or failed store: the flush pass and queries decide
-            log.exception("message index step failed")
-            return
-        self.steps += 1
-        self.records += n
-        if n and store.index_backlog_bytes() >= self.backlog_bytes and not self._closed:
+        step, threshold = self.step_records, self.backlog_bytes
+        deadline = perf_counter() + self.step_budget_s
+        while True:
+            try:
+                n = store.index_some(step)
+            except Exception:       # a closed or failed store: the flush pass and queries decide
+                log.exception("message index step failed")
+                return
+            self.steps += 1
+            self.records += n
+            if not n or store.index_backlog_bytes() < threshold:
+                return
+            if perf_counter() >= deadline:
+                break
+        if not self._closed:
             self._scheduled = True
             self._loop.call_soon(self._step)
 

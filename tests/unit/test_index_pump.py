@@ -136,3 +136,29 @@ def test_index_some_failure_is_transient(tmp_path, monkeypatch):
         assert s.index_backlog_bytes() == 0
     finally:
         s.close()
+
+
+async def test_pump_indexes_a_turns_dispatch_in_one_step_and_spreads_a_long_backlog(tmp_path):
+    s = opened(tmp_path)
+    try:
+        for i in range(200):
+            put(s, i)
+        pump = IndexPump(s)
+        pump.step_records = 8
+        pump.backlog_bytes = 100
+        pump.kick()
+        await asyncio.sleep(0)          # one loop turn: everything dispatched before it
+        assert s.index_backlog_bytes() < 100 and not pump._scheduled
+        for i in range(200, 400):
+            put(s, i)
+        pump.step_budget_s = 0          # past the budget after each sub-step: one per turn
+        pump.kick()
+        await asyncio.sleep(0)
+        assert pump._scheduled and s.index_backlog_bytes() > 100
+        before = pump.records
+        await asyncio.sleep(0)
+        assert pump.records == before + 8
+        await _settle(pump)
+        assert s.index_backlog_bytes() < 100
+    finally:
+        s.close()
