@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from pocketmq.broker.services.index_pump import IndexPump
 from pocketmq.broker.store.api import MessageToStore
 from pocketmq.broker.store.memory_store import MemoryStore
@@ -26,10 +28,27 @@ def opened(tmp_path, **kw) -> MessageStore:
     return s
 
 
+@pytest.fixture
+def s(tmp_path):
+    store = opened(tmp_path)
+    yield store
+    store.close()
+
+
 def put(s, i: int, now: int = 1_000_000) -> None:
     r = s.put_message(MessageToStore("T", 0, 0, b"body", f"KEYS\x01k{i}\x02UNIQ_KEY\x01U{i}", 0, now - 1,
                                      HOST, now + i))
     assert r.wrote_offset >= 0, r
+
+
+def pump_over(s, n: int, step_records: int, backlog_bytes: int) -> IndexPump:
+    """A pump of these settings over store s after n puts."""
+    for i in range(n):
+        put(s, i)
+    pump = IndexPump(s)
+    pump.step_records = step_records
+    pump.backlog_bytes = backlog_bytes
+    return pump
 
 
 async def _settle(pump: IndexPump) -> None:
@@ -38,75 +57,55 @@ async def _settle(pump: IndexPump) -> None:
         await asyncio.sleep(0)
 
 
-async def test_pump_indexes_right_behind_the_dispatcher_in_steps(tmp_path):
-    s = opened(tmp_path)
-    try:
-        pump = IndexPump(s)
-        pump.step_records = 8
-        pump.backlog_bytes = 1000
-        for i in range(200):
-            put(s, i)
-        backlog = s.index_backlog_bytes()
-        assert backlog > 1000
-        pump.kick()
-        pump.kick()                     # one step scheduled at a time
-        assert pump._scheduled
-        await _settle(pump)
-        assert s.index_backlog_bytes() < 1000
-        assert pump.steps >= 200 // 8 - 10 and pump.records >= 200 - 1000 // 60
-        # what is indexed is found by key without a flush pass (the query would catch up
-        # itself: check the index alone, below the progress point)
-        indexed = list(s._index.candidates("T#k7", *ALL))
-        assert indexed, "k7 should be in the index already"
-    finally:
-        s.close()
+async def test_pump_indexes_right_behind_the_dispatcher_in_steps(s):
+    pump = pump_over(s, 200, 8, 1000)
+    backlog = s.index_backlog_bytes()
+    assert backlog > 1000
+    pump.kick()
+    pump.kick()                     # one step scheduled at a time
+    assert pump._scheduled
+    await _settle(pump)
+    assert s.index_backlog_bytes() < 1000
+    assert pump.steps >= 200 // 8 - 10 and pump.records >= 200 - 1000 // 60
+    # what is indexed is found by key without a flush pass (the query would catch up
+    # itself: check the index alone, below the progress point)
+    indexed = list(s._index.candidates("T#k7", *ALL))
+    assert indexed, "k7 should be in the index already"
 
 
-async def test_pump_leaves_a_small_backlog_to_the_flush_pass(tmp_path):
-    s = opened(tmp_path)
-    try:
-        pump = IndexPump(s)
-        pump.backlog_bytes = 1 << 20
-        for i in range(5):
-            put(s, i)
-        pump.kick()
-        assert not pump._scheduled and pump.steps == 0
-        assert s.index_backlog_bytes() > 0
-        s.flush_consume_queues()        # the flush thread's pass indexes the tail
-        assert s.index_backlog_bytes() == 0
-        r = s.query_message("T", "k3", 10, *ALL)
-        assert len(r.offsets) == 1
-    finally:
-        s.close()
+async def test_pump_leaves_a_small_backlog_to_the_flush_pass(s):
+    pump = IndexPump(s)
+    pump.backlog_bytes = 1 << 20
+    for i in range(5):
+        put(s, i)
+    pump.kick()
+    assert not pump._scheduled and pump.steps == 0
+    assert s.index_backlog_bytes() > 0
+    s.flush_consume_queues()        # the flush thread's pass indexes the tail
+    assert s.index_backlog_bytes() == 0
+    r = s.query_message("T", "k3", 10, *ALL)
+    assert len(r.offsets) == 1
 
 
-async def test_pump_stops_when_closed_and_survives_a_failing_store(tmp_path):
-    s = opened(tmp_path)
-    try:
-        pump = IndexPump(s)
-        pump.step_records = 4
-        pump.backlog_bytes = 100
-        for i in range(50):
-            put(s, i)
-        pump.kick()
-        pump.close()
-        await asyncio.sleep(0)
-        assert pump.steps == 0          # scheduled before close, never run
-        pump.kick()
-        assert not pump._scheduled
+async def test_pump_stops_when_closed_and_survives_a_failing_store(s):
+    pump = pump_over(s, 50, 4, 100)
+    pump.kick()
+    pump.close()
+    await asyncio.sleep(0)
+    assert pump.steps == 0          # scheduled before close, never run
+    pump.kick()
+    assert not pump._scheduled
 
-        class Failing:
-            def index_backlog_bytes(self):
-                return 1 << 30
+    class Failing:
+        def index_backlog_bytes(self):
+            return 1 << 30
 
-            def index_some(self, n):
-                raise RuntimeError("store closed")
-        bad = IndexPump(Failing())
-        bad.kick()
-        await _settle(bad)
-        assert bad.steps == 0 and not bad._scheduled     # logged, not rescheduled forever
-    finally:
-        s.close()
+        def index_some(self, n):
+            raise RuntimeError("store closed")
+    bad = IndexPump(Failing())
+    bad.kick()
+    await _settle(bad)
+    assert bad.steps == 0 and not bad._scheduled     # logged, not rescheduled forever
 
 
 def test_index_off_and_memory_store_have_no_backlog(tmp_path):
@@ -120,45 +119,33 @@ def test_index_off_and_memory_store_have_no_backlog(tmp_path):
     assert m.index_backlog_bytes() == 0 and m.index_some(10) == 0
 
 
-def test_index_some_failure_is_transient(tmp_path, monkeypatch):
-    s = opened(tmp_path)
-    try:
-        for i in range(20):
-            put(s, i)
+def test_index_some_failure_is_transient(s, monkeypatch):
+    for i in range(20):
+        put(s, i)
 
-        def boom(*a, **k):
-            raise OSError(28, "No space left on device")
-        monkeypatch.setattr(s, "_index_catch_up", boom)
-        assert s.index_some(8) == 0             # logged, nothing indexed, sends unaffected
-        put(s, 99)
-        monkeypatch.undo()
-        assert s.index_some(1000) == 21
-        assert s.index_backlog_bytes() == 0
-    finally:
-        s.close()
+    def boom(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(s, "_index_catch_up", boom)
+    assert s.index_some(8) == 0             # logged, nothing indexed, sends unaffected
+    put(s, 99)
+    monkeypatch.undo()
+    assert s.index_some(1000) == 21
+    assert s.index_backlog_bytes() == 0
 
 
-async def test_pump_indexes_a_turns_dispatch_in_one_step_and_spreads_a_long_backlog(tmp_path):
-    s = opened(tmp_path)
-    try:
-        for i in range(200):
-            put(s, i)
-        pump = IndexPump(s)
-        pump.step_records = 8
-        pump.backlog_bytes = 100
-        pump.kick()
-        await asyncio.sleep(0)          # one loop turn: everything dispatched before it
-        assert s.index_backlog_bytes() < 100 and not pump._scheduled
-        for i in range(200, 400):
-            put(s, i)
-        pump.step_budget_s = 0          # past the budget after each sub-step: one per turn
-        pump.kick()
-        await asyncio.sleep(0)
-        assert pump._scheduled and s.index_backlog_bytes() > 100
-        before = pump.records
-        await asyncio.sleep(0)
-        assert pump.records == before + 8
-        await _settle(pump)
-        assert s.index_backlog_bytes() < 100
-    finally:
-        s.close()
+async def test_pump_indexes_a_turns_dispatch_in_one_step_and_spreads_a_long_backlog(s):
+    pump = pump_over(s, 200, 8, 100)
+    pump.kick()
+    await asyncio.sleep(0)          # one loop turn: everything dispatched before it
+    assert s.index_backlog_bytes() < 100 and not pump._scheduled
+    for i in range(200, 400):
+        put(s, i)
+    pump.step_budget_s = 0          # past the budget after each sub-step: one per turn
+    pump.kick()
+    await asyncio.sleep(0)
+    assert pump._scheduled and s.index_backlog_bytes() > 100
+    before = pump.records
+    await asyncio.sleep(0)
+    assert pump.records == before + 8
+    await _settle(pump)
+    assert s.index_backlog_bytes() < 100
