@@ -69,7 +69,7 @@ __all__ = [
     "store_timestamp_pos", "property_value", "tags_code_of_properties", "properties_at", "index_fields_at",
     "property_getter",
     # batch reads of many records' properties (the broker's SQL92 filter, a whole pull at a time)
-    "properties_at_many", "property_keys",
+    "properties_at_many", "property_keys", "property_slots", "slot_names_ok", "SLOTS_MAX_PROPERTIES",
     # the record layout, for the stores (one owner: nothing else retypes an offset or a mask)
     "POS_QUEUE_OFFSET", "POS_PHYSICAL_OFFSET", "POS_SYSFLAG", "POS_BORN_TIMESTAMP", "POS_BORN_HOST",
     "RECORD_HEAD_MIN", "HOST_V6_FLAGS", "PORT_MAX", "MAX_INT", "BLANK_MARKER_SIZE", "head_struct", "head_struct_at",
@@ -327,6 +327,70 @@ def property_keys(props: Sequence[bytes], names: Sequence[str]) -> list:
     if len(columns) == 1:
         return columns[0]
     return list(zip(*columns))
+
+
+# properties a text may hold for property_slots to split texts (more and splitting every
+# property costs more than property_keys' regex passes)
+SLOTS_MAX_PROPERTIES = 12
+
+
+def property_slots(props: Sequence[bytes], names: Sequence[str]) -> list | None:
+    """property_keys' fast path for texts that share one layout, the common case (one
+    producer, the same properties in the same order): for each text a key standing for the
+    values of `names` in it, or None when the texts do not share a layout (then
+    property_keys). The key is the property itself, b"name\x01value", for one name; a
+    tuple of them (in `names` order) for several. It is a properties text (joined with
+    \x02 for a tuple) holding exactly the text's values of `names`, so whatever reads only
+    `names` reads the same from the key as from the text.
+
+    One split of all texts joined, each followed by a separator property b"\x03": when the
+    separators fall exactly every p + 1 items (p: the first text's properties), every text
+    has p properties, and a name's property in every text is the item at the same place
+    as in the first text; that it is the only one of its name in each text is checked by
+    counting b"\x02name\x01" in all texts at once (exactly one per text). Beyond
+    SLOTS_MAX_PROPERTIES properties a text, or a name with \x01 or \x02 in it: None.
+    A caller that remembers keys must still check that each of a key's properties has
+    its name (`slot_names_ok`): that holds for every text only when it does."""
+    n = len(props)
+    if not n:
+        return []
+    keys = _slot_keys(tuple(names))
+    if keys is None:
+        return None
+    first = b"\x02" + props[0]
+    p = first.count(b"\x02")
+    if p > SLOTS_MAX_PROPERTIES:
+        return None
+    joined = first + b"\x02\x03\x02" + b"\x02\x03\x02".join(props[1:]) if n > 1 else first
+    items = joined.split(b"\x02")              # [b"", text 1's p items, b"\x03", text 2's ...]
+    stride = p + 1
+    if len(items) != n * stride or items[stride::stride].count(b"\x03") != n - 1 \
+            or items.count(b"\x03") != n - 1:
+        return None
+    columns = []
+    for sep_key in keys:
+        at = first.rfind(sep_key)               # the last of the name in the first text...
+        if at < 0 or joined.count(sep_key) != n:    # ...and one of it in every text
+            return None
+        columns.append(items[first.count(b"\x02", 0, at + 1)::stride])
+    if len(columns) == 1:
+        return columns[0]
+    return list(zip(*columns))
+
+
+@lru_cache(maxsize=256)
+def _slot_keys(names: tuple[str, ...]) -> tuple[bytes, ...] | None:
+    """b"\x02name\x01" for each name, None when a name holds \x01 or \x02."""
+    keys = tuple(b"\x02" + name.encode() + b"\x01" for name in names)
+    return None if any(b"\x02" in k[1:-1] or b"\x01" in k[1:-1] for k in keys) else keys
+
+
+def slot_names_ok(key, names: Sequence[str]) -> bool:
+    """A property_slots key holds `names`' properties (in order): the check that makes
+    every one of that call's keys right (see property_slots)."""
+    if type(key) is bytes:
+        return key.startswith(names[0].encode() + b"\x01")
+    return all(item.startswith(name.encode() + b"\x01") for item, name in zip(key, names))
 
 
 @lru_cache(maxsize=256)

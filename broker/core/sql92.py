@@ -55,7 +55,7 @@ from itertools import compress, repeat
 from operator import is_
 
 from pocketmq.protocol.message import (encode_properties, properties_at, properties_at_many, property_getter,
-                                       property_keys)
+                                       property_keys, property_slots, slot_names_ok)
 
 __all__ = ["Expression", "ExpressionCache", "ParseError", "compile_expression", "compiled"]
 
@@ -746,18 +746,21 @@ class Expression:
     once (also reachable as ``match_record.match_many``, which the store looks for). The
     result depends only on the values of the properties the expression names (`names`),
     so match_records reads those values for all records in a few passes
-    (protocol.message's properties_at_many and property_keys) and looks each record's
-    values up in a table of results computed once per distinct combination, by the same
-    evaluator on a properties text holding just those values."""
+    (protocol.message's properties_at_many, then property_slots when the texts share one
+    layout, else property_keys) and looks each record's values up in a table of results
+    computed once per distinct combination, by the same evaluator on a properties text
+    holding just those values."""
 
-    __slots__ = ("_fn", "_memo", "_names_b", "match_record", "names", "text")
+    __slots__ = ("_fn", "_memos", "_names_b", "match_record", "names", "text")
 
     def __init__(self, text: str, fn: Fn, names: tuple[str, ...] = ()):
         self.text = text
         self._fn = fn
         self.names = names
         self._names_b = tuple(n.encode() + b"\x01" for n in names)
-        self._memo: dict = {}
+        # results tables: by property_keys' values (False) and property_slots' keys (True),
+        # kept apart since a value and a slot key may be the same bytes for different texts
+        self._memos: dict[bool, dict] = {False: {}, True: {}}
 
         def match_record(buf, pos: int, _props_at=properties_at) -> bool:
             """The store's record filter: the record at buf[pos:] matches."""
@@ -783,32 +786,62 @@ class Expression:
         if not self.names:
             return [self._match_props(b"")] * n
         props = properties_at_many(buf, starts, sizes, base)
-        keys = property_keys(props, self.names)
-        memo = self._memo
+        # several names: one split of all texts (property_slots) instead of a regex pass a
+        # name; for one name that pass is as fast as the split, and property_keys has it
+        keys = property_slots(props, self.names) if len(self.names) > 1 else None
+        if keys is not None:
+            found = self._match_keys(props, keys, True)
+            if found is not None:
+                return found
+        return self._match_keys(props, property_keys(props, self.names), False)
+
+    def _match_keys(self, props, keys, slots: bool) -> list[bool] | None:
+        """Results for texts `props` whose keys are `keys` (property_slots' when `slots`,
+        else property_keys'), looked up in that kind's table and computed for new ones;
+        None when a slots key turns out not to hold the names (the texts do not share a
+        layout after all: read them by name)."""
+        memo = self._memos[slots]
         found = list(map(memo.get, keys))
         if None not in found:
             return found
         missing = set(compress(keys, map(is_, found, repeat(None))))
-        if len(missing) * 2 > n:
+        names = self.names
+        if slots and not all(slot_names_ok(k, names) for k in missing):
+            return None
+        if len(missing) * 2 > len(keys):
             # mostly new combinations (a property with a value per message): no table
             match = self._match_props
             return [match(p) for p in props]
         if len(memo) + len(missing) > _MEMO_MAX:
-            self._memo = memo = {}          # a new table, not clear(): a reader may hold the old one
+            # a new table, not clear(): a reader may hold the old one
+            self._memos = {**self._memos, slots: {}}
+            memo = self._memos[slots]
             missing = set(keys)
-        match, names_b = self._match_props, self._names_b
+        match = self._match_props
         fresh = {}
-        if len(names_b) == 1:
-            name_b = names_b[0]
-            for v in missing:
-                fresh[v] = match(name_b + v if v else b"")
-            short = [v for v in fresh if len(v) <= _MEMO_KEY_MAX]
+        if slots:
+            # a key is a properties text of the names (a tuple of them joined)
+            if len(names) == 1:
+                for k in missing:
+                    fresh[k] = match(k)
+            else:
+                for ks in missing:
+                    fresh[ks] = match(b"\x02".join(ks))
         else:
-            for vs in missing:
-                fresh[vs] = match(b"\x02".join([nb + v for nb, v in zip(names_b, vs) if v]))
-            short = [vs for vs in fresh if sum(map(len, vs)) <= _MEMO_KEY_MAX]
-        # only short values are remembered: the table's bytes stay bounded (long ones, an
+            names_b = self._names_b
+            if len(names_b) == 1:
+                name_b = names_b[0]
+                for v in missing:
+                    fresh[v] = match(name_b + v if v else b"")
+            else:
+                for vs in missing:
+                    fresh[vs] = match(b"\x02".join([nb + v for nb, v in zip(names_b, vs) if v]))
+        # only short keys are remembered: the table's bytes stay bounded (long values, an
         # order id or a blob, are judged again next time)
+        if len(names) == 1:
+            short = [k for k in fresh if len(k) <= _MEMO_KEY_MAX]
+        else:
+            short = [ks for ks in fresh if sum(map(len, ks)) <= _MEMO_KEY_MAX]
         for k in short:
             memo[k] = fresh[k]
         return [f if f is not None else fresh[k] for f, k in zip(found, keys)]
@@ -830,9 +863,9 @@ class Expression:
         return f"Expression({self.text!r})"
 
 
-# distinct property-value combinations remembered per expression (results of match_records),
-# each at most _MEMO_KEY_MAX bytes of values: ~150 KB a table at most (and the expression
-# cache holds at most 1,024 expressions)
+# distinct property-value combinations remembered per expression and kind of key (results of
+# match_records), each key at most _MEMO_KEY_MAX bytes: ~150 KB a table, two tables an
+# expression at most (and the expression cache holds at most 1,024 expressions)
 _MEMO_MAX = 1024
 _MEMO_KEY_MAX = 64
 

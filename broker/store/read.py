@@ -16,8 +16,8 @@ deleted segment) goes to the general per-unit loop, whose result it reproduces.
 from __future__ import annotations
 
 from bisect import bisect_left
-from itertools import compress
-from operator import add, ne
+from itertools import compress, islice, repeat
+from operator import add, ne, sub
 
 from pocketmq.common.constants import CQ_UNIT_SIZE
 from pocketmq.broker.store.api import (CQ_FILLER_SIZE, GetMessageResult, GetMessageStatus, MessageFilter,
@@ -35,6 +35,11 @@ _MATCH_RATES_MAX = 1024
 # units judged at once at most: bounds the unpack Structs consumequeue caches per chunk size
 # (a rarely matching filter would otherwise ask for thousands of units in one go)
 _CHUNK_MAX = 256
+# _get_matching judges up to this many times the units a pull needs, for the pulls after it
+JUDGE_AHEAD = 3
+# (record filter, consume queue) -> (first queue offset, commit-log offsets, sizes, results)
+# of the units judged ahead (MessageStore._judged), emptied when it grows past the bound
+_JUDGED_MAX = 256
 
 
 class ReadPart:
@@ -78,7 +83,7 @@ class ReadPart:
             match_many = getattr(record_filter, "match_many", None)
             if match_many is not None:
                 found = self._get_matching(buf, offset, max_msg_nums, min_offset, max_offset, message_filter,
-                                           record_filter, match_many)
+                                           record_filter, match_many, cq)
                 if found is not None:
                     return found
         cl = self._commitlog
@@ -192,7 +197,7 @@ class ReadPart:
         return GetMessageResult(_FOUND, offset + n, min_offset, max_offset, n, [view], span)
 
     def _get_matching(self, buf, offset: int, max_msg_nums: int, min_offset: int, max_offset: int,
-                      message_filter, record_filter, match_many) -> GetMessageResult | None:
+                      message_filter, record_filter, match_many, cq=None) -> GetMessageResult | None:
         """The general loop's result for a pull with a record filter that judges many
         records at once (`match_many(segment, commit_log_offsets, sizes, segment_start) ->
         [bool]` for records of this queue in one segment). Units are decoded and judged a chunk at a time (sized from the
@@ -200,7 +205,14 @@ class ReadPart:
         only the matches are walked, with the loop's limits: max_msg_nums and the in-memory
         count and byte caps, checked at every unit after the first taken one (a unit the
         byte cap stops at ends the pull even when it would be refused). None (the loop
-        decides) on a filler unit, a record out of memory, or one not in a readable segment."""
+        decides) on a filler unit, a record out of memory, or one not in a readable segment.
+
+        Judging ahead: a consumer's next pull starts where this one stops, so a chunk judged
+        without a tag filter reaches up to JUDGE_AHEAD times further than this pull needs
+        (not past a filler or the segment's end), and its results are kept per (filter,
+        consume queue) in `_judged`; a pull starting inside them takes their results for
+        units whose commit-log offsets and sizes are still the same. One judging call then
+        serves about three pulls (its fixed cost shared) and no unit is judged twice."""
         cl = self._commitlog
         cfg = self.config
         mem_bytes = cfg.max_transfer_bytes_on_message_in_memory
@@ -219,16 +231,41 @@ class ReadPart:
         i = 0                           # next unit to judge
         scanned = n_units               # where the pull stops
         done = False
+        judged_key = (record_filter, cq) if cq is not None and message_filter is None else None
+        try:
+            ahead = self._judged.get(judged_key) if judged_key is not None else None
+        except TypeError:               # an unhashable filter: nothing judged ahead
+            judged_key = ahead = None
         while i < n_units and not done:
             j = min(n_units, i + min(_CHUNK_MAX, max(16, int((limit - count) / max(rate, 0.01)) + 4)))
-            phys, sizes = unit_columns(buf, i * CQ_UNIT_SIZE, j - i)
-            if CQ_FILLER_SIZE in sizes or cl.wrote_offset - phys[0] > self._memory_limit:
+            need = j - i
+            flags = None
+            known = ()                  # results judged ahead for the chunk's first units
+            if ahead is not None and 0 <= offset + i - ahead[0] < len(ahead[1]):
+                # judged ahead by an earlier pull: the units must still be the same
+                d = offset + i - ahead[0]
+                k = min(need, len(ahead[1]) - d)
+                phys, sizes = unit_columns(buf, i * CQ_UNIT_SIZE, k)
+                if ahead[1][d:d + k] == phys and ahead[2][d:d + k] == sizes:
+                    known = ahead[3][d:d + k]
+                    if k == need:
+                        flags = known
+                ahead = None
+            if flags is None:
+                span = min(n_units - i, _CHUNK_MAX, need * JUDGE_AHEAD) if judged_key is not None else need
+                phys, sizes = unit_columns(buf, i * CQ_UNIT_SIZE, span)
+            if CQ_FILLER_SIZE in sizes:
+                f = sizes.index(CQ_FILLER_SIZE)
+                if f < need:
+                    return None
+                phys, sizes = phys[:f], sizes[:f]       # judge ahead up to the filler only
+            if cl.wrote_offset - phys[0] > self._memory_limit:
                 return None
             found = cl.readable_view(phys[0], sizes[0])
             if found is None:
                 return None
             view, seg_lo, seg_hi = found
-            m = j - i
+            m = len(phys)
             if phys[-1] + sizes[-1] > seg_hi:       # the chunk ends in the next segment
                 m = bisect_left(phys, seg_hi)
                 if phys[m - 1] + sizes[m - 1] > seg_hi:
@@ -237,28 +274,36 @@ class ReadPart:
             rec_buf = view.obj                      # the mapping itself: slices are bytes
             if len(rec_buf) != view.nbytes:
                 rec_buf = view
-            try:
-                flags = match_many(rec_buf, phys, sizes, seg_lo)
-            except Exception:
-                # a record the batch reader cannot read (damaged: struct.error, IndexError...)
-                # somewhere in the chunk, maybe beyond where the pull stops: the per-unit loop,
-                # the reference, decides (and reads only what the pull reaches)
-                return None
+            if flags is None or len(flags) > m:
+                k = min(len(known), m)
+                try:
+                    flags = [*known[:k], *match_many(rec_buf, phys[k:], sizes[k:], seg_lo)] if k < m else known[:m]
+                except Exception:
+                    # a record the batch reader cannot read (damaged: struct.error,
+                    # IndexError...) somewhere in the chunk, maybe beyond where the pull
+                    # stops: the per-unit loop, the reference, decides (and reads only what
+                    # the pull reaches)
+                    return None
+                if judged_key is not None and m > need:
+                    table = self._judged
+                    if len(table) >= _JUDGED_MAX:
+                        table.clear()
+                    table[judged_key] = (offset + i, phys, sizes, flags)
             if message_filter is not None:
                 tags = unit_tags(buf, i * CQ_UNIT_SIZE, m)
                 flags = [f and message_filter(t) for f, t in zip(flags, tags)]
             judged += m
             matched += flags.count(True)
             biggest = max(sizes)
-            take = list(compress(range(m), flags))[:limit - count]
-            took = [sizes[k] for k in take]
+            take = list(islice(compress(range(m), flags), limit - count))
+            took = list(islice(compress(sizes, flags), limit - count))
             if take and total + sum(took) + biggest > mem_bytes:
                 # the byte cap may stop this chunk: the matches taken before it does
                 c = _taken_before_byte_cap(sizes, take, total, count, mem_bytes)
                 take, took = take[:c], took[:c]
             if take:
                 # one slice per run of records back to back
-                starts = [phys[k] - seg_lo for k in take]
+                starts = list(map(sub, islice(compress(phys, flags), len(take)), repeat(seg_lo)))
                 ends = list(map(add, starts, took))
                 if view is cur_view and starts[0] == cur_end:
                     run = cur_start                 # the first continues the current run

@@ -96,6 +96,8 @@ class MessageStore(RecoveryPart, AppendPart, DispatchPart, ReadPart, SearchPart,
         self._index_done_through = -1
         self._index_flushed_ts = 0          # the checkpoint's indexMsgTimestamp
         self._index_hashers: dict = {}               # topic bytes -> index._TopicHashes (its hash memo)
+        # the filtered pull's units judged ahead (read._get_matching)
+        self._judged: dict = {}
         # lifecycle
         self._failed: str | None = None
         self._open = False

@@ -14,7 +14,8 @@ from pocketmq.broker.store.api import MessageToStore
 from pocketmq.broker.store.store import MessageStore
 from pocketmq.broker.store.store_config import StoreConfig
 from pocketmq.protocol.message import (MessageSysFlag, encode_properties, encode_record, properties_at,
-                                       properties_at_many, property_getter, property_keys, tags_code)
+                                       properties_at_many, property_getter, property_keys, property_slots,
+                                       slot_names_ok, tags_code)
 
 from tests.unit.test_sql92 import EQUIVALENT, TABLE
 
@@ -108,6 +109,73 @@ def test_property_keys_are_property_getters(seed):
     assert property_keys([], ["a"]) == []
 
 
+def layout_texts(n: int, seed: int, trap_rate: float = 0.12) -> list[bytes]:
+    """Texts as one producer sends them (the same properties in the same order, values
+    varying), with traps that keep the number of properties: a text where a name repeats
+    in place of another property, one missing a name, a name moved to another place,
+    values that are \x03 or hold \x01, an empty value."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        props = [("TAGS", rng.choice(["TagA", "TagB"])), ("UNIQ_KEY", rng.randbytes(8).hex()),
+                 ("a", rng.choice(["3", "7", "x\x01y", "", "\x03"])), ("region", rng.choice(["eu", "us"])),
+                 ("WAIT", "true")]
+        trap = rng.random() * 0.12 / trap_rate if trap_rate else 1.0
+        if trap < 0.03:
+            props[1] = ("a", "9")                   # a twice: the last one counts
+        elif trap < 0.06:
+            props[2] = ("b", "1")                   # no a
+        elif trap < 0.09:
+            props[0], props[2] = props[2], props[0]     # a elsewhere
+        elif trap < 0.12:
+            props[4] = ("\x03", "")                 # a property that looks like the separator
+        out.append(b"\x02".join(k.encode() + b"\x01" + v.encode() for k, v in props))
+    return out
+
+
+@pytest.mark.parametrize("seed", [21, 22, 23])
+def test_property_slots_read_what_property_getters_read(seed):
+    texts = layout_texts(300, seed)
+    regular = layout_texts(300, seed + 100, trap_rate=0)
+    for names in [["a"], ["a", "TAGS"], ["region", "a", "WAIT"], ["TAGS", "b"]]:
+        getters = [property_getter(n) for n in names]
+        for batch in [texts[i:i + 46] for i in range(0, len(texts), 46)] + [regular[:50], regular[:1]]:
+            keys = property_slots(batch, names)
+            if keys is None or not all(slot_names_ok(k, names) for k in keys):
+                continue                            # not one layout: the caller reads by name
+            for key, text in zip(keys, batch):
+                shown = key if len(names) == 1 else b"\x02".join(key)
+                assert [g(shown) for g in getters] == [g(text) for g in getters], (names, text, key)
+    # texts of one layout take the fast path; a trap in a batch makes it decline or fail the check
+    clean = regular[:40]
+    assert property_slots(clean, ["a", "TAGS"]) is not None
+    moved = clean[:10] + [b"a\x01" + b"1\x02TAGS\x01TagA\x02UNIQ_KEY\x01x\x02region\x01eu\x02WAIT\x01true"]
+    keys = property_slots(moved, ["a", "TAGS"])
+    assert keys is None or not all(slot_names_ok(k, ["a", "TAGS"]) for k in keys)
+    twice = clean[:10] + [b"TAGS\x01TagA\x02a\x019\x02a\x011\x02region\x01eu\x02WAIT\x01true"]
+    assert property_slots(twice, ["a", "TAGS"]) is None
+    assert property_slots([], ["a", "b"]) == []
+    assert property_slots(clean, ["a\x01", "TAGS"]) is None
+
+
+@pytest.mark.parametrize("text", ["a BETWEEN 3 AND 6 OR TAGS IN ('TagB', 'TagC')", "a > 5 AND region = 'eu'",
+                                  "a IS NULL OR b = '1'", "a = 'x\x01y' AND TAGS <> 'TagA'",
+                                  "a = '\x03' OR region IS NULL", "WAIT = 'true' AND a IS NOT NULL"])
+def test_match_records_on_one_layout_is_match_record(text):
+    e = compile_expression(text)
+    texts = layout_texts(400, len(text), trap_rate=0.02)    # some pulls without a trap
+    buf, starts, sizes = records(texts, 13)
+    want = [e.match_record(buf, p) for p in starts]
+    for step in (46, 7, 400):
+        for _ in range(2):                          # the second time from the table
+            got = []
+            for i in range(0, len(starts), step):
+                got += e.match_records(buf, starts[i:i + step], sizes[i:i + step])
+            assert got == want, step
+    # the one-layout path was taken (b is no property of the layout: never in every text)
+    assert bool(e._memos[True]) is ("b" not in e.names)
+
+
 @pytest.mark.parametrize("text", EXPRESSIONS)
 def test_match_records_is_match_record(text):
     e = compile_expression(text)
@@ -132,12 +200,25 @@ def test_results_table_is_bounded_and_high_cardinality_skips_it():
     assert e.match_records(buf, starts, sizes) == want           # all different: judged one by one
     for i in range(0, 6000, 100):                                # 100 new values a call, table bounded
         assert e.match_records(buf, starts[i:i + 100], sizes[i:i + 100]) == want[i:i + 100]
-    assert len(e._memo) <= _MEMO_MAX
+    assert all(len(memo) <= _MEMO_MAX for memo in e._memos.values())
 
 
 def _copy(f):
     """The per-record filter alone (no match_many): the store takes its per-unit loop."""
     return types.FunctionType(f.__code__, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+
+
+def _reference_and_counted(e):
+    """(the per-record filter alone, the batch filter recording the size of every
+    match_many call in the list returned third)."""
+    f = _copy(e.match_record)
+    calls = []
+
+    def match_many(buf, starts, sizes, base, _m=e.match_records):
+        calls.append(len(starts))
+        return _m(buf, starts, sizes, base)
+    f.match_many = match_many
+    return _copy(e.match_record), f, calls
 
 
 def _pull_outcome(r):
@@ -170,14 +251,7 @@ def test_store_pulls_are_the_per_unit_loops(tmp_path, max_bytes):
         for text in ["a > 5", "a > 5 AND region = 'eu'", "TAGS = 'TagB' OR a IS NULL", "x = '1'", "FALSE",
                      "a BETWEEN 3 AND 6 OR TAGS IN ('TagB', 'TagC')"]:
             e = compile_expression(text)
-            ref = _copy(e.match_record)
-            f = _copy(e.match_record)
-            judged = []
-
-            def match_many(buf, starts, sizes, base, _m=e.match_records):
-                judged.append(len(starts))
-                return _m(buf, starts, sizes, base)
-            f.match_many = match_many
+            ref, f, judged = _reference_and_counted(e)
             for tag_filter in [None, lambda code: code == tag_b]:
                 for max_nums in [1, 3, 32]:
                     off = 0
@@ -192,6 +266,56 @@ def test_store_pulls_are_the_per_unit_loops(tmp_path, max_bytes):
         store.close()
 
 
+def test_units_judged_ahead_serve_the_next_pulls_only_while_they_are_the_same(tmp_path):
+    cfg = StoreConfig(str(tmp_path / "s"), mapped_file_size_commit_log=1 << 16,
+                      store_host=(b"\x0a\0\0\1", 10911), total_physical_memory_bytes=1 << 34)
+    store = MessageStore(cfg)
+    store.open()
+    rng = random.Random(31)
+
+    def put(n):
+        for _ in range(n):
+            props = f"a\x01{rng.randrange(10)}\x02region\x01{rng.choice(['eu', 'us'])}"
+            assert store.put_message(MessageToStore("T", 0, 0, b"b" * rng.choice([5, 60]), props, 0, 1,
+                                                    (b"\x0a\0\0\7", 7), 1000)).wrote_offset >= 0
+        store.reput()
+    try:
+        put(700)        # several 64 KiB segments: judging ahead stops at a segment's end
+        e = compile_expression("a BETWEEN 3 AND 6 OR region = 'us'")
+        ref, f, calls = _reference_and_counted(e)
+
+        def check(off, max_nums=32):
+            got = store.get_message("T", 0, off, max_nums, None, f)
+            want = store.get_message("T", 0, off, max_nums, None, ref)
+            assert _pull_outcome(got) == _pull_outcome(want), off
+            return got.next_begin_offset
+        off, pulls = 0, 0
+        while off < store.get_max_offset_in_queue("T", 0):
+            off = check(off)
+            pulls += 1
+            if pulls == 5:
+                put(40)             # more messages while the consumer reads
+        assert len(calls) < pulls * 0.7     # one judging call served several pulls
+        for off in [rng.randrange(740) for _ in range(150)]:     # jumps, backwards too
+            check(off, rng.choice([1, 7, 32]))
+        # results judged ahead are taken only for the same units: judge ahead of offset 100,
+        # then damage the kept results, first for other units, then for these ones
+        check(100)
+        (start, phys, sizes, flags), = store._judged.values()
+        nxt = check(100)
+        assert nxt - start < len(phys)              # the next pull starts inside them
+        key, = store._judged
+        wrong = [not x for x in flags]
+        store._judged[key] = (start, tuple(p + 1 for p in phys), sizes, wrong)
+        check(nxt)                                  # other units: judged again, same answer
+        store._judged[key] = (start, phys, sizes, wrong)
+        got = store.get_message("T", 0, nxt, 32, None, f)
+        want = store.get_message("T", 0, nxt, 32, None, ref)
+        assert _pull_outcome(got) != _pull_outcome(want)    # taken: the same units
+    finally:
+        store.close()
+
+
 def test_long_values_are_judged_not_remembered():
     e = compile_expression("k = 'x' OR k > 5")
     long_v = [b"9" * (_MEMO_KEY_MAX + 1), b"x" * (_MEMO_KEY_MAX + 5), b"y" * 300]
@@ -200,13 +324,13 @@ def test_long_values_are_judged_not_remembered():
     want = [e.match_record(buf, p) for p in starts]
     assert e.match_records(buf, starts, sizes) == want
     assert e.match_records(buf, starts, sizes) == want           # the second time from the table
-    assert e._memo and all(len(k) <= _MEMO_KEY_MAX for k in e._memo)
+    assert e._memos[False] and all(len(k) <= _MEMO_KEY_MAX for k in e._memos[False])
     e2 = compile_expression("k = 'x' AND j IS NULL")
     texts = [b"k\x01x\x02j\x01" + b"z" * 100, b"k\x01x", b"k\x01" + b"w" * 70] * 5
     buf, starts, sizes = records(texts, 12)
     want = [e2.match_record(buf, p) for p in starts]
     assert e2.match_records(buf, starts, sizes) == want == [False, True, False] * 5
-    assert all(sum(map(len, k)) <= _MEMO_KEY_MAX for k in e2._memo)
+    assert all(sum(map(len, k)) <= _MEMO_KEY_MAX for memo in e2._memos.values() for k in memo)
 
 
 def _store_with_filler(tmp_path):
@@ -232,14 +356,7 @@ def test_fillers_after_the_last_taken_are_stepped_over_and_chunks_bounded(tmp_pa
     store = _store_with_filler(tmp_path)
     try:
         e = compile_expression("a > 5")
-        ref = _copy(e.match_record)
-        f = _copy(e.match_record)
-        judged = []
-
-        def match_many(buf, starts, sizes, base, _m=e.match_records):
-            judged.append(len(starts))
-            return _m(buf, starts, sizes, base)
-        f.match_many = match_many
+        ref, f, judged = _reference_and_counted(e)
         mx = store.get_max_offset_in_queue("T", 0)
         for max_nums in [1, 2, 32, 400]:
             for off in range(mx):
