@@ -24,6 +24,7 @@ class CleaningPart:
             for topic in topics:
                 table = self._cq_table.pop(topic, None)
                 if table:
+                    self._judged.clear()        # results judged ahead for these queues (read.py)
                     for cq in table.values():
                         cq.destroy()
                         removed += 1

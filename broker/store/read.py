@@ -321,9 +321,11 @@ class ReadPart:
                 count += len(take)
             if take and count >= limit:
                 scanned = i + take[-1] + 1
-                # the loop steps over fillers before it checks the count: so do we (they
-                # may start the next chunk, which was never decoded)
-                while scanned < n_units and unit_columns(buf, scanned * CQ_UNIT_SIZE, 1)[1][0] == CQ_FILLER_SIZE:
+                # the loop steps over fillers before it checks the count: so do we (none
+                # inside the chunk, which stops before any; they may start the next one,
+                # never decoded)
+                while scanned >= i + m and scanned < n_units \
+                        and unit_columns(buf, scanned * CQ_UNIT_SIZE, 1)[1][0] == CQ_FILLER_SIZE:
                     scanned += 1
                 done = True
             elif count:
