@@ -954,7 +954,7 @@ class MessageExt(tuple):
         return tuple(getattr(self, f) for f in _FIELDS)
 
     def __eq__(self, other):
-        if other.__class__ is not self.__class__:
+        if not isinstance(other, MessageExt):
             return NotImplemented
         return self._values() == other._values()
 
@@ -1052,6 +1052,84 @@ def _message_ext_from_fields(values: tuple) -> MessageExt:
     return MessageExt(topic, body, queue_id, queue_offset, broker_name, dict(properties), flag, sys_flag,
                       commit_log_offset, born_timestamp, born_host, store_timestamp, store_host,
                       reconsume_times, prepared_transaction_offset, body_crc, store_size, real_topic)
+
+
+
+# A pulled record's head fields as read by _PulledMessageExt (IPv4 hosts: the only layout
+# it holds), from the codec's own positions.
+_V4_POS = _POSITIONS_BY_BITS[0]
+_V4_BODY = _V4_POS["body"]
+_i_at = _I.unpack_from
+_q_at = _Q.unpack_from
+
+
+def _int_field(name: str):
+    at = _V4_POS[name]
+    return property(lambda self: _i_at(self[1], self[2] + at)[0])
+
+
+def _long_field(name: str):
+    at = _V4_POS[name]
+    return property(lambda self: _q_at(self[1], self[2] + at)[0])
+
+
+def _v4_host(buf, at: int) -> str:
+    return format_host(buf[at:at + 4], _i_at(buf, at + 4)[0])
+
+
+class _PulledMessageExt(MessageExt):
+    """A MessageExt that is a view of one record of a pull body (decode_messages' common
+    record: IPv4 hosts, body not compressed), holding the body bytes and the record's
+    position instead of its decoded fields: a consumer pays, per message, for finding and
+    checking the record and for what its listener reads, not for decoding the 17 head
+    fields and copying a body it may not keep. Behaves as the MessageExt of the same
+    values (equal to it, pickles and copies to it, dataclasses.replace makes one); the
+    whole pull body stays alive while any message of it is referenced.
+
+    Tuple layout: (shown topic, pull body, record position, queue_offset, properties text,
+    body end, broker_name, real topic): queue_offset (every consumer's bookkeeping reads it)
+    and the properties text (decoded while checking the record, so a record whose
+    properties are not UTF-8 is refused at decode time as before) are kept; index 4 is the
+    properties text as in MessageExt's own layout."""
+    __slots__ = ()
+
+    def __new__(cls, *args, **kwargs):
+        # dataclasses.replace() and friends construct from field values: a plain MessageExt
+        return MessageExt(*args, **kwargs)
+
+    @property
+    def body(self) -> bytes:
+        return self[1][self[2] + _V4_BODY:self[5]]
+
+    queue_id = _int_field("queue_id")
+    flag = _int_field("flag")
+    sys_flag = _int_field("sys_flag")
+    commit_log_offset = _long_field("physical_offset")
+    born_timestamp = _long_field("born_timestamp")
+    store_timestamp = _long_field("store_timestamp")
+    reconsume_times = _int_field("reconsume_times")
+    prepared_transaction_offset = _long_field("prepared_transaction_offset")
+    body_crc = _int_field("body_crc")
+    store_size = _int_field("total_size")
+    broker_name = _field(itemgetter(6))
+    real_topic = _field(itemgetter(7))
+
+    @property
+    def born_host(self) -> str:
+        return _v4_host(self[1], self[2] + _V4_POS["born_host"])
+
+    @property
+    def store_host(self) -> str:
+        return _v4_host(self[1], self[2] + _V4_POS["store_host"])
+
+    @property
+    def offset_msg_id(self) -> str:
+        buf, at = self[1], self[2] + _V4_POS["store_host"]
+        return offset_msg_id(buf[at:at + 4], _i_at(buf, at + 4)[0], self.commit_log_offset)
+
+    @property
+    def queue(self) -> MessageQueue:
+        return MessageQueue(self[7], self[6], self.queue_id)
 
 
 def decompress_body(data: bytes) -> bytes:
@@ -1192,70 +1270,89 @@ def decode_messages(buf, broker_name: str, *, decompress: bool = True) -> list[M
     the intermediate tuple per record. Same validation and ValueError.
 
     The common records (IPv4 hosts, body not compressed: what a pull body nearly always
-    holds) go through _decode_v4_run; the first record it does not take (another layout,
-    or anything suspicious) and all after it go through the general loop, which decodes
-    or rejects it exactly as decode_records_raw does."""
+    holds) go through _decode_v4_run, as views of the body (_PulledMessageExt); the records
+    it does not take (another layout, or anything suspicious) go through the general loop,
+    which decodes or rejects them exactly as decode_records_raw does, up to the next record
+    of the common layout."""
     if type(buf) is not bytes:
         buf = bytes(buf)
     out: list = []
-    pos = _decode_v4_run(buf, broker_name, out)
-    if pos < len(buf):
-        _decode_pull_body(buf, decompress, broker_name, pos, out)
+    n = len(buf)
+    pos = _decode_v4_run(buf, broker_name, out, 0)
+    while pos < n:      # records of another layout (or a bad one), then the fast loop again
+        pos = _decode_pull_body(buf, decompress, broker_name, pos, out, until_fast=True)
+        if pos < n:
+            pos = _decode_v4_run(buf, broker_name, out, pos)
     return out
 
 
-_HEAD_V4 = _HEADS_BY_BITS[0]
 _V4_SLOW_FLAGS = MessageSysFlag.COMPRESSED_FLAG | HOST_V6_FLAGS
 
 
-def _decode_v4_run(buf: bytes, broker_name: str, out: list) -> int:
+def _walk_struct(names: tuple[str, ...]) -> struct.Struct:
+    """A Struct reading only the named int/long fields of an IPv4 head (pad bytes between
+    them), laid out from the codec's own positions."""
+    codes = dict(zip(_HEAD_FIELDS, re.findall(r"\d*[a-z]", _HEAD_V4_FORMAT)))
+    fmt, at = ">", 0
+    for name in names:
+        pos = _V4_POS[name]
+        if pos > at:
+            fmt += f"{pos - at}x"
+        fmt += codes[name]
+        at = pos + struct.calcsize(">" + codes[name])
+    return struct.Struct(fmt)
+
+
+_HEAD_V4_FORMAT = _HEADS_BY_BITS[0].format.lstrip(">")
+# TOTALSIZE, MAGICCODE, QUEUEOFFSET, SYSFLAG, BODYLENGTH: what _decode_v4_run checks and keeps
+_V4_WALK = _walk_struct(("total_size", "magic_code", "queue_offset", "sys_flag", "body_length"))
+assert _V4_WALK.size == _V4_BODY
+
+
+def _decode_v4_run(buf: bytes, broker_name: str, out: list, pos: int) -> int:
     """decode_messages' loop for the common record: IPv4 born and store hosts, body not
-    compressed. Appends MessageExt to `out` and returns the position of the first record it
-    did not take (len(buf) when it took them all): one of another layout, or one that fails
-    any check of the general loop (which then decodes or rejects it). Per record: one head
-    unpack, the properties length, two slices and a decode; the topic (one per pull body)
-    is decoded once and recognised in place on the following records (no slice, no hash)."""
+    compressed. Appends a _PulledMessageExt (a view of the record) to `out` per record and
+    returns the position of the first record from `pos` it did not take (len(buf) when it
+    took them all): one of another layout, or one that fails any check of the general loop
+    (which then decodes or rejects it). Per record: one unpack of the five fields the checks need,
+    the topic recognised in place (decoded once per pull body: no slice, no hash), the
+    properties length, the properties decoded (UTF-8 checked)."""
     append = out.append
     n = len(buf)
-    pos = 0
-    unpack = _HEAD_V4.unpack_from
+    unpack = _V4_WALK.unpack_from
     unpack_short = _H.unpack_from
-    hs = _HEAD_V4.size
+    hs = _V4_BODY
     slow = _V4_SLOW_FLAGS
     magic_ok = MESSAGE_MAGIC_CODE
     new = _tuple_new
-    ext = MessageExt
-    topic_raw = b""
-    topic_len = -1
+    view = _PulledMessageExt
+    topic_field_b = b""         # TOPICLEN byte + topic bytes of the records seen so far
     topic = ""
     retry = False
+    tl = 0
     try:
         while pos < n:
-            (total, magic, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
-             born_ts, born_addr, born_port, store_ts, store_addr, store_port, reconsume_times,
-             prepared_offset, bl) = unpack(buf, pos)
+            total, magic, queue_offset, sys_flag, bl = unpack(buf, pos)
             end = pos + total
-            b = pos + hs                # BODY
-            p = b + bl                  # TOPICLEN
+            p = pos + hs + bl           # TOPICLEN
             if magic != magic_ok or sys_flag & slow or bl < 0 or end > n:
                 return pos
-            tl = buf[p]
-            pp = p + 3 + tl             # PROPERTIES
-            if tl > TOPIC_LENGTH_BYTES_MAX or pp > end or unpack_short(buf, pp - 2)[0] != end - pp:
-                return pos
-            if tl != topic_len or not buf.startswith(topic_raw, p + 1):
-                raw = buf[p + 1:p + 1 + tl]
-                topic = raw.decode()
-                topic_raw, topic_len = raw, tl
+            if not buf.startswith(topic_field_b, p) or not topic_field_b:
+                tl = buf[p]
+                if tl > TOPIC_LENGTH_BYTES_MAX or p + 3 + tl > end:
+                    return pos
+                topic_field_b = buf[p:p + 1 + tl]
+                topic = topic_field_b[1:].decode()
                 retry = topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+            pp = p + 3 + tl             # PROPERTIES
+            if pp > end or unpack_short(buf, pp - 2)[0] != end - pp:
+                return pos
             props = buf[pp:end].decode()
             shown = topic
             if retry and props:
                 # MessageExt.from_raw's shown topic: a %RETRY% record's original one
                 shown = property_value(props, RETRY_TOPIC) or topic
-            append(new(ext, (shown, buf[b:p], queue_id, queue_offset, props, flag, sys_flag, physical_offset,
-                             born_ts, (born_addr, born_port), store_ts, (store_addr, store_port),
-                             reconsume_times, prepared_offset, body_crc, total, broker_name, topic)))
+            append(new(view, (shown, buf, pos, queue_offset, props, p, broker_name, topic)))
             pos = end
     except (struct.error, IndexError, UnicodeDecodeError):
         pass            # a short or undecodable record: the general loop names the problem
@@ -1263,9 +1360,10 @@ def _decode_v4_run(buf: bytes, broker_name: str, out: list) -> int:
 
 
 def _decode_pull_body(buf, decompress: bool, broker_name: str | None, pos: int = 0,
-                      out: list | None = None) -> list:
+                      out: list | None = None, until_fast: bool = False):
     """decode_records_raw (broker_name None) and decode_messages (from `pos`, appending to
-    `out`): one loop for both."""
+    `out`): one loop for both. Returns `out`; with `until_fast`, the position of the first
+    record after `pos` that _decode_v4_run may take (IPv4 hosts, not compressed), or len(buf)."""
     if type(buf) is not bytes:
         buf = bytes(buf)
     if out is None:
@@ -1327,7 +1425,9 @@ def _decode_pull_body(buf, decompress: bool, broker_name: str | None, pos: int =
                              born_ts, (born_addr, born_port), store_ts, (store_addr, store_port),
                              reconsume_times, prepared_offset, body_crc, total, broker_name, topic)))
         pos = end
-    return out
+        if until_fast and n - pos >= RECORD_HEAD_MIN and not unpack_int(buf, pos + POS_SYSFLAG)[0] & _V4_SLOW_FLAGS:
+            return pos
+    return pos if until_fast else out
 
 
 # --------------------------------------------------------------------------- message ids

@@ -532,6 +532,40 @@ async def test_send_batch_of_bodies_refuses_what_a_batch_refuses():
     assert cp.sent == []
 
 
+def test_pulled_message_view_is_the_message_ext_of_its_values():
+    """decode_messages' common records are views of the pull body (_PulledMessageExt):
+    every field, derived value and protocol (equality, repr, pickle, copy, dataclasses)
+    as the MessageExt built from the same record."""
+    import copy
+    import dataclasses
+    import pickle
+    rnd = random.Random(5)
+    body = b"".join(_random_record(rnd, i) for i in range(30))
+    want = [MessageExt.from_raw(r, "bk") for r in msgcodec.decode_records_raw(body)]
+    got = msgcodec.decode_messages(body, "bk")
+    views = [g for g in got if type(g) is msgcodec._PulledMessageExt]
+    assert views, "no record took the view path"
+    for g, w in zip(got, want):
+        assert isinstance(g, MessageExt)
+        for name in ("topic", "body", "queue_id", "queue_offset", "flag", "sys_flag", "commit_log_offset",
+                     "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
+                     "prepared_transaction_offset", "body_crc", "store_size", "broker_name", "real_topic",
+                     "offset_msg_id", "msg_id", "tags", "keys", "delay_level", "user_properties", "queue"):
+            assert getattr(g, name) == getattr(w, name), name
+        assert dict(g.properties) == dict(w.properties)
+        assert g == w and w == g and not (g != w)
+        assert repr(g) == repr(w)
+        for clone in (pickle.loads(pickle.dumps(g)), copy.copy(g), copy.deepcopy(g)):
+            assert clone == w and type(clone) is MessageExt
+        assert dataclasses.asdict(g) == dataclasses.asdict(w)
+        r = dataclasses.replace(g, topic="Other")
+        assert type(r) is MessageExt and r.topic == "Other" and r.body == w.body
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            g.body = b"x"
+        assert MessageExt.from_record(g, "bk2") == MessageExt.from_record(w, "bk2")
+    assert got != [dataclasses.replace(w, queue_offset=w.queue_offset + 1) for w in want]
+
+
 def test_decode_messages_equals_decode_records_raw_then_from_raw():
     rnd = random.Random(17)
     bodies = [b"", bytes.fromhex(A3_HEX) * 2]
@@ -540,7 +574,7 @@ def test_decode_messages_equals_decode_records_raw_then_from_raw():
     for body in bodies:
         want = [MessageExt.from_raw(r, "broker-b") for r in msgcodec.decode_records_raw(body)]
         got = msgcodec.decode_messages(body, "broker-b")
-        assert got == want and [tuple(g) for g in got] == [tuple(w) for w in want]
+        assert got == want and [g._values() for g in got] == [w._values() for w in want]
         assert [(g.topic, g.real_topic, g.broker_name, dict(g.properties)) for g in got] == \
             [(w.topic, w.real_topic, w.broker_name, dict(w.properties)) for w in want]
         assert msgcodec.decode_messages(memoryview(body), "broker-b") == want
@@ -604,17 +638,21 @@ def _general(body, bn):
 def test_v4_run_takes_the_common_records_and_hands_the_rest_to_the_general_loop():
     plain = b"".join(_v4_record(i) for i in range(5))
     out = []
-    assert msgcodec._decode_v4_run(plain, "bn", out) == len(plain)
-    assert out == _general(plain, "bn") and [tuple(m) for m in out] == [tuple(m) for m in _general(plain, "bn")]
+    assert msgcodec._decode_v4_run(plain, "bn", out, 0) == len(plain)
+    assert out == _general(plain, "bn") and [m._values() for m in out] == [m._values() for m in _general(plain, "bn")]
+    assert all(type(m) is msgcodec._PulledMessageExt for m in out)
     v6 = _v4_record(5, born=(bytes(range(16)), 5))
     zipped = _v4_record(6, body=msgcodec.compress_body(b"z" * 50), sys_flag=msgcodec.MessageSysFlag.COMPRESSED_FLAG)
     retry = _v4_record(7, topic="%RETRY%G", props="RETRY_TOPIC\x01Orig\x02TAGS\x01a")
     for odd in (v6, zipped):
         body = plain + odd + plain
         out = []
-        assert msgcodec._decode_v4_run(body, "bn", out) == len(plain)     # stops at the odd one
+        assert msgcodec._decode_v4_run(body, "bn", out, 0) == len(plain)     # stops at the odd one
         got = msgcodec.decode_messages(body, "bn")
         assert got == _general(body, "bn") and len(got) == 11
+        # the odd one alone goes through the general loop: the records after it are views again
+        assert [type(m) is msgcodec._PulledMessageExt for m in got] == [True] * 5 + [False] + [True] * 5
+        assert msgcodec._decode_v4_run(body, "bn", [], len(plain) + len(odd)) == len(body)
     got = msgcodec.decode_messages(plain + retry + _v4_record(8, topic="U"), "bn")
     assert [(m.topic, m.real_topic) for m in got] == [("T", "T")] * 5 + [("Orig", "%RETRY%G"), ("U", "U")]
     assert got == _general(plain + retry + _v4_record(8, topic="U"), "bn")
@@ -643,7 +681,7 @@ def test_decode_messages_equals_the_general_loop_on_random_and_damaged_bodies():
             assert str(got.value) == str(e)
             continue
         got = msgcodec.decode_messages(body, "bn")
-        assert got == want and [tuple(g) for g in got] == [tuple(w) for w in want]
+        assert got == want and [g._values() for g in got] == [w._values() for w in want]
 
 
 def test_pull_ext_fields_equal_the_encoded_header():
