@@ -913,10 +913,12 @@ class MessageExt(tuple):
         return _host_text(self[11])
 
     def _property(self, name: str) -> str | None:
+        # From the stored text even when `properties` was built: the same value
+        # (property_value's rule), and no instance dict materialised to look for it.
         p = self[4]
-        if type(p) is str and "properties" not in self.__dict__:
+        if type(p) is str:
             return property_value(p, name) if p else None
-        return self.properties.get(name)
+        return p.get(name)
 
     @classmethod
     def from_raw(cls, t: tuple, broker_name: str = "") -> MessageExt:

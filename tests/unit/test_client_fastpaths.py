@@ -553,6 +553,8 @@ def test_pulled_message_view_is_the_message_ext_of_its_values():
                      "offset_msg_id", "msg_id", "tags", "keys", "delay_level", "user_properties", "queue"):
             assert getattr(g, name) == getattr(w, name), name
         assert dict(g.properties) == dict(w.properties)
+        # read from the text, the parsed properties built or not: the same values
+        assert (g.msg_id, g.tags, g.keys, g.delay_level) == (w.msg_id, w.tags, w.keys, w.delay_level)
         assert g == w and w == g and not (g != w)
         assert repr(g) == repr(w)
         for clone in (pickle.loads(pickle.dumps(g)), copy.copy(g), copy.deepcopy(g)):
