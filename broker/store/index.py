@@ -37,9 +37,12 @@ A query sees what is indexed so far, as with Java (the answer's indexLastUpdateP
 says how far). Prepared and rolled-back transaction
 halves are not indexed (Java's rule).
 
-How (`_index_records`): one pass over each commit-log segment's mapping, one unpack of
-a record's head, its properties sliced by the length fields, its KEYS and UNIQ_KEY found
-by one regex; every GIL_YIELD_EVERY records the keys gathered are hashed (`_key_hashes`:
+How (`_index_records`): one pass over each commit-log segment's mapping. A run of
+records of the common layout (IPv4 hosts, not a transaction half) is gathered with one
+unpack of each head, and its keys taken column-wise (`_run_keys`: topics and properties
+sliced in C loops; the UNIQ_KEYs by one property_slots split when the texts share a
+layout and no KEYS has a value, else KEYS and UNIQ_KEY by one regex per text); any other
+record alone, as before. Every GIL_YIELD_EVERY records the keys gathered are hashed (`_key_hashes`:
 C loops over per-topic memos of `topic#head` and a table of two-byte tails) and written
 (`_put_entries`: the entries, consecutive in the file, as one array, the slots in one C
 loop, the header once), then the GIL is handed over. The bytes are those of the plain
@@ -68,7 +71,7 @@ import threading
 import time
 from array import array
 from collections import deque
-from itertools import repeat
+from itertools import chain, repeat
 from operator import add, and_, floordiv, getitem, itemgetter, mod, mul, rshift, sub
 from datetime import datetime
 from typing import Iterator
@@ -77,7 +80,7 @@ from pocketmq.broker.store.api import QueryMessageResult
 from pocketmq.protocol.message import (BLANK_MAGIC_CODE, HOST_V6_FLAGS, KEY_SEPARATOR, KEYS, MAX_INT,
                                        MESSAGE_MAGIC_CODE, NAME_VALUE_SEPARATOR, POS_SYSFLAG, PROPERTY_SEPARATOR,
                                        UNIQ_KEY, MessageSysFlag, decode_record, head_struct, java_string_hash,
-                                       store_timestamp_pos, unpack_size_magic)
+                                       property_slots, store_timestamp_pos, unpack_size_magic)
 
 __all__ = ["INDEX_HEADER_SIZE", "INDEX_SLOT_SIZE", "INDEX_ENTRY_SIZE", "IndexFile", "IndexService",
            "IndexPart", "index_key_hash", "index_file_size", "index_file_name", "message_index_keys"]
@@ -203,15 +206,18 @@ _find_key_props = _KEY_PROPS.findall
 def _raw_keys(props: bytes) -> list[bytes]:
     """The index keys of one record, on its properties as stored, without the topic:
     UNIQ_KEY then each non-empty KEYS word (Java's buildIndex order)."""
-    found = dict(_find_key_props(props))
-    out = []
-    uniq = found.get(_UNIQ_B)
-    if uniq:
-        out.append(uniq)
-    keys = found.get(_KEYS_B)
-    if keys:
-        out.extend(k for k in keys.split(_KEY_SEPARATOR_B) if k)
-    return out
+    return _found_keys(dict(_find_key_props(props)))
+
+
+def _found_keys(found: dict) -> list[bytes]:
+    """_raw_keys from the regex's finds (name -> value, the last of each name)."""
+    k = found.get(_UNIQ_B)
+    ks = [k] if k else []
+    k = found.get(_KEYS_B)
+    if k:
+        words = k.split(_KEY_SEPARATOR_B)
+        ks += words if b"" not in words else [w for w in words if w]
+    return ks
 
 
 def message_index_keys(topic: str, props: str) -> list[str]:
@@ -616,13 +622,130 @@ def _put_entries(f: IndexFile, hashes: list[int], phys: list[int], tss: list[int
     f._write_header()
 
 
+def _new_memo(memos: dict, topic: bytes) -> "_TopicHashes":
+    """A topic's memo made and kept (all dropped first when _TOPIC_MEMOS_MAX are kept)."""
+    if len(memos) >= _TOPIC_MEMOS_MAX:
+        memos.clear()
+    memo = memos[topic] = _topic_hashes(topic)
+    return memo
+
+
+_UNIQ_NAMES = (UNIQ_KEY,)
+_UNIQ_PROP = _UNIQ_B + NAME_VALUE_SEPARATOR.encode()           # b"UNIQ_KEY\x01"
+_UNIQ_NAME_OF = itemgetter(slice(None, len(_UNIQ_PROP)))
+_UNIQ_VALUE_OF = itemgetter(slice(len(_UNIQ_PROP), None))
+_SEP = PROPERTY_SEPARATOR.encode()
+_KEYS_NAME = _KEYS_B + NAME_VALUE_SEPARATOR.encode()                # b"KEYS\x01"
+_KEYS_NAME_OF = itemgetter(slice(None, len(_KEYS_NAME)))
+_KEYS_VALUE_OF = itemgetter(slice(len(_KEYS_NAME), None))
+_UNIQ_KEYS_NAMES = (UNIQ_KEY, KEYS)
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+_KEYS_PROP = _SEP + _KEYS_NAME                                     # b"\x02KEYS\x01"
+_EMPTY_KEYS_PROP = _KEYS_PROP + _SEP                             # ... with an empty value
+_STORE_TS_OF = itemgetter(3)            # of a slim head (_SLIM_HEADS)
+_BODY_LEN_OF = itemgetter(4)
+
+
+def _run_keys(mm, base: int, at: list, heads: list, end: int, head_size: int, memos: dict,
+              keys: list, key_phys: list, key_tss: list, key_memos: list, slow: list) -> None:
+    """The index keys of consecutive records of one head layout (`at`: their positions in
+    the segment mapping `mm` at commit-log offset `base`, `heads`: their slim head unpacks,
+    `end`: where the last one ends), appended to the chunk's columns as _index_records'
+    loop does one record at a time, in C loops over the run: topics and properties sliced
+    by the length fields; UNIQ_KEY and KEYS values by one property_slots split when the
+    texts share a layout (one producer's messages, the common case), else by the regex on
+    each text; then, when every record has a UNIQ_KEY and either no KEYS value or
+    single-spaced KEYS words, the keys of all at once. Any other run (a record without a
+    UNIQ_KEY, empty words, non-ASCII keys): _found_keys per record."""
+    m = len(at)
+    get = mm.__getitem__
+    tpos = list(map(add, map(add, at, map(_BODY_LEN_OF, heads)), repeat(head_size)))   # TOPICLENGTH
+    tlens = list(map(get, tpos))
+    t1 = list(map(add, tpos, repeat(1)))
+    topics = list(map(get, map(slice, t1, map(add, t1, tlens))))
+    # PROPERTIES (after its 2-byte length) runs to the record's end: the next record's start
+    props = list(map(get, map(slice, map(add, map(add, t1, tlens), repeat(2)), at[1:] + [end])))
+    phys = list(map(add, at, repeat(base)))
+    tss = list(map(_STORE_TS_OF, heads))
+    topic = topics[0]
+    if topics.count(topic) == m:
+        memo = memos.get(topic)
+        run_memos = [memo if memo is not None else _new_memo(memos, topic)] * m
+    else:
+        run_memos = [memos.get(t) or _new_memo(memos, t) for t in topics]
+    # Each text's UNIQ_KEY and KEYS values (None: absent): for texts of one layout (ASCII)
+    # by one property_slots split, else by the regex on each (the last of a name wins).
+    joined = _SEP + _SEP.join(props) + _SEP
+    ascii_run = joined.isascii()
+    keys_valued = joined.count(_KEYS_PROP) != joined.count(_EMPTY_KEYS_PROP)
+    uniqs = kvals = founds = None
+    if ascii_run:
+        if not keys_valued:
+            slots = property_slots(props, _UNIQ_NAMES)
+            if slots is not None and list(map(_UNIQ_NAME_OF, slots)).count(_UNIQ_PROP) == m:
+                uniqs = list(map(_UNIQ_VALUE_OF, slots))
+        else:
+            slots = property_slots(props, _UNIQ_KEYS_NAMES)
+            if slots is not None:
+                us = list(map(_FIRST, slots))
+                ks = list(map(_SECOND, slots))
+                if list(map(_UNIQ_NAME_OF, us)).count(_UNIQ_PROP) == m \
+                        and list(map(_KEYS_NAME_OF, ks)).count(_KEYS_NAME) == m:
+                    uniqs = list(map(_UNIQ_VALUE_OF, us))
+                    kvals = list(map(_KEYS_VALUE_OF, ks))
+    if uniqs is None:
+        founds = list(map(dict, map(_find_key_props, props)))
+        uniqs = list(map(dict.get, founds, repeat(_UNIQ_B)))
+        if keys_valued:
+            kvals = list(map(dict.get, founds, repeat(_KEYS_B)))
+    kss = None
+    if None not in uniqs and b"" not in uniqs:
+        if not keys_valued:             # one key a record, its UNIQ_KEY (one producer's messages)
+            if ascii_run:
+                keys += uniqs
+                key_phys += phys
+                key_tss += tss
+                key_memos += run_memos
+                return
+        elif None not in kvals and b"" not in kvals:
+            # a UNIQ_KEY and single-spaced KEYS words each: [uniq] + words
+            wordss = list(map(bytes.split, kvals, repeat(_KEY_SEPARATOR_B)))
+            if b"" not in chain.from_iterable(wordss):
+                kss = list(map(add, map(list, zip(uniqs)), wordss))
+    if kss is None:                     # anything else: a record at a time
+        if founds is None:
+            founds = list(map(dict, map(_find_key_props, props)))
+        kss = list(map(_found_keys, founds))
+    counts = list(map(len, kss))
+    first = len(keys)
+    keys += chain.from_iterable(kss)
+    c = counts[0]
+    if counts.count(c) == m:            # as many keys each: each column's value c times
+        key_phys += chain.from_iterable(zip(*(phys,) * c))
+        key_tss += chain.from_iterable(zip(*(tss,) * c))
+        key_memos += chain.from_iterable(zip(*(run_memos,) * c))
+    else:
+        key_phys += chain.from_iterable(map(repeat, phys, counts))
+        key_tss += chain.from_iterable(map(repeat, tss, counts))
+        key_memos += chain.from_iterable(map(repeat, run_memos, counts))
+    if not ascii_run:                   # (key number, topic, key) of each non-ASCII key
+        j = first
+        for topic, ks in zip(topics, kss):
+            for k in ks:
+                if not k.isascii():
+                    slow.append((j, topic, k))
+                j += 1
+
+
 def _index_records(store, svc: "IndexService", find, start: int, limit: int, max_records: int,
                    done_through: int, memos: dict, chunk: int) -> int:
     """Index the records from `start` to `limit`, at most max_records (< 0: all), moving
     store._index_from along; returns the records walked. One pass over each commit-log
-    segment's mapping: one unpack of a record's head, its properties sliced by the
-    lengths, the keys found by one regex; every `chunk` records the keys gathered are
-    hashed and written (_key_hashes, _put_entries) and the GIL is handed over."""
+    segment's mapping: runs of records of the common layout gathered with one unpack of
+    each head and their keys taken column-wise (_run_keys), any other record alone (its
+    properties sliced by the lengths, its keys found by one regex); every `chunk` records
+    the keys gathered are hashed and written (_key_hashes, _put_entries) and the GIL is
+    handed over."""
     find_keys = _find_key_props
     slim_v4, head_v4 = _SLIM_HEADS[0]
     slim_heads = _SLIM_HEADS
@@ -630,7 +753,7 @@ def _index_records(store, svc: "IndexService", find, start: int, limit: int, max
     magic_code = MESSAGE_MAGIC_CODE
     half_bit = MessageSysFlag.TRANSACTION_PREPARED_TYPE   # PREPARED (4), ROLLBACK (12): not indexed
     v6_bits = HOST_V6_FLAGS
-    uniq_b, keys_b, sep_b = _UNIQ_B, _KEYS_B, _KEY_SEPARATOR_B
+    odd_bits = half_bit | v6_bits
     n = 0
     stopped = False
     keys: list[bytes] = []               # the chunk's keys, and per key its record's
@@ -668,6 +791,38 @@ def _index_records(store, svc: "IndexService", find, start: int, limit: int, max
         pos = start - base
         end = min(limit - base, mf.size)
         while pos < end and n != max_records:
+            # A run of records of the common layout (IPv4 hosts, not a transaction half,
+            # past done_through), up to the chunk's end: gathered with one unpack each,
+            # their keys then taken column-wise (_run_keys). Anything else, one record below.
+            if base + pos > done_through:
+                want = chunk - n % chunk
+                if 0 < max_records - n < want:
+                    want = max_records - n
+                heads = []
+                at = []
+                p = pos
+                for _ in repeat(None, want):
+                    if p >= end:
+                        break
+                    try:
+                        h = unpack_v4(mm, p)
+                    except struct.error:
+                        break
+                    if h[1] != magic_code or h[2] & odd_bits:
+                        break
+                    heads.append(h)
+                    at.append(p)
+                    p += h[0]
+                if heads:
+                    _run_keys(mm, base, at, heads, p, head_v4, memos, keys, key_phys, key_tss, key_memos, slow)
+                    n += len(heads)
+                    pos = p
+                    if not n % chunk:
+                        if keys:
+                            flush_chunk()
+                        store._index_from = base + pos
+                        _sleep(0)       # the GIL, as below
+                    continue
             try:
                 total, magic, sys_flag, ts, body_len = unpack_v4(mm, pos)
                 head_size = head_v4
@@ -693,19 +848,12 @@ def _index_records(store, svc: "IndexService", find, start: int, limit: int, max
                 if props:
                     found = dict(find_keys(props))
                     if found:
-                        k = found.get(uniq_b)
-                        ks = [k] if k else []
-                        k = found.get(keys_b)
-                        if k:
-                            words = k.split(sep_b)
-                            ks += words if b"" not in words else [w for w in words if w]
+                        ks = _found_keys(found)
                         if ks:
                             topic = mm[i + 1:i + 1 + tlen]
                             memo = memos.get(topic)
                             if memo is None:
-                                if len(memos) >= _TOPIC_MEMOS_MAX:
-                                    memos.clear()
-                                memo = memos[topic] = _topic_hashes(topic)
+                                memo = _new_memo(memos, topic)
                             if not props.isascii():
                                 slow += [(len(keys) + j, topic, k) for j, k in enumerate(ks) if not k.isascii()]
                             c = len(ks)

@@ -58,13 +58,53 @@ def random_props(rnd: random.Random, i: int) -> str:
     return "\x02".join(parts)
 
 
-def put_some(s: MessageStore, rnd: random.Random, first: int, count: int, now: int) -> int:
+def one_layout_props(rnd: random.Random, i: int) -> str:
+    """Mostly one producer's texts (one layout, an ASCII UNIQ_KEY, no KEYS value: the index's
+    column-wise path), now and then a text that takes another of its paths."""
+    uniq = f"C0A8000A1F2E5A3B9C4D{i // 8:08X}{i & 0xFFFF:04X}"
+    r = rnd.random()
+    if r < 0.75:
+        return f"WAIT\x01true\x02UNIQ_KEY\x01{uniq}"
+    if r < 0.80:
+        return f"KEYS\x01\x02UNIQ_KEY\x01{uniq}"                   # an empty KEYS: still one key
+    if r < 0.83:
+        return f"UNIQ_KEY\x01{uniq}\x02WAIT\x01true"               # another layout, same keys
+    if r < 0.86:
+        return "WAIT\x01true\x02UNIQ_KEY\x01"                     # an empty UNIQ_KEY: no key
+    if r < 0.88:
+        return f"WAIT\x01true\x02UNIQ_KEY\x01{uniq}\x02UNIQ_KEY\x01"  # the later, empty one wins
+    if r < 0.90:
+        return f"WAIT\x01true\x02UNIQ_KEY\x01ÉTÉ{i}"               # non-ASCII
+    if r < 0.92:
+        return f"WAIT\x01true\x02UNIQ_KEY\x01{uniq[:1]}"            # one byte
+    if r < 0.94:
+        return f"KEYS\x01order-{i} a\x02UNIQ_KEY\x01{uniq}"          # KEYS words too
+    if r < 0.96:
+        return ""                                                   # no properties
+    if r < 0.98:
+        return "WAIT\x01true\x02TAGS\x01x"                          # no keys
+    return random_props(rnd, i)
+
+
+def keyed_props(rnd: random.Random, i: int) -> str:
+    """Mostly texts with a UNIQ_KEY and one or two single-spaced KEYS words (the index's
+    column-wise path for several keys a record), now and then another shape."""
+    r = rnd.random()
+    if r < 0.85:
+        words = " ".join(rnd.choice(WORDS[:5] + WORDS[9:12]) for _ in range(rnd.choice([1, 2])))
+        return f"KEYS\x01{words}\x02UNIQ_KEY\x01C0A8000A1F2E5A3B9C4D{i // 8:08X}{i & 0xFFFF:04X}"
+    return one_layout_props(rnd, i)
+
+
+def put_some(s: MessageStore, rnd: random.Random, first: int, count: int, now: int,
+             props_of=random_props, topics=("T", "T", "Topic2", "tôpic"), halves=HALVES,
+             v6_share: float = 0.1) -> int:
     for i in range(first, first + count):
-        topic = rnd.choice(["T", "T", "Topic2", "tôpic"])
+        topic = rnd.choice(topics)
         now += rnd.choice([0, 1, 7, 999, 1000, 2500, -1500])
-        host = HOST6 if rnd.random() < 0.1 else HOST4
+        host = HOST6 if rnd.random() < v6_share else HOST4
         body = bytes(rnd.randrange(256) for _ in range(rnd.choice([0, 5, 128, 900])))
-        r = s.put_message(MessageToStore(topic, i % 3, 0, body, random_props(rnd, i), rnd.choice(HALVES),
+        r = s.put_message(MessageToStore(topic, i % 3, 0, body, props_of(rnd, i), rnd.choice(halves),
                                          now - 5, host, now))
         assert r.wrote_offset >= 0, r
     return now
@@ -78,32 +118,32 @@ def snapshot(cfg: StoreConfig) -> dict[str, bytes]:
     return out
 
 
-def scenario(root, seed: int) -> list[dict[str, bytes]]:
+def scenario(root, seed: int, count_max: int = 40, **shape) -> list[dict[str, bytes]]:
     """Puts, bounded flushes and queries, a crash, a rebuild, a deleted index: the index
-    files after each step."""
+    files after each step. `shape`: put_some's choice of records."""
     rnd = random.Random(seed)
-    cfg = config(root)
+    cfg = config(root, **({"max_index_num": 60} if count_max > 40 else {}))
     shots = []
     s = MessageStore(cfg)
     s.open()
     now = 1_700_000_000_000
     i = 0
     for _step in range(6):
-        count = rnd.randint(1, 40)
-        now = put_some(s, rnd, i, count, now)
+        count = rnd.randint(1, count_max)
+        now = put_some(s, rnd, i, count, now, **shape)
         i += count
         if rnd.random() < 0.5:
             s.query_message("T", "k", 64, 0, 1 << 62)     # a query catches up too (bounded)
         s.flush_consume_queues()
         shots.append(snapshot(cfg))
-    now = put_some(s, rnd, i, 30, now)
+    now = put_some(s, rnd, i, 30, now, **shape)
     i += 30
     s.flush()
     s.abandon()                                           # a crash: the last index work is lost
     s = MessageStore(cfg)
     s.open()                                              # recovery drops and rebuilds
     shots.append(snapshot(cfg))
-    now = put_some(s, rnd, i, 25, now)
+    now = put_some(s, rnd, i, 25, now, **shape)
     i += 25
     s.close()
     shots.append(snapshot(cfg))
@@ -127,6 +167,61 @@ def test_batch_builder_writes_the_plain_builders_bytes(tmp_path, monkeypatch, se
         for name in a:
             assert a[name] == b[name], name
     assert len(fast[-1]) > 3                                              # several files rolled over
+
+
+ONE_LAYOUT = dict(props_of=one_layout_props, topics=("T",) * 12 + ("Topic2", "tôpic"), halves=[0] * 30 + HALVES,
+                  v6_share=0.02)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("chunk", [5, 64])
+@pytest.mark.parametrize("props_of", [one_layout_props, keyed_props])
+def test_runs_of_one_layout_write_the_plain_builders_bytes(tmp_path, monkeypatch, seed, chunk, props_of):
+    # long runs of the common record (_run_keys' column-wise paths), broken now and then by a
+    # record of another layout, another topic, a half, an IPv6 host, another key shape
+    monkeypatch.setattr(index_mod, "GIL_YIELD_EVERY", chunk)
+    shape = dict(ONE_LAYOUT, props_of=props_of)
+    fast = scenario(tmp_path / "fast", seed, count_max=150, **shape)
+    with monkeypatch.context() as m:
+        m.setattr(MessageStore, "_index_catch_up", reference_catch_up)
+        plain = scenario(tmp_path / "plain", seed, count_max=150, **shape)
+    assert fast == plain
+    assert len(fast[-1]) > 3
+
+
+UNIQ = "C0A8000A1F2E5A3B9C4D000000"
+
+
+@pytest.mark.parametrize("texts,key", [
+    # every text has two properties and the run as many UNIQ_KEYs as texts, but one text
+    # holds two and another none: the second property is not a UNIQ_KEY in every text
+    (["WAIT\x01true\x02UNIQ_KEY\x01%s0%d" % (UNIQ, i) for i in range(10)]
+     + ["UNIQ_KEY\x01AAAA\x02UNIQ_KEY\x01BBBB", "WAIT\x01true\x02TAGS\x01a-long-tag"]
+     + ["WAIT\x01true\x02UNIQ_KEY\x01%s1%d" % (UNIQ, i) for i in range(10)], "BBBB"),
+    # the same with KEYS: one text holds two KEYS (the later wins), another none
+    (["KEYS\x01w%d v\x02TAGS\x01t\x02UNIQ_KEY\x01%s0%d" % (i, UNIQ, i) for i in range(10)]
+     + ["KEYS\x01first\x02KEYS\x01BBBB\x02UNIQ_KEY\x01%s20" % UNIQ,
+        "TAGS\x01t\x02TAGS\x01a-long-tag\x02UNIQ_KEY\x01%s21" % UNIQ]
+     + ["KEYS\x01w%d v\x02TAGS\x01t\x02UNIQ_KEY\x01%s1%d" % (i, UNIQ, i) for i in range(10)], "BBBB"),
+])
+def test_a_run_whose_keys_only_add_up_is_not_taken_as_one_layout(tmp_path, monkeypatch, texts, key):
+
+    def run(root, builder):
+        s = MessageStore(config(root, max_index_num=100, index_build_batch=0))
+        s.open()
+        with monkeypatch.context() as m:
+            if builder is not None:
+                m.setattr(MessageStore, "_index_catch_up", builder)
+            put_some(s, random.Random(1), 0, len(texts), 1_700_000_000_000, props_of=lambda _rnd, i: texts[i],
+                     topics=("T",), halves=[0], v6_share=0)
+            s.flush_consume_queues()
+            shot = snapshot(s.config)
+            found = s.query_message("T", key, 64, 0, 1 << 62).offsets
+        s.close()
+        return shot, found
+    fast, plain = run(tmp_path / "fast", None), run(tmp_path / "plain", reference_catch_up)
+    assert fast == plain
+    assert len(fast[1]) == 1                            # the later value of the text with two
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 64])
