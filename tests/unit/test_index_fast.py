@@ -278,3 +278,30 @@ def test_memo_bounds_do_not_change_the_bytes(tmp_path, monkeypatch):
     monkeypatch.setattr(index_mod, "_HEAD_HASHES_MAX", 3)      # memos cleared all the time
     monkeypatch.setattr(index_mod, "_TOPIC_MEMOS_MAX", 1)
     assert scenario(tmp_path / "small", 12) == want
+
+
+@pytest.mark.parametrize("texts", [
+    ["WAIT\x01true\x02UNIQ_KEY\x01%s%04d" % (UNIQ, i) for i in range(40)],                  # one producer's messages
+    ["KEYS\x01order-%d x\x02UNIQ_KEY\x01%s%04d" % (i, UNIQ, i) for i in range(40)],          # with KEYS words
+])
+def test_runs_of_one_layout_take_the_split_not_the_regex(tmp_path, monkeypatch, texts):
+    # the column-wise path is what makes the common case cheap: pin that it is taken (the
+    # regex runs for no record of such a run) and that it finds every key
+    s = MessageStore(config(tmp_path, max_index_num=200, index_build_batch=0))
+    s.open()
+    try:
+        put_some(s, random.Random(2), 0, len(texts), 1_700_000_000_000, props_of=lambda _rnd, i: texts[i],
+                 topics=("T",), halves=[0], v6_share=0)
+
+        def no_regex(_props):
+            raise AssertionError("the regex ran on a run of one layout")
+        monkeypatch.setattr(index_mod, "_find_key_props", no_regex)
+        s.flush_consume_queues()
+        monkeypatch.undo()
+        assert s.index_backlog_bytes() == 0
+        for i in (0, 17, 39):
+            assert len(s.query_message("T", "%s%04d" % (UNIQ, i), 64, 0, 1 << 62).offsets) == 1
+        if "KEYS" in texts[0]:
+            assert len(s.query_message("T", "x", 64, 0, 1 << 62).offsets) == len(texts)
+    finally:
+        s.close()
