@@ -40,9 +40,8 @@ halves are not indexed (Java's rule).
 How (`_index_records`): one pass over each commit-log segment's mapping. A run of
 records of the common layout (IPv4 hosts, not a transaction half) is gathered with one
 unpack of each head, and its keys taken column-wise (`_run_keys`: topics and properties
-sliced in C loops; the UNIQ_KEYs by one property_slots split when the texts share a
-layout and no KEYS has a value, else KEYS and UNIQ_KEY by one regex per text); any other
-record alone, as before. Every GIL_YIELD_EVERY records the keys gathered are hashed (`_key_hashes`:
+sliced in C loops; UNIQ_KEY and KEYS by one property_slots split when the texts share a
+layout, else by one regex per text); any other record alone, as before. Every GIL_YIELD_EVERY records the keys gathered are hashed (`_key_hashes`:
 C loops over per-topic memos of `topic#head` and a table of two-byte tails) and written
 (`_put_entries`: the entries, consecutive in the file, as one array, the slots in one C
 loop, the header once), then the GIL is handed over. The bytes are those of the plain
