@@ -37,7 +37,6 @@ class FlushService:
         self._waiters: list = []   # heap of (end_offset, seq, future)
         self._deadlines: list = []  # heap of (loop time, seq, future): the waiters' timeouts
         self._timer: asyncio.TimerHandle | None = None    # armed for the earliest deadline
-        self._timer_at = 0.0
         self._seq = itertools.count()
         self._wake = threading.Event()
         self._stop = False
@@ -77,13 +76,12 @@ class FlushService:
             d[:] = [e for e in d if not e[2].done()]
             heapq.heapify(d)
         heapq.heappush(d, (deadline, seq, fut))
-        if self._timer is None or deadline < self._timer_at:
+        if self._timer is None or deadline < self._timer.when():
             self._arm(d[0][0])
 
     def _arm(self, at: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        self._timer_at = at
         self._timer = self._loop.call_at(at, self._expire)
 
     def _expire(self) -> None:

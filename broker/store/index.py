@@ -793,6 +793,7 @@ def _index_records(store, svc: "IndexService", find, start: int, limit: int, max
             # A run of records of the common layout (IPv4 hosts, not a transaction half,
             # past done_through), up to the chunk's end: gathered with one unpack each,
             # their keys then taken column-wise (_run_keys). Anything else, one record below.
+            heads = None
             if base + pos > done_through:
                 want = chunk - n % chunk
                 if 0 < max_records - n < want:
@@ -812,61 +813,56 @@ def _index_records(store, svc: "IndexService", find, start: int, limit: int, max
                     heads.append(h)
                     at.append(p)
                     p += h[0]
-                if heads:
-                    _run_keys(mm, base, at, heads, p, head_v4, memos, keys, key_phys, key_tss, key_memos, slow)
-                    n += len(heads)
-                    pos = p
-                    if not n % chunk:
-                        if keys:
-                            flush_chunk()
-                        store._index_from = base + pos
-                        _sleep(0)       # the GIL, as below
-                    continue
-            try:
-                total, magic, sys_flag, ts, body_len = unpack_v4(mm, pos)
-                head_size = head_v4
-            except struct.error:         # fewer bytes left than a head: a blank marker
-                total, magic = unpack_size_magic(mm, pos)
-                if magic == magic_code:
-                    magic = 0            # no record is that short
-            if magic != magic_code:
-                if magic == BLANK_MAGIC_CODE:
-                    pos = mf.size        # the segment's end: the next one
+            if heads:
+                _run_keys(mm, base, at, heads, p, head_v4, memos, keys, key_phys, key_tss, key_memos, slow)
+                n += len(heads)
+                pos = p
+            else:
+                try:
+                    total, magic, sys_flag, ts, body_len = unpack_v4(mm, pos)
+                    head_size = head_v4
+                except struct.error:         # fewer bytes left than a head: a blank marker
+                    total, magic = unpack_size_magic(mm, pos)
+                    if magic == magic_code:
+                        magic = 0            # no record is that short
+                if magic != magic_code:
+                    if magic == BLANK_MAGIC_CODE:
+                        pos = mf.size        # the segment's end: the next one
+                        break
+                    log.error("index build stopped at %d: no record there", base + pos)
+                    stopped = True
                     break
-                log.error("index build stopped at %d: no record there", base + pos)
-                stopped = True
-                break
-            phy = base + pos
-            if phy > done_through and not sys_flag & half_bit:
-                if sys_flag & v6_bits:
-                    slim, head_size = slim_heads[sys_flag & v6_bits]
-                    total, magic, sys_flag, ts, body_len = slim.unpack_from(mm, pos)
-                i = pos + head_size + body_len
-                tlen = mm[i]
-                props = mm[i + tlen + 3:pos + total]     # PROPERTIES: the record's last field
-                if props:
-                    found = dict(find_keys(props))
-                    if found:
-                        ks = _found_keys(found)
-                        if ks:
-                            topic = mm[i + 1:i + 1 + tlen]
-                            memo = memos.get(topic)
-                            if memo is None:
-                                memo = _new_memo(memos, topic)
-                            if not props.isascii():
-                                slow += [(len(keys) + j, topic, k) for j, k in enumerate(ks) if not k.isascii()]
-                            c = len(ks)
-                            keys += ks
-                            if c == 1:
-                                key_phys.append(phy)
-                                key_tss.append(ts)
-                                key_memos.append(memo)
-                            else:
-                                key_phys += [phy] * c
-                                key_tss += [ts] * c
-                                key_memos += [memo] * c
-            pos += total
-            n += 1
+                phy = base + pos
+                if phy > done_through and not sys_flag & half_bit:
+                    if sys_flag & v6_bits:
+                        slim, head_size = slim_heads[sys_flag & v6_bits]
+                        total, magic, sys_flag, ts, body_len = slim.unpack_from(mm, pos)
+                    i = pos + head_size + body_len
+                    tlen = mm[i]
+                    props = mm[i + tlen + 3:pos + total]     # PROPERTIES: the record's last field
+                    if props:
+                        found = dict(find_keys(props))
+                        if found:
+                            ks = _found_keys(found)
+                            if ks:
+                                topic = mm[i + 1:i + 1 + tlen]
+                                memo = memos.get(topic)
+                                if memo is None:
+                                    memo = _new_memo(memos, topic)
+                                if not props.isascii():
+                                    slow += [(len(keys) + j, topic, k) for j, k in enumerate(ks) if not k.isascii()]
+                                c = len(ks)
+                                keys += ks
+                                if c == 1:
+                                    key_phys.append(phy)
+                                    key_tss.append(ts)
+                                    key_memos.append(memo)
+                                else:
+                                    key_phys += [phy] * c
+                                    key_tss += [ts] * c
+                                    key_memos += [memo] * c
+                pos += total
+                n += 1
             if not n % chunk:
                 if keys:
                     flush_chunk()
