@@ -3,11 +3,19 @@
     python -m bench.bench_client                       # starts mqnamesrv + mqbroker in a temp dir
     python -m bench.bench_client --namesrv 127.0.0.1:9876
     python -m bench.bench_client --fake                # in-process FakeCluster (client overhead only)
+    python -m bench.bench_client --phases inflight,sync --pin split \
+        --broker-arg=--flushDiskType=SYNC_FLUSH --broker-arg=--defaultTopicQueueNums=1
+
+`--phases` picks phases (a quick A/B of one cell instead of the whole ~5-minute
+side-by-side harness); `--pin same|split` places the cluster this starts and the client
+on CPUs as ../shared/bench/peers.py does; `--broker-arg` passes mqbroker flags
+(`--defaultTopicQueueNums=1` gives the harness's one queue per topic).
 
 Measures (defaults keep a run under ~2 minutes on 2 cores):
-  sync send       one send at a time: msgs/s, p50/p99 latency
-  async send      64 sends in flight: msgs/s (coalesced into batches by the producer
-                  unless --no-coalesce: then one request per send)
+  sync send       one send at a time: msgs/s, p50/p99/p99.9 latency, client CPU per send
+  async send      64 sends in flight: msgs/s, p50/p99 per send, client CPU per message
+                  (coalesced into batches by the producer unless --no-coalesce: then one
+                  request per send)
   batch send      send_batch of 100 x 128 B: msgs/s and client CPU per message, one at a
                   time (one list of Messages, built once; and the bodies API:
                   send_batch(bodies, topic=...)) and 8 in flight
@@ -51,13 +59,14 @@ async def bench_sync_send(addr, topic, n, st):
     async with Producer("BenchSync", addr, instance_name="bench-sync", serialize_type=st) as p:
         for _ in range(200):
             await p.send(Message(topic, body))
-        t0 = time.perf_counter()
+        cpu0, t0 = time.process_time(), time.perf_counter()
         for _ in range(n):
             s = time.perf_counter_ns()
             await p.send(Message(topic, body))
             lat.append((time.perf_counter_ns() - s) / 1000)
-        dt = time.perf_counter() - t0
-    return {"msgs_per_s": n / dt, "p50_us": pct(lat, 50), "p99_us": pct(lat, 99)}
+        dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    return {"msgs_per_s": n / dt, "p50_us": pct(lat, 50), "p99_us": pct(lat, 99), "p999_us": pct(lat, 99.9),
+            "client_cpu_us_per_msg": cpu * 1e6 / n}
 
 
 async def bench_inflight_send(addr, topic, n, st, inflight=64, coalesce=True):
@@ -66,16 +75,20 @@ async def bench_inflight_send(addr, topic, n, st, inflight=64, coalesce=True):
                         coalesce_sends=coalesce) as p:
         await p.send(Message(topic, body))
         left = n
+        lat = []
 
         async def worker():
             nonlocal left
             while left > 0:
                 left -= 1
+                s = time.perf_counter_ns()
                 await p.send(Message(topic, body))
-        t0 = time.perf_counter()
+                lat.append((time.perf_counter_ns() - s) / 1000)
+        cpu0, t0 = time.process_time(), time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(inflight)))
-        dt = time.perf_counter() - t0
-    return {"msgs_per_s": n / dt, "in_flight": inflight, "coalesce_sends": coalesce}
+        dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    return {"msgs_per_s": n / dt, "in_flight": inflight, "coalesce_sends": coalesce, "p50_us": pct(lat, 50),
+            "p99_us": pct(lat, 99), "client_cpu_us_per_msg": cpu * 1e6 / n}
 
 
 async def bench_batch_send(addr, topic, n, st, batch=100, inflight=1, api="messages"):
@@ -246,22 +259,29 @@ async def run_all(addr, args):
         "msgpack" if args.msgpack else args.codec]
     out = {}
     suffix = str(os.getpid())
-    out["sync_send"] = await bench_sync_send(addr, f"BenchSync{suffix}", args.n_sync, st)
-    print("sync send", out["sync_send"], flush=True)
-    out["inflight_send"] = await bench_inflight_send(addr, f"BenchAsync{suffix}", args.n_async, st,
-                                                     coalesce=not args.no_coalesce)
-    print("64 in flight", out["inflight_send"], flush=True)
-    out["batch_send"] = await bench_batch_send(addr, f"BenchBatch{suffix}", args.n_batch, st)
-    print("batch send", out["batch_send"], flush=True)
-    out["batch_send_bodies"] = await bench_batch_send(addr, f"BenchBatchB{suffix}", args.n_batch, st, api="bodies")
-    print("batch send of bodies", out["batch_send_bodies"], flush=True)
-    out["batch_send_8"] = await bench_batch_send(addr, f"BenchBatch8x{suffix}", args.n_batch, st, inflight=8)
-    print("batch send, 8 in flight", out["batch_send_8"], flush=True)
-    out["push_consume"] = await bench_push_consume(addr, f"BenchConsume{suffix}", args.n_consume, st)
-    print("push consume", out["push_consume"], flush=True)
-    out["lite_consume"] = await bench_lite_consume(addr, f"BenchLite{suffix}", args.n_consume, st)
-    print("lite consume, poll(32) + commit()", out["lite_consume"], flush=True)
-    if not args.no_orderly:
+    phases = args.phases
+    if "sync" in phases:
+        out["sync_send"] = await bench_sync_send(addr, f"BenchSync{suffix}", args.n_sync, st)
+        print("sync send", out["sync_send"], flush=True)
+    if "inflight" in phases:
+        out["inflight_send"] = await bench_inflight_send(addr, f"BenchAsync{suffix}", args.n_async, st,
+                                                         coalesce=not args.no_coalesce)
+        print("64 in flight", out["inflight_send"], flush=True)
+    if "batch" in phases:
+        out["batch_send"] = await bench_batch_send(addr, f"BenchBatch{suffix}", args.n_batch, st)
+        print("batch send", out["batch_send"], flush=True)
+        out["batch_send_bodies"] = await bench_batch_send(addr, f"BenchBatchB{suffix}", args.n_batch, st,
+                                                          api="bodies")
+        print("batch send of bodies", out["batch_send_bodies"], flush=True)
+        out["batch_send_8"] = await bench_batch_send(addr, f"BenchBatch8x{suffix}", args.n_batch, st, inflight=8)
+        print("batch send, 8 in flight", out["batch_send_8"], flush=True)
+    if "push" in phases:
+        out["push_consume"] = await bench_push_consume(addr, f"BenchConsume{suffix}", args.n_consume, st)
+        print("push consume", out["push_consume"], flush=True)
+    if "lite" in phases:
+        out["lite_consume"] = await bench_lite_consume(addr, f"BenchLite{suffix}", args.n_consume, st)
+        print("lite consume, poll(32) + commit()", out["lite_consume"], flush=True)
+    if "orderly" in phases and not args.no_orderly:
         out["push_consume_8q"] = await bench_push_consume(addr, f"BenchConsume8q{suffix}", args.n_consume, st,
                                                           queues=8)
         print("push consume, 8 queues", out["push_consume_8q"], flush=True)
@@ -271,11 +291,31 @@ async def run_all(addr, args):
                                         / max(out["push_consume_8q"]["msgs_per_s"], 1e-9))
         print("orderly consume, 8 queues", out["orderly_consume_8q"],
               f"ratio vs concurrent {out['orderly_vs_concurrent']:.2f}", flush=True)
-    for rate in args.rates:
+    for rate in args.rates if "e2e" in phases else ():
         key = f"e2e_{rate}"
         out[key] = await bench_e2e(addr, f"BenchE2E{rate}x{suffix}", rate, args.seconds, st)
         print("end-to-end", out[key], flush=True)
     return out
+
+
+PHASES = ("sync", "inflight", "batch", "push", "lite", "orderly", "e2e")
+
+
+def pin(mode: str, daemon_pids: list[int]) -> None:
+    """Place the daemons and this process on CPUs (the harness's --pin): affinity is set
+    on the daemons' main PIDs, and threads they start later inherit it."""
+    if mode == "none":
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if mode == "same" or len(cpus) < 2:
+        servers, client = {cpus[0]}, {cpus[0]}
+    else:
+        servers, client = {cpus[-1]}, set(cpus[:-1])
+    for pid in daemon_pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):      # threads already running too
+            os.sched_setaffinity(int(tid), servers)
+    os.sched_setaffinity(0, client)
+    print(f"pinned: daemons on CPUs {sorted(servers)}, client on {sorted(client)}", flush=True)
 
 
 def main(argv=None):
@@ -296,7 +336,21 @@ def main(argv=None):
                     help="skip the 8-queue concurrent vs orderly consumption phases")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--json", help="write results here")
+    ap.add_argument("--phases", default=",".join(PHASES),
+                    help=f"comma-separated subset of {','.join(PHASES)} (default: all)")
+    ap.add_argument("--broker-arg", action="append", default=[], metavar="ARG",
+                    help="extra mqbroker flag for the cluster this starts, e.g. --broker-arg=--flushDiskType=SYNC_FLUSH "
+                         "(repeatable)")
+    ap.add_argument("--pin", choices=["none", "same", "split"], default="none",
+                    help="CPU placement of the cluster this starts (as ../shared/bench/peers.py): same = "
+                         "daemons and this client on CPU 0; split = daemons on the last CPU, the client on "
+                         "the others")
     args = ap.parse_args(argv)
+    args.phases = set(args.phases.split(","))
+    if args.phases - set(PHASES):
+        ap.error(f"unknown phases {sorted(args.phases - set(PHASES))}; known: {','.join(PHASES)}")
+    if (args.broker_arg or args.pin != "none") and (args.fake or args.namesrv):
+        ap.error("--broker-arg and --pin apply to the cluster this starts (not with --fake or --namesrv)")
     if args.fake:
         args.no_orderly = True     # the fake cluster has no admin topic creation nor queue locks
     try:
@@ -322,8 +376,9 @@ def main(argv=None):
     else:
         from tests.support.daemons import Cluster
         root = tempfile.mkdtemp(prefix="bench-client-")
-        cluster = Cluster(root).start()
+        cluster = Cluster(root, args.broker_arg).start()
         try:
+            pin(args.pin, [cluster.namesrv.proc.pid, cluster.broker.proc.pid])
             result = asyncio.run(run_all(cluster.namesrv_addr, args))
         finally:
             cluster.stop()
