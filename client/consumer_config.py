@@ -138,7 +138,12 @@ class LitePullConsumerConfig(ConsumerConfig):
     auto_commit: commit consume offsets every auto_commit_interval_s and at close.
     max_poll_records: default poll() size, 1..10000.
     pull_threshold_for_queue: messages buffered per queue before its pulling pauses.
+    pull_batch_size: 128 here (32 in ConsumerConfig): the background pulls run ahead of
+        poll(), so a pull's round trip is spread over more messages; a full buffer resumes
+        pulling as soon as poll() makes room (client.fetcher), so larger pulls no longer
+        risk the 50 ms flow-control stall (docs/client.md, "Lite pull consumer").
     """
+    pull_batch_size: int = 128
     auto_commit: bool = True
     auto_commit_interval_s: float = 5.0
     max_poll_records: int = 10

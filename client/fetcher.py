@@ -8,7 +8,12 @@ owns everything about pulling itself:
   retried after pull_error_delay_ms);
 * flow control: the handler's `may_fetch(qs)` is asked before every pull (push: the
   ProcessQueue thresholds; lite: paused or buffer full; orderly: also a valid queue
-  lock); False waits FLOW_CONTROL_DELAY_MS;
+  lock); False waits until the consumer makes room (`wake_fetcher(qs)`: poll() took
+  messages, a listener finished some, the queue was resumed) or FLOW_CONTROL_DELAY_MS
+  has passed, whichever comes first. Java only waits the 50 ms: a consumer that drains
+  its buffer in less (lite poll() at 100k+ msgs/s empties 1,000 messages in ~8 ms) then
+  waited with nothing to consume (measured: 25k instead of 140k msgs/s, poll cycles of
+  48 ms at the 99th percentile, pull_batch_size 128, docs/client.md);
 * route and broker errors: the master is looked up again on every pull, a failed
   pull is retried after pull_error_delay_ms, and a subscription error re-sends the
   heartbeat first. Failures are logged per broker through a FailureLog
@@ -50,6 +55,34 @@ _FOUND = PullResult.FOUND
 _EMPTY = (PullResult.NO_NEW_MSG, PullResult.NO_MATCHED_MSG)
 
 
+def wake_fetcher(qs: QueueState) -> None:
+    """Room in `qs`'s buffer: a pull task waiting on flow control asks may_fetch again now.
+    Cheap when nothing waits (one attribute read): consumers call it whenever messages
+    leave the buffer."""
+    room = qs.room
+    if room is not None and not room.done():
+        room.set_result(True)
+
+
+def _timed_out(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(False)
+
+
+async def _wait_for_room(qs: QueueState, delay_s: float) -> bool:
+    """Until wake_fetcher(qs) (True) or delay_s (False), whichever comes first (no
+    wait_for: one future and one timer handle)."""
+    loop = asyncio.get_running_loop()
+    room = qs.room = loop.create_future()
+    timer = loop.call_later(delay_s, _timed_out, room)
+    try:
+        return await room
+    finally:
+        timer.cancel()
+        if qs.room is room:
+            qs.room = None
+
+
 def decode_found(body, mq, addr: str) -> list[MessageExt]:
     """A FOUND pull body -> the consumer's MessageExt list in one pass (protocol.message.
     decode_messages: no intermediate tuple per record, properties parsed on first read).
@@ -81,6 +114,9 @@ class Fetcher:
         self.pull_error_delay_ms = pull_error_delay_ms
         self.stats = stats if stats is not None else {}
         self.stats.setdefault("pulls", 0)
+        # flow-control waits begun, and those that ran the whole FLOW_CONTROL_DELAY_MS (no room made)
+        self.stats.setdefault("flow_control_waits", 0)
+        self.stats.setdefault("flow_control_timeouts", 0)
         self.task_prefix = task_prefix
         self.instance = None        # set by the consumer's start()
         # Per broker: the first failure, periodic summaries, the recovery (not a line per retry).
@@ -188,7 +224,9 @@ class Fetcher:
         failures = int(self.pull_failures.failing_item(bn, _item(mq)))
         while not qs.dropped:
             if not may_fetch(qs):
-                await asyncio.sleep(flow_delay_s)
+                stats["flow_control_waits"] += 1
+                if not await _wait_for_room(qs, flow_delay_s):
+                    stats["flow_control_timeouts"] += 1
                 continue
             commit = handler.pull_commit_offset(qs)
             seq = qs.seq

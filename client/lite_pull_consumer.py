@@ -41,7 +41,7 @@ from pocketmq.client.errors import (
     InvalidArgumentError,
     MQClientError,
 )
-from pocketmq.client.fetcher import Fetcher
+from pocketmq.client.fetcher import Fetcher, wake_fetcher
 from pocketmq.client.instance import acquire_consumer_instance, now_ms
 from pocketmq.client.message import MessageExt
 from pocketmq.client.offset_store import RemoteOffsetStore
@@ -291,6 +291,8 @@ class LitePullConsumer(QueryMixin):
             st.consume_offset = out[-1].queue_offset + 1
             if not buf and st.pull_offset > st.consume_offset:
                 st.consume_offset = st.pull_offset     # tag-filtered tail
+            if st.room is not None:
+                wake_fetcher(st)        # its pull waits for room: there is some now
             if len(out) >= max_records:
                 break
         return out
@@ -405,7 +407,9 @@ class LitePullConsumer(QueryMixin):
 
     def resume(self, mqs: Iterable[MessageQueue]) -> None:
         for mq in mqs:
-            self._state(mq).paused = False
+            st = self._state(mq)
+            st.paused = False
+            wake_fetcher(st)
         self._arrived.set()
 
     async def _auto_commit_loop(self) -> None:

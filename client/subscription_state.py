@@ -37,7 +37,7 @@ def tag_filter(sub: SubscriptionData):
 
 
 class QueueState:
-    __slots__ = ("buffer", "consume_offset", "dropped", "mq", "paused", "pq", "pull_offset", "seq", "task")
+    __slots__ = ("buffer", "consume_offset", "dropped", "mq", "paused", "pq", "pull_offset", "room", "seq", "task")
 
     def __init__(self, mq: MessageQueue, pull_offset: int = -1, pq=None):
         self.mq = mq
@@ -49,6 +49,8 @@ class QueueState:
         self.task = None
         self.pq = pq
         self.buffer: deque = deque()
+        # the pull task's flow-control wait while it lasts (client.fetcher.wake_fetcher ends it)
+        self.room = None
 
     def drop(self) -> None:
         self.dropped = True

@@ -171,3 +171,26 @@ async def test_pulling_survives_an_unexpected_exception(monkeypatch, where):
                 assert failed.is_set()
                 assert [m.queue_offset for m in got] == list(range(5))
                 assert not c.assigned[mq0].task.done()
+
+
+async def test_a_full_buffer_resumes_pulling_when_poll_makes_room(monkeypatch):
+    """Flow control waits for room, not a fixed delay: with the delay made 60 s, a queue
+    whose buffer (threshold 10) fills after every pull is still drained in seconds,
+    because each poll() that takes messages wakes its pull at once."""
+    import pocketmq.client.fetcher as fetcher
+    monkeypatch.setattr(fetcher, "FLOW_CONTROL_DELAY_MS", 60_000)
+    async with asyncio.timeout(30):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 1)
+            mq0 = MessageQueue("T", "broker-a", 0)
+            async with Producer("PG", cluster.namesrv_addr, instance_name="lprod") as p:
+                await p.send_batch([b"m%d" % i for i in range(200)], topic="T")
+            c = LitePullConsumer("LG", cluster.namesrv_addr, instance_name="l1", consume_from_where="FIRST_OFFSET",
+                                 auto_commit=False, pull_threshold_for_queue=10, pull_batch_size=16)
+            c.assign([mq0])
+            async with c:
+                got = await poll_n(c, 200, timeout_s=20)
+                assert [m.queue_offset for m in got] == list(range(200))
+                st = c.fetcher.stats
+                assert st["flow_control_waits"] > 0            # the buffer did fill...
+                assert st["flow_control_timeouts"] == 0        # ...and no wait ran its 60 s

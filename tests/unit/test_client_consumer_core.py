@@ -262,7 +262,7 @@ def test_push_consumer_options_as_keywords_or_config():
 
 def test_lite_consumer_options_as_keywords_or_config():
     c = LitePullConsumer("G", "ns:1", max_poll_records=3)
-    assert (c.max_poll_records, c.pull_batch_size, c.suspend_timeout_ms, c.auto_commit) == (3, 32, 20000, True)
+    assert (c.max_poll_records, c.pull_batch_size, c.suspend_timeout_ms, c.auto_commit) == (3, 128, 20000, True)
     c = LitePullConsumer("G", "ns:1", config=LitePullConsumerConfig(auto_commit=False, pull_batch_size=5000))
     assert (c.auto_commit, c.pull_batch_size) == (False, 5000)
     with pytest.raises(errors.InvalidArgumentError):
