@@ -246,6 +246,8 @@ class OrderlyService:
             if ok:
                 stats["consumed"] += len(msgs)
                 pq.remove_head(msgs, t)
+                if pq.room is not None:
+                    self.consumer.made_room(pq)
                 continue
             stats["failed"] += len(msgs)
             if await self._failed(qs, msgs):
@@ -264,6 +266,8 @@ class OrderlyService:
                 retry.append(m)
         if done:
             pq.remove_messages(done, self.now_ms())
+            if pq.room is not None:
+                self.consumer.made_room(pq)
         if retry:
             pq.replace_messages([dataclasses.replace(m, reconsume_times=m.reconsume_times + 1) for m in retry])
         return bool(retry)

@@ -10,7 +10,9 @@ owns everything about pulling itself:
   ProcessQueue thresholds; lite: paused or buffer full; orderly: also a valid queue
   lock); False waits until the consumer makes room (`wake_fetcher(qs)`: poll() took
   messages, a listener finished some, the queue was resumed) or FLOW_CONTROL_DELAY_MS
-  has passed, whichever comes first. Java only waits the 50 ms: a consumer that drains
+  has passed, whichever comes first (push: the waiter is also the ProcessQueue's `room`,
+  which the workers wake when a finished listener call leaves the queue under its
+  limits). Java only waits the 50 ms: a consumer that drains
   its buffer in less (lite poll() at 100k+ msgs/s empties 1,000 messages in ~8 ms) then
   waited with nothing to consume (measured: 25k instead of 140k msgs/s, poll cycles of
   48 ms at the 99th percentile, pull_batch_size 128, docs/client.md);
@@ -64,6 +66,12 @@ def wake_fetcher(qs: QueueState) -> None:
         room.set_result(True)
 
 
+def wake_room(room: asyncio.Future | None) -> None:
+    """wake_fetcher for a waiter found elsewhere (a ProcessQueue's `room`)."""
+    if room is not None and not room.done():
+        room.set_result(True)
+
+
 def _timed_out(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_result(False)
@@ -74,6 +82,9 @@ async def _wait_for_room(qs: QueueState, delay_s: float) -> bool:
     wait_for: one future and one timer handle)."""
     loop = asyncio.get_running_loop()
     room = qs.room = loop.create_future()
+    pq = qs.pq
+    if pq is not None:              # push: the workers remove messages from the process queue
+        pq.room = room
     timer = loop.call_later(delay_s, _timed_out, room)
     try:
         return await room
@@ -81,6 +92,8 @@ async def _wait_for_room(qs: QueueState, delay_s: float) -> bool:
         timer.cancel()
         if qs.room is room:
             qs.room = None
+        if pq is not None and pq.room is room:
+            pq.room = None
 
 
 def decode_found(body, mq, addr: str) -> list[MessageExt]:

@@ -115,6 +115,7 @@ class ProcessQueue:
         "msgs",
         "pull_offset",
         "queue_offset_max",
+        "room",
     )
 
     def __init__(self, now_ms: int = 0):
@@ -131,6 +132,9 @@ class ProcessQueue:
         self.locked = False              # orderly: the broker named this queue ours
         self.last_lock_ms = 0            # orderly: when it last did
         self.consuming: dict = {}        # queue offset -> when its listener call started (ms)
+        # the shell's flow-control waiter (client.fetcher), opaque here: where the consume
+        # side removes messages it can tell the pull that room was made
+        self.room = None
 
     # -- pull side ---------------------------------------------------------------------
     def put_messages(self, msgs, now_ms: int = 0) -> int:

@@ -60,7 +60,7 @@ from pocketmq.client.errors import (
     InvalidArgumentError,
     MQClientError,
 )
-from pocketmq.client.fetcher import Fetcher
+from pocketmq.client.fetcher import Fetcher, wake_room
 from pocketmq.client.instance import acquire_consumer_instance, mono_ms, now_ms
 from pocketmq.client.message import MessageExt
 from pocketmq.client.offset_store import LocalOffsetStore, RemoteOffsetStore
@@ -665,6 +665,8 @@ class PushConsumer(QueryMixin):
                         stats["consumed"] += 1
                         # (the listener-call clock: last_consume_ms is for running info)
                         pq.remove_one(m, self._tick_ms)
+                        if pq.room is not None:
+                            self.made_room(pq)
                         continue
                 else:
                     pq.start_consuming(msgs, self._tick_ms)
@@ -748,6 +750,13 @@ class PushConsumer(QueryMixin):
                     self._retry_locally(mq, pq, later)
             # BROADCASTING: failures are dropped, like the Java client.
         pq.remove_messages(done, mono_ms())
+        if pq.room is not None:
+            self.made_room(pq)
+
+    def made_room(self, pq: ProcessQueue) -> None:
+        """Messages left `pq`: its pull, waiting on flow control, goes now if the limits allow."""
+        if pq.flow_control(self.flow_limits, orderly=self.orderly_service is not None) is None:
+            wake_room(pq.room)
 
     async def _send_back(self, mq: MessageQueue, m: MessageExt, delay_level: int = 0) -> bool:
         try:
@@ -827,6 +836,8 @@ class PushConsumer(QueryMixin):
                         self._retry_locally(mq, pq, [m])
                         continue
                 pq.remove_messages([m], mono_ms())
+                if pq.room is not None:
+                    self.made_room(pq)
         return n
 
     def in_flight_ages(self) -> dict[MessageQueue, int]:

@@ -285,6 +285,35 @@ async def test_suspend_current_queue_a_moment_redelivers_the_same_messages_in_or
     assert committed == [9]
 
 
+async def test_a_full_orderly_queue_resumes_pulling_when_its_listener_makes_room(cluster, monkeypatch):
+    """Flow control waits for room (client.fetcher), in orderly mode too: with the delay
+    made 60 s and a threshold of 10 (pulls of 16 fill it every time), 200 messages are
+    consumed in order in seconds, each finished batch waking the queue's pull."""
+    import pocketmq.client.fetcher as fetcher
+    from pocketmq.client.process_queue import FlowLimits
+    monkeypatch.setattr(fetcher, "FLOW_CONTROL_DELAY_MS", 60_000)
+    topic, group = uniq("OrdRoomT"), uniq("OrdRoomG")
+    await create_topic(cluster, topic, 1)
+    async with Producer("OrderlyPG", cluster.namesrv_addr, instance_name="room") as p:
+        await p.send_batch([str(i).encode() for i in range(200)], topic=topic)
+    got = Sink()
+
+    async def listener(msg):
+        got.append(int(msg.body))
+        return CONSUME_SUCCESS
+
+    c = PushConsumer(group, cluster.namesrv_addr, listener=listener, orderly=True, pull_batch_size=16,
+                     flow_limits=FlowLimits(pull_threshold_for_queue=10), consume_from_where="FIRST_OFFSET",
+                     instance_name="room1")
+    c.subscribe(topic)
+    async with asyncio.timeout(30):
+        async with c:
+            await got.until(lambda s: len(s) == 200)
+            st = c.fetcher.stats
+            assert st["flow_control_waits"] > 0 and st["flow_control_timeouts"] == 0
+    assert list(got) == list(range(200))
+
+
 async def committed_offsets(cluster, group, topic, queues):
     inst = ClientInstance("127.0.0.1@orderly-check", cluster.namesrv_addr)
     try:

@@ -200,6 +200,35 @@ async def test_flow_control_bounds_the_process_queue():
                 await wait_for(lambda: len(got) == 300, what="all after release")
 
 
+async def test_a_full_process_queue_resumes_pulling_when_listeners_make_room(monkeypatch):
+    """Flow control waits for room, not a fixed delay: with the delay made 60 s and a
+    threshold of 10 messages (pulls of 16 fill it every time), 200 messages are still
+    consumed in seconds, because each finished listener call wakes the queue's pull once
+    the process queue is under its limits again. (Orderly: test_client_orderly.py, the
+    fake cluster has no queue locks.)"""
+    import pocketmq.client.fetcher as fetcher
+    monkeypatch.setattr(fetcher, "FLOW_CONTROL_DELAY_MS", 60_000)
+    async with asyncio.timeout(30):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("T", 1)
+            await produce(cluster.namesrv_addr, "T", 200)
+            got = []
+
+            async def listener(msg):
+                await asyncio.sleep(0)
+                got.append(msg.queue_offset)
+
+            c = PushConsumer("CG7", cluster.namesrv_addr, listener=listener, instance_name="c7",
+                             consume_from_where="FIRST_OFFSET", pull_batch_size=16,
+                             flow_limits=FlowLimits(pull_threshold_for_queue=10))
+            c.subscribe("T")
+            async with c:
+                await wait_for(lambda: len(got) == 200, timeout_s=20, what="all 200 consumed")
+                st = c.fetcher.stats
+                assert st["flow_control_waits"] > 0 and st["flow_control_timeouts"] == 0
+            assert sorted(got) == list(range(200))
+
+
 async def test_survives_broker_restart():
     async with asyncio.timeout(40):
         async with FakeCluster() as cluster:
