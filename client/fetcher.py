@@ -8,14 +8,14 @@ owns everything about pulling itself:
   retried after pull_error_delay_ms);
 * flow control: the handler's `may_fetch(qs)` is asked before every pull (push: the
   ProcessQueue thresholds; lite: paused or buffer full; orderly: also a valid queue
-  lock); False waits until the consumer makes room (`wake_fetcher(qs)`: poll() took
-  messages, a listener finished some, the queue was resumed) or FLOW_CONTROL_DELAY_MS
-  has passed, whichever comes first (push: the waiter is also the ProcessQueue's `room`,
-  which the workers wake when a finished listener call leaves the queue under its
-  limits). Java only waits the 50 ms: a consumer that drains
-  its buffer in less (lite poll() at 100k+ msgs/s empties 1,000 messages in ~8 ms) then
-  waited with nothing to consume (measured: 25k instead of 140k msgs/s, poll cycles of
-  48 ms at the 99th percentile, pull_batch_size 128, docs/client.md);
+  lock); False waits until the consumer makes room or FLOW_CONTROL_DELAY_MS has
+  passed, whichever comes first. Lite: poll() took messages or resume() unpaused the
+  queue (`wake_fetcher(qs)`); push: a finished listener call left the process queue under
+  its limits (the waiter is also the ProcessQueue's `room`, `wake_room`). Java only
+  waits the 50 ms: a consumer that drains its buffer in less (lite poll() at 100k+
+  msgs/s empties 1,000 messages in ~8 ms) then sat with nothing to consume (measured:
+  25k instead of 195k msgs/s, poll cycles of 48 ms at the 99th percentile, pulls of 128,
+  docs/client.md);
 * route and broker errors: the master is looked up again on every pull, a failed
   pull is retried after pull_error_delay_ms, and a subscription error re-sends the
   heartbeat first. Failures are logged per broker through a FailureLog
@@ -57,19 +57,17 @@ _FOUND = PullResult.FOUND
 _EMPTY = (PullResult.NO_NEW_MSG, PullResult.NO_MATCHED_MSG)
 
 
-def wake_fetcher(qs: QueueState) -> None:
-    """Room in `qs`'s buffer: a pull task waiting on flow control asks may_fetch again now.
-    Cheap when nothing waits (one attribute read): consumers call it whenever messages
-    leave the buffer."""
-    room = qs.room
-    if room is not None and not room.done():
-        room.set_result(True)
-
-
 def wake_room(room: asyncio.Future | None) -> None:
-    """wake_fetcher for a waiter found elsewhere (a ProcessQueue's `room`)."""
+    """End a flow-control wait (the future _wait_for_room left in QueueState.room and, for
+    push consumers, ProcessQueue.room): the pull task asks may_fetch again now."""
     if room is not None and not room.done():
         room.set_result(True)
+
+
+def wake_fetcher(qs: QueueState) -> None:
+    """Room in `qs`'s buffer: its pull task, if waiting on flow control, goes on now.
+    Cheap when nothing waits (one attribute read)."""
+    wake_room(qs.room)
 
 
 def _timed_out(fut: asyncio.Future) -> None:
