@@ -141,7 +141,8 @@ class LitePullConsumerConfig(ConsumerConfig):
     pull_batch_size: 128 here (32 in ConsumerConfig): the background pulls run ahead of
         poll(), so a pull's round trip is spread over more messages; a full buffer resumes
         pulling as soon as poll() makes room (client.fetcher), so larger pulls no longer
-        risk the 50 ms flow-control stall (docs/client.md, "Lite pull consumer").
+        risk the 50 ms flow-control stall (docs/client.md, LitePullConsumer: "Prefetch and
+        flow control").
     """
     pull_batch_size: int = 128
     auto_commit: bool = True
