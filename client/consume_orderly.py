@@ -246,7 +246,7 @@ class OrderlyService:
             if ok:
                 stats["consumed"] += len(msgs)
                 pq.remove_head(msgs, t)
-                if pq.room is not None:
+                if pq.room is not None:     # (checked here: the per-batch path)
                     self.consumer.made_room(pq)
                 continue
             stats["failed"] += len(msgs)

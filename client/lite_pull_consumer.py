@@ -291,7 +291,7 @@ class LitePullConsumer(QueryMixin):
             st.consume_offset = out[-1].queue_offset + 1
             if not buf and st.pull_offset > st.consume_offset:
                 st.consume_offset = st.pull_offset     # tag-filtered tail
-            if st.room is not None and len(buf) < self.pull_threshold_for_queue:
+            if st.room is not None and self.may_fetch(st):
                 wake_fetcher(st)        # its pull waits for room: there is some now
             if len(out) >= max_records:
                 break

@@ -549,13 +549,16 @@ class PushConsumer(QueryMixin):
     def may_fetch(self, qs: QueueState) -> bool:
         pq = qs.pq
         osvc = self.orderly_service
-        if osvc is None:
-            return pq.flow_control(self.flow_limits) is None
-        # orderly: no span limit (one message at a time per queue); CLUSTERING pulls only
-        # under a valid lock (Java's pullMessage: "the message queue not be able to consume")
-        if osvc.needs_lock and not pq.holds_lock(mono_ms()):
+        # orderly: CLUSTERING pulls only under a valid lock (Java's pullMessage: "the
+        # message queue not be able to consume")
+        if osvc is not None and osvc.needs_lock and not pq.holds_lock(mono_ms()):
             return False
-        return pq.flow_control(self.flow_limits, orderly=True) is None
+        return self._under_limits(pq)
+
+    def _under_limits(self, pq: ProcessQueue) -> bool:
+        """The process queue's flow-control limits allow a pull (orderly: no span limit,
+        one message at a time per queue)."""
+        return pq.flow_control(self.flow_limits, orderly=self.orderly_service is not None) is None
 
     def pull_commit_offset(self, qs: QueueState) -> int:
         return qs.pq.commit_offset() if self.message_model == "CLUSTERING" else -1
@@ -665,7 +668,7 @@ class PushConsumer(QueryMixin):
                         stats["consumed"] += 1
                         # (the listener-call clock: last_consume_ms is for running info)
                         pq.remove_one(m, self._tick_ms)
-                        if pq.room is not None:
+                        if pq.room is not None:     # (checked here too: the per-message path)
                             self.made_room(pq)
                         continue
                 else:
@@ -750,12 +753,11 @@ class PushConsumer(QueryMixin):
                     self._retry_locally(mq, pq, later)
             # BROADCASTING: failures are dropped, like the Java client.
         pq.remove_messages(done, mono_ms())
-        if pq.room is not None:
-            self.made_room(pq)
+        self.made_room(pq)
 
     def made_room(self, pq: ProcessQueue) -> None:
-        """Messages left `pq`: its pull, waiting on flow control, goes now if the limits allow."""
-        if pq.flow_control(self.flow_limits, orderly=self.orderly_service is not None) is None:
+        """Messages left `pq`: its pull, if waiting on flow control, goes now if the limits allow."""
+        if pq.room is not None and self._under_limits(pq):
             wake_room(pq.room)
 
     async def _send_back(self, mq: MessageQueue, m: MessageExt, delay_level: int = 0) -> bool:
@@ -836,8 +838,7 @@ class PushConsumer(QueryMixin):
                         self._retry_locally(mq, pq, [m])
                         continue
                 pq.remove_messages([m], mono_ms())
-                if pq.room is not None:
-                    self.made_room(pq)
+                self.made_room(pq)
         return n
 
     def in_flight_ages(self) -> dict[MessageQueue, int]:
