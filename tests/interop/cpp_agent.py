@@ -13,6 +13,17 @@ writes its logs under ~/logs).
     python cpp_agent.py push ... --start-file PATH   (prints "ready", starts once PATH exists)
     python cpp_agent.py push ... --orderly   (the C++ orderly push consumer: queue locks,
         one queue at a time per thread; deliveries carry a wall-clock `t`)
+    python cpp_agent.py push ... --model broadcasting --instance bc1
+        (a BROADCASTING consumer: every member gets every queue, offsets kept locally)
+    python cpp_agent.py push ... --expr "TagA || TagB"   (a tag subscription; pull takes --expr too)
+    python cpp_agent.py produce ... --delay-level 2,0,1
+        (message i gets set_delay_time_level(levels[i % len]); 0: not set. Every `sent`
+        event carries `level` and the wall clock just before (`t0`) and after (`t1`) the send)
+    python cpp_agent.py produce ... --mode orderly|oneway_orderly --selector hash|reverse --orderly-arg mod4|triangle
+        (send_orderly / send_oneway_orderly with the int argument i % 4 (mod4) or i*(i+1)/2
+        (triangle); the queue selector is the wheel's hashing one (arg % mq_size) or its
+        mirror (mq_size - 1 - arg % mq_size); `sent` carries `arg`, `mq_size` and the
+        `queue` index the selector returned)
 """
 from __future__ import annotations
 
@@ -39,7 +50,31 @@ def _message(topic, i, args):
     m.set_keys(f"key-{i}")
     m.set_property("idx", str(i))
     m.set_property("origin", "cpp")
+    level = _delay_level(i, args)
+    if level:
+        m.set_delay_time_level(level)
     return m
+
+
+def _delay_level(i, args):
+    levels = [int(x) for x in args.delay_level.split(",") if x.strip()] if args.delay_level else [0]
+    return levels[i % len(levels)]
+
+
+def _orderly_arg(i, args):
+    return i % 4 if args.orderly_arg == "mod4" else i * (i + 1) // 2
+
+
+def _recording_selector(args, chosen):
+    """The queue selector for send_orderly / send_oneway_orderly; records what it returned."""
+    import ctypes
+
+    def select(mq_size, _msg, arg):
+        v = ctypes.cast(arg, ctypes.POINTER(ctypes.c_int))[0]
+        q = v % mq_size if args.selector == "hash" else mq_size - 1 - v % mq_size
+        chosen.append((mq_size, q))
+        return q
+    return select
 
 
 def produce(args):
@@ -76,18 +111,30 @@ def produce(args):
                     emit(event="error", error="async send timed out")
                     break
         else:
+            chosen = []
+            selector = _recording_selector(args, chosen)
             for i in range(args.count):
                 m = _message(args.topic, i, args)
+                sel = {}
+                t0 = time.time()
                 if args.mode == "sync":
                     r = p.send_sync(m)
-                    emit(event="sent", mode="sync", idx=i, status=int(r.status), msg_id=r.msg_id, offset=r.offset)
                 elif args.mode == "oneway":
                     p.send_oneway(m)
-                    emit(event="sent", mode="oneway", idx=i)
-                elif args.mode == "orderly":
-                    r = p.send_orderly(m, i % 4)
-                    emit(event="sent", mode="orderly", idx=i, status=int(r.status), msg_id=r.msg_id,
-                         offset=r.offset)
+                    r = None
+                elif args.mode in ("orderly", "oneway_orderly"):
+                    arg = _orderly_arg(i, args)
+                    del chosen[:]
+                    if args.mode == "orderly":
+                        r = p.send_orderly(m, arg, queue_selector=selector)
+                    else:
+                        p.send_oneway_orderly(m, arg, queue_selector=selector)
+                        r = None
+                    sel = {"arg": arg, "mq_size": chosen[-1][0], "queue": chosen[-1][1]}
+                t1 = time.time()
+                res = {} if r is None else {"status": int(r.status), "msg_id": r.msg_id, "offset": r.offset}
+                emit(event="sent", mode=args.mode, idx=i, level=_delay_level(i, args), t0=t0, t1=t1,
+                     **res, **sel)
     finally:
         p.shutdown()
     emit(event="done")
@@ -105,9 +152,11 @@ def _recv(msg):
 
 
 def push_main(args):
-    from rocketmq.client import PushConsumer
+    from rocketmq.client import MessageModel, PushConsumer
     c = PushConsumer(args.group, orderly=args.orderly)
     c.set_namesrv_addr(args.ns)
+    if args.model == "broadcasting":
+        c.set_message_model(MessageModel.BROADCASTING)
     if args.instance:
         c.set_instance_name(args.instance)
     c.set_thread_count(2)
@@ -194,7 +243,8 @@ def main():
     p.add_argument("--ns", required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--group", default="cpp_group")
-    p.add_argument("--mode", default="sync", choices=["sync", "async", "oneway", "orderly", "batch"])
+    p.add_argument("--mode", default="sync",
+                   choices=["sync", "async", "oneway", "orderly", "oneway_orderly", "batch"])
     p.add_argument("--count", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--tags", default="TagA")
@@ -212,6 +262,14 @@ def main():
                    help="push: fail while reconsume_times < N (-1: always fail)")
     p.add_argument("--fail-how", default="status", choices=["status", "raise"])
     p.add_argument("--orderly", action="store_true", help="push: the orderly push consumer")
+    p.add_argument("--model", default="clustering", choices=["clustering", "broadcasting"],
+                   help="push: the message model")
+    p.add_argument("--delay-level", default="",
+                   help="produce: comma-separated delay levels, cycled over the messages (0: none)")
+    p.add_argument("--selector", default="hash", choices=["hash", "reverse"],
+                   help="produce orderly/oneway_orderly: arg %% mq_size, or mq_size - 1 - arg %% mq_size")
+    p.add_argument("--orderly-arg", default="mod4", choices=["mod4", "triangle"],
+                   help="produce orderly/oneway_orderly: the selector argument, i %% 4 or i*(i+1)/2")
     args = p.parse_args()
     {"produce": produce, "push": push_main, "pull": pull_main}[args.cmd](args)
 

@@ -6,31 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import os
-import threading
 
 import pytest
 
 from pocketmq.client import CONSUME_SUCCESS, Message, Producer, PushConsumer
 from pocketmq.client.instance import ClientInstance
 from tests.integration.test_client_cluster import create_topic, uniq, wait_for
-from tests.support.events import Sink
+from tests.support.events import Sink, pump_json_lines
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 KEYS = [f"key{i}" for i in range(8)]
 PER_KEY = 20
-
-
-def pump(proc, sink: Sink) -> threading.Thread:
-    def run():
-        for line in proc.stdout:
-            if line.startswith("{"):
-                sink.append(json.loads(line))
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
 
 
 async def test_mixed_orderly_group_splits_queues_disjointly_and_keeps_key_order(agent, cluster, tmp_path):
@@ -56,7 +44,7 @@ async def test_mixed_orderly_group_splits_queues_disjointly_and_keeps_key_order(
             await wait_for(lambda: len([m for m in c.pqs if m.topic == topic]) == 4, 20, "our consumer on 4 queues")
             proc = agent.start("push", "--ns", cluster.namesrv_addr, "--group", group, "--topic", topic,
                                "--orderly", "--instance", "cpp1", "--stop-file", stop, "--seconds", "140")
-            reader = pump(proc, cpp)
+            reader = pump_json_lines(proc, cpp)
             await cpp.until(lambda s: any(e["event"] == "started" for e in s))
             # our member gives two queues up (commit, unlock); the C++ member locks them
             await wait_for(lambda: len([m for m in c.pqs if m.topic == topic]) == 2, 40, "our consumer on 2 queues")

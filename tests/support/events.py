@@ -65,3 +65,17 @@ class Sink(list):
 
     async def until(self, pred) -> None:
         await self.waiters.until(lambda: pred(self))
+
+
+def pump_json_lines(proc, sink: Sink) -> threading.Thread:
+    """Feed a subprocess's JSON-object lines (stdout, text mode) into `sink` as they come,
+    from a daemon thread (tests/interop/cpp_agent.py prints one object per event)."""
+    import json
+
+    def run():
+        for line in proc.stdout:
+            if line.startswith("{"):
+                sink.append(json.loads(line))
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
