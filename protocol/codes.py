@@ -164,11 +164,41 @@ class PermName:
         return bool(perm & PermName.WRITE)
 
 
+def _version_names() -> tuple[str, ...]:
+    """The names of MQVersion.Version in ordinal order: a RemotingCommand's `version` is an
+    ordinal of that enum. 3.0.0's sixteen pre-releases, then a SNAPSHOT and a release for
+    every x.y.z (3.0.1-15; 3.1 and 3.2 from .0; 3.3-3.9 from .1; 4.0-5.9 from .0 to .9),
+    then HIGHER_VERSION (Java's mqadmin prints every later ordinal as that)."""
+    names = ["V3_0_0_SNAPSHOT", "V3_0_0_ALPHA1", *(f"V3_0_0_BETA{i}" for i in range(1, 6))]
+    for i in range(6, 10):
+        names += [f"V3_0_0_BETA{i}_SNAPSHOT", f"V3_0_0_BETA{i}"]
+    names.append("V3_0_0_FINAL")
+    releases = ([(3, 0, p) for p in range(1, 16)]
+                + [(3, m, p) for m in (1, 2) for p in range(10)]
+                + [(3, m, p) for m in range(3, 10) for p in range(1, 10)]
+                + [(major, m, p) for major in (4, 5) for m in range(10) for p in range(10)])
+    for a, b, c in releases:
+        names += [f"V{a}_{b}_{c}_SNAPSHOT", f"V{a}_{b}_{c}"]
+    names.append("HIGHER_VERSION")
+    return tuple(names)
+
+
+VERSION_NAMES = _version_names()
+
+
+def version_desc(ordinal: int) -> str:
+    """MQVersion.getVersionDesc: the name of a `version` ordinal (the C++ 1.2.x client
+    announces 63, V3_1_8); past the end, the last name; a negative one as its number."""
+    if ordinal < 0:
+        return str(ordinal)
+    return VERSION_NAMES[min(ordinal, len(VERSION_NAMES) - 1)]
+
+
 # Version ordinal we announce (MQVersion V4_9_4); Java clients refuse SQL92
 # filters from brokers below V4_1_0_SNAPSHOT, so never send something lower.
 CURRENT_VERSION = 401
 # ... and its name (MQVersion.getVersionDesc), reported as PROP_CLIENT_VERSION in running info.
-CLIENT_VERSION_DESC = "V4_9_4"
+CLIENT_VERSION_DESC = version_desc(CURRENT_VERSION)
 
 # RemotingCommand.flag bits.
 FLAG_RESPONSE = 0x1

@@ -302,3 +302,34 @@ class TestFlagParsing:
         from pocketmq.tools.mqadmin.errors import UsageError
         with pytest.raises(UsageError):
             build_parser(COMMANDS[argv[0]]).parse_args(argv[1:])
+
+
+# -- client versions as Java's tools name them; no log line past the one-line contract -----------
+
+def test_version_names_follow_java_mqversion_ordinals():
+    from pocketmq.protocol.codes import CLIENT_VERSION_DESC, CURRENT_VERSION, VERSION_NAMES, version_desc
+    from pocketmq.tools.mqadmin.consumer import version_desc as shown
+    assert CLIENT_VERSION_DESC == "V4_9_4" and version_desc(CURRENT_VERSION) == "V4_9_4"
+    # ordinals the protocol itself relies on (send_back.py, admin.py), and the C++ 1.2.x client's 63
+    assert [version_desc(v) for v in (0, 15, 16, 63, 121, 401)] == [
+        "V3_0_0_SNAPSHOT", "V3_0_0_FINAL", "V3_0_1_SNAPSHOT", "V3_1_8", "V3_4_9", "V4_9_4"]
+    assert version_desc(VERSION_NAMES.index("V4_1_0_SNAPSHOT")) == "V4_1_0_SNAPSHOT"
+    assert version_desc(len(VERSION_NAMES) - 1) == version_desc(10**6) == "HIGHER_VERSION"
+    assert len(set(VERSION_NAMES)) == len(VERSION_NAMES)
+    assert shown("63") == "V3_1_8" and shown(401) == "V4_9_4" and shown(None) == "" and shown("x") == ""
+
+
+def test_mqadmin_keeps_pocketmq_warnings_off_stderr(monkeypatch, capsys):
+    import logging
+    from pocketmq.tools.mqadmin import cli
+
+    def run(argv):
+        logging.getLogger("pocketmq.client.query").warning("noise a user must not see")
+        return 0
+    monkeypatch.delenv("MQADMIN_DEBUG", raising=False)
+    monkeypatch.setattr(cli, "_main", run)
+    pocket = logging.getLogger("pocketmq")
+    before = (pocket.propagate, list(pocket.handlers))
+    assert cli.main(["queryMsgByKey"]) == 0
+    assert capsys.readouterr().err == ""
+    assert (pocket.propagate, list(pocket.handlers)) == before

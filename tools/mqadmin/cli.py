@@ -115,16 +115,21 @@ def main(argv: list[str] | None = None) -> int:
     debug = bool(os.environ.get("MQADMIN_DEBUG"))
     pocket_log = logging.getLogger("pocketmq")
     saved = pocket_log.propagate
+    quiet = logging.NullHandler()
     if debug:
         logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
     else:
         # Remoting warnings would add noise to the one-line error contract; restore
         # the logger afterwards so an in-process caller (tests, embedders) is unaffected.
+        # (Not propagating is not enough: a record that finds no handler at all goes to
+        # logging.lastResort, which prints warnings to stderr; the NullHandler takes it.)
         pocket_log.propagate = False
+        pocket_log.addHandler(quiet)
     try:
         return _main(argv)
     finally:
         pocket_log.propagate = saved
+        pocket_log.removeHandler(quiet)
 
 
 def _main(argv: list[str]) -> int:

@@ -14,7 +14,7 @@ from pocketmq.protocol.bodies import (
     PROP_CONSUME_TYPE,
     PROP_CLIENT_VERSION,
 )
-from pocketmq.protocol.codes import CLIENT_VERSION_DESC, CURRENT_VERSION
+from pocketmq.protocol.codes import version_desc as _mq_version_desc
 from pocketmq.tools.mqadmin import tables
 from pocketmq.tools.mqadmin.command import Command, Opt, Out, stripped
 from pocketmq.tools.mqadmin.errors import AdminError
@@ -124,8 +124,9 @@ async def group_connections(s: AdminSession, group: str) -> tuple[dict, dict[str
 
 
 def version_desc(version) -> str:
-    v = to_int(version, -1)
-    return CLIENT_VERSION_DESC if v == CURRENT_VERSION else str(v)
+    """A client's announced version as Java's tools print it (V3_1_8 for the C++ client)."""
+    v = to_int(version, None)
+    return "" if v is None else _mq_version_desc(v)
 
 
 async def consumer_connection(s: AdminSession, a, out: Out) -> None:
@@ -174,7 +175,9 @@ def process_queue_info_line(pqi: dict) -> str:
     oldestInFlightAgeMs when the client reports it."""
     parts = []
     for f in PROCESS_QUEUE_INFO_FIELDS:
-        v = pqi.get(f, "")
+        # a field the client left out (the C++ client sends no cachedMsgSizeInMiB) reads as
+        # Java's default, as fastjson fills it in for Java's tools
+        v = pqi.get(f, False if f in ("locked", "droped") else 0)
         if f.endswith("Timestamp"):
             v = tables.human_ms(to_int(v))
         elif isinstance(v, bool):
