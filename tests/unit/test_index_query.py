@@ -134,8 +134,24 @@ async def test_too_many_in_one_millisecond_steps_back(caplog):
     msgs = [FakeMsg("T", 200 + i, 5000) for i in range(100)] + [FakeMsg("T", i, 4000) for i in range(3)]
     api = FakeAPI({"10.0.0.1:10911": msgs}, cap=64)
     got = await query_route(api, route("a"), "T", "K", 1000)
-    # 64 of the 100 in millisecond 5000 are reachable, then the pager moves past it
-    assert len(got) == 67 and "more records than one page" in caplog.text
+    # 64 of the 100 in millisecond 5000 are reachable, then the pager moves past it; no page
+    # showed the broker's cap (every one held a single millisecond), so nothing says that
+    # millisecond held more than the 64 seen: no warning
+    assert len(got) == 67 and "more records than one page" not in caplog.text
+    # with newer records first, the first page spans two milliseconds and shows the cap
+    msgs += [FakeMsg("T", 1000 + i, 6000) for i in range(10)]
+    caplog.clear()
+    got = await query_route(api, route("a"), "T", "K", 1000)
+    assert len(got) == 77 and "more records than one page in millisecond 5000" in caplog.text
+
+
+async def test_one_message_found_without_a_warning(caplog):
+    api = FakeAPI({"10.0.0.1:10911": [FakeMsg("T", 7, 5000)]})
+    got = await query_route(api, route("a"), "T", "K", 64)
+    assert [m.commit_log_offset for m in got] == [7]
+    assert "more records than one page" not in caplog.text
+    # the first page, the same millisecond again (the broker's cap is unknown), then older
+    assert [(h.begin_timestamp, h.end_timestamp) for _a, h in api.requests][1:] == [(0, 5000), (0, 4999)]
 
 
 async def test_merge_across_brokers_and_filters():
