@@ -24,11 +24,28 @@ writes its logs under ~/logs).
         (triangle); the queue selector is the wheel's hashing one (arg % mq_size) or its
         mirror (mq_size - 1 - arg % mq_size); `sent` carries `arg`, `mq_size` and the
         `queue` index the selector returned)
+    python cpp_agent.py produce ... --sizes 100,4096,60000 --body text,binary
+        (message i's body is make_body(prefix, i, sizes[i % len], kinds[i % len]): varied,
+        reproducible bytes a test can rebuild; set with SetByteMessageBody, so NULs survive.
+        `sent` carries `size` and `sha256` of the body as given to the client)
+    python cpp_agent.py produce ... --compress-level 9 --max-message-size 1048576
+        (the wheel's Producer(compress_level=, max_message_size=); C++ 1.2.x compresses a
+        single message's body of 4096 bytes or more with zlib at that level (default 5) and
+        refuses bodies over max_message_size itself (default 128 KiB))
+    A send that raises (sync/oneway/orderly modes) is reported as {"event": "error", "idx",
+    "error_type", "error"} and the run goes on with the next message.
+    python cpp_agent.py push|pull ... --body-head 32
+        (a delivery's `body` is cut to its first 32 characters; every `msg` event carries the
+        body's `len` and `sha256` anyway: of the bytes GetMessageBody gives, a C string, so a
+        body is cut at its first NUL on the C++ receiving side)
+    python cpp_agent.py push ... --batch-max 8   (set_message_batch_max_size(8))
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import random
 import sys
 import threading
 import time
@@ -39,13 +56,51 @@ def emit(**kw):
     sys.stdout.flush()
 
 
-def _message(topic, i, args):
-    from rocketmq.client import Message
-    m = Message(topic)
+_WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
+          "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango")
+_BYTES = bytes([0, 1, 2, 9, 10, 13, 32, 0x7f, 0x80, 0x81, 0xc3, 0xe2, 0xef, 0xfd, 0xfe, 0xff])
+
+
+def make_body(prefix: str, i: int, size: int, kind: str) -> bytes:
+    """`size` bytes starting with "<prefix>-<i>:", the rest drawn from a generator seeded by
+    (prefix, i, kind): "text" (words, compressible, no NUL), "binary" (16 byte values incl.
+    NUL and non-UTF-8 bytes: compressible about 2:1) or "random" (incompressible)."""
+    rng = random.Random(f"{prefix}-{i}-{kind}")
+    head = f"{prefix}-{i}:".encode()
+    n = max(0, size - len(head))
+    if kind == "text":
+        words = " ".join(rng.choices(_WORDS, k=n // 5 + 1)).encode()
+        rest = words[:n]
+    elif kind == "binary":
+        rest = bytes(rng.choices(_BYTES, k=n))
+    elif kind == "random":
+        rest = rng.randbytes(n)
+    else:
+        raise ValueError(f"unknown body kind {kind!r}")
+    return head + rest
+
+
+def _cycled(spec: str, i: int, conv=str):
+    items = [conv(x) for x in spec.split(",") if x.strip()]
+    return items[i % len(items)]
+
+
+def _body(i, args) -> bytes:
+    if args.sizes:
+        return make_body(args.prefix, i, _cycled(args.sizes, i, int), _cycled(args.body, i))
     body = f"{args.prefix}-{i}"
     if args.size > len(body):
         body += "." * (args.size - len(body))
-    m.set_body(body.encode())
+    return body.encode()
+
+
+def _message(topic, i, args):
+    from rocketmq.client import Message
+    from rocketmq.ffi import dll
+    from rocketmq.exceptions import ffi_check
+    m = Message(topic)
+    body = _body(i, args)
+    ffi_check(dll.SetByteMessageBody(m, body, len(body)))
     m.set_tags(args.tags)
     m.set_keys(f"key-{i}")
     m.set_property("idx", str(i))
@@ -79,7 +134,8 @@ def _recording_selector(args, chosen):
 
 def produce(args):
     from rocketmq.client import Producer
-    p = Producer(args.group, timeout=args.timeout_ms)
+    p = Producer(args.group, timeout=args.timeout_ms, compress_level=args.compress_level,
+                 max_message_size=args.max_message_size)
     p.set_namesrv_addr(args.ns)
     p.start()
     try:
@@ -117,24 +173,29 @@ def produce(args):
                 m = _message(args.topic, i, args)
                 sel = {}
                 t0 = time.time()
-                if args.mode == "sync":
-                    r = p.send_sync(m)
-                elif args.mode == "oneway":
-                    p.send_oneway(m)
-                    r = None
-                elif args.mode in ("orderly", "oneway_orderly"):
-                    arg = _orderly_arg(i, args)
-                    del chosen[:]
-                    if args.mode == "orderly":
-                        r = p.send_orderly(m, arg, queue_selector=selector)
-                    else:
-                        p.send_oneway_orderly(m, arg, queue_selector=selector)
+                try:
+                    if args.mode == "sync":
+                        r = p.send_sync(m)
+                    elif args.mode == "oneway":
+                        p.send_oneway(m)
                         r = None
-                    sel = {"arg": arg, "mq_size": chosen[-1][0], "queue": chosen[-1][1]}
+                    elif args.mode in ("orderly", "oneway_orderly"):
+                        arg = _orderly_arg(i, args)
+                        del chosen[:]
+                        if args.mode == "orderly":
+                            r = p.send_orderly(m, arg, queue_selector=selector)
+                        else:
+                            p.send_oneway_orderly(m, arg, queue_selector=selector)
+                            r = None
+                        sel = {"arg": arg, "mq_size": chosen[-1][0], "queue": chosen[-1][1]}
+                except Exception as e:   # the wheel's ProducerSend*Failed: reported, not fatal
+                    emit(event="error", mode=args.mode, idx=i, error_type=type(e).__name__, error=str(e))
+                    continue
                 t1 = time.time()
                 res = {} if r is None else {"status": int(r.status), "msg_id": r.msg_id, "offset": r.offset}
+                body = _body(i, args)
                 emit(event="sent", mode=args.mode, idx=i, level=_delay_level(i, args), t0=t0, t1=t1,
-                     **res, **sel)
+                     size=len(body), sha256=hashlib.sha256(body).hexdigest(), **res, **sel)
     finally:
         p.shutdown()
     emit(event="done")
@@ -143,9 +204,12 @@ def produce(args):
 _RECV_PROPS = ("idx", "origin", "UNIQ_KEY", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID")
 
 
-def _recv(msg):
+def _recv(msg, body_head=0):
     props = {k: (msg.get_property(k) or b"").decode() for k in _RECV_PROPS}
-    return dict(event="msg", topic=msg.topic, body=msg.body.decode(errors="replace"),
+    body = msg.body
+    text = body.decode(errors="replace")
+    return dict(event="msg", topic=msg.topic, body=text[:body_head] if body_head else text,
+                len=len(body), sha256=hashlib.sha256(body).hexdigest(),
                 tags=(msg.tags or b"").decode(), keys=(msg.keys or b"").decode(), props=props,
                 queue_id=msg.queue_id, queue_offset=msg.queue_offset, msg_id=msg.id,
                 reconsume_times=msg.reconsume_times)
@@ -160,11 +224,13 @@ def push_main(args):
     if args.instance:
         c.set_instance_name(args.instance)
     c.set_thread_count(2)
+    if args.batch_max:
+        c.set_message_batch_max_size(args.batch_max)
     lock = threading.Lock()
     state = {"n": 0, "last": time.monotonic()}
 
     def on_msg(msg):
-        rec = _recv(msg)
+        rec = _recv(msg, args.body_head)
         failing = args.fail_until < 0 or rec["reconsume_times"] < args.fail_until
         rec["failed"] = failing
         rec["t"] = time.time()
@@ -229,7 +295,7 @@ def pull_main(args):
     try:
         while time.monotonic() < deadline and (not args.expect or n < args.expect):
             for msg in c.pull(args.topic, args.expr):
-                emit(**_recv(msg))
+                emit(**_recv(msg, args.body_head))
                 n += 1
             time.sleep(0.2)
     finally:
@@ -258,6 +324,15 @@ def main():
     p.add_argument("--start-file", default="", help="push: start the consumer once this file exists")
     p.add_argument("--timeout-ms", type=int, default=5000)
     p.add_argument("--size", type=int, default=0, help="pad bodies to this many bytes")
+    p.add_argument("--sizes", default="",
+                   help="produce: comma-separated body sizes, cycled; bodies are make_body(...)")
+    p.add_argument("--body", default="text", help="produce with --sizes: body kinds, comma-separated, cycled "
+                   "(text, binary, random)")
+    p.add_argument("--compress-level", type=int, default=None, help="produce: Producer(compress_level=)")
+    p.add_argument("--max-message-size", type=int, default=None, help="produce: Producer(max_message_size=)")
+    p.add_argument("--body-head", type=int, default=0,
+                   help="push/pull: emit only this many characters of each body (0: all)")
+    p.add_argument("--batch-max", type=int, default=0, help="push: set_message_batch_max_size")
     p.add_argument("--fail-until", type=int, default=0,
                    help="push: fail while reconsume_times < N (-1: always fail)")
     p.add_argument("--fail-how", default="status", choices=["status", "raise"])
