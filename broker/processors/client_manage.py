@@ -132,9 +132,13 @@ def process_update_consumer_offset(ctx, conn, cmd):
 
 def process_lock_batch(ctx, conn, cmd):
     group, client_id, mqs = bodies.decode_lock_body(cmd.body)
-    ok = ctx.locks.try_lock_batch(group, mqs, client_id, ctx.now_ms())
+    # the connection's token goes with each lock it takes or renews: its close releases
+    # those (connection_closed), not ones the client renewed over another connection since
+    token = conn.attrs.get("lock_token")
+    if token is None:
+        token = conn.attrs["lock_token"] = object()
+    ok = ctx.locks.try_lock_batch(group, mqs, client_id, ctx.now_ms(), token)
     if ok:
-        # remembered on the connection: its close releases these locks (connection_closed)
         conn.attrs.setdefault("lock_owners", set()).add((group, client_id))
     return cmd.response(ResponseCode.SUCCESS, body=bodies.encode_mq_set("lockOKMQSet", sorted(ok)))
 
@@ -165,8 +169,9 @@ def connection_closed(ctx, conn) -> None:
     """A client connection closed: forget its held pulls, registrations and queue locks;
     the consumer groups it left are told (unless a group opted out)."""
     ctx.held_pulls.drop_connection(conn)
+    token = conn.attrs.get("lock_token")
     for group, client_id in conn.attrs.get("lock_owners", ()):
-        released = ctx.locks.unlock_client(group, client_id)
+        released = ctx.locks.unlock_client(group, client_id, token)
         if released:
             log.info("released %d queue locks of %s in %s (connection closed)", len(released), client_id, group)
     for group in ctx.consumers.remove_channel(conn):

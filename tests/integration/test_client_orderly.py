@@ -75,6 +75,15 @@ async def test_lock_refused_to_others_until_released_expired_or_the_owner_discon
             await wait_for(lambda: all(e[0] != b.client_id for e in broker.locks.table.get("LG", {}).values()),
                            what="B's locks released")
             assert await c.api.lock_batch(addr, "LG", c.client_id, [q0]) == [q0]
+            # one client id over two connections (a reconnect whose old socket closes late):
+            # the old connection's close leaves what was renewed over the new one
+            a2 = clients["127.0.0.1@A2"] = ClientInstance(a.client_id, "127.0.0.1:1")
+            assert set(await a.api.lock_batch(addr, "LG2", a.client_id, [q0, q1])) == {q0, q1}
+            assert await a2.api.lock_batch(addr, "LG2", a.client_id, [q0]) == [q0]
+            await a.close()
+            await wait_for(lambda: q1 not in broker.locks.table.get("LG2", {}), what="the old connection's q1")
+            assert await c.api.lock_batch(addr, "LG2", c.client_id, [q0, q1]) == [q1]
+            assert broker.locks.table["LG2"][q0][0] == a.client_id
     finally:
         for inst in clients.values():
             await inst.close()

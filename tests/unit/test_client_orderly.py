@@ -133,6 +133,20 @@ def test_broker_lock_table_refuses_others_until_released_or_expired_and_unlock_c
     assert locks.unlock_client("G", "A") == [] and locks.unlock_client("nope", "A") == []
 
 
+def test_a_closing_connection_releases_only_the_locks_last_taken_over_it():
+    locks = RebalanceLockManager()
+    q0, q1 = MessageQueue("T", "b", 0), MessageQueue("T", "b", 1)
+    conn1, conn2 = object(), object()
+    assert locks.try_lock_batch("G", [q0, q1], "A", 0, conn1) == {q0, q1}
+    # A reconnected and renewed q0 over its new connection before the old one's close is seen
+    assert locks.try_lock_batch("G", [q0], "A", 1_000, conn2) == {q0}
+    assert locks.unlock_client("G", "A", conn1) == [q1]
+    assert locks.try_lock_batch("G", [q0, q1], "B", 2_000, object()) == {q1}
+    assert locks.is_locked("G", q0, "A", 2_000)
+    assert locks.unlock_client("G", "A", conn2) == [q0]
+    assert locks.try_lock_batch("G", [q0], "B", 3_000) == {q0}
+
+
 # -- the consume tasks (client/consume_orderly.py) with an integer clock, no broker -----------
 
 @dataclass(frozen=True)
