@@ -89,25 +89,30 @@ async def held_queues(api, cluster, group: str, topic: str) -> dict[str, set[int
 
 
 @contextlib.asynccontextmanager
-async def cpp_consumers(agent, cluster, tmp_path, topic: str, group: str, members: int = 2):
+async def cpp_consumers(agent, cluster, tmp_path, topic: str, group: str, members: int = 2, *,
+                        orderly: bool = False):
     """`members` C++ push consumers (instances adm0, adm1, ...) of `group` subscribed to
-    `topic` with EXPR, running until the yielded `stop()`; entered once the broker lists
-    them all and they split the topic's queues disjointly. Yields .ids ({instance:
-    clientId}), .events (every member's events, one Sink), .stop()."""
-    stop_file = str(tmp_path / f"stop-{group}")
-    events, procs, readers = Sink(), [], []
+    `topic` with EXPR (`orderly`: the C++ orderly push consumer), running until the yielded
+    `stop()`; entered once the broker lists them all and they split the topic's queues
+    disjointly. Yields .ids ({instance: clientId}), .procs ({instance: Popen}), .events
+    (every member's events, one Sink), .stop(*instances) (cleanly, each at once; none
+    named: all)."""
+    events, procs, readers, stop_files = Sink(), {}, {}, {}
     inst = ClientInstance(uniq("127.0.0.1@cpp-admin"), cluster.namesrv_addr)
 
-    async def stop():
-        await stop_agents(procs, stop_file)
-        for r in readers:
-            r.join(5)
+    async def stop(*names):
+        names = names or tuple(procs)
+        await asyncio.gather(*(stop_agents([procs[n]], stop_files[n]) for n in names))
+        for n in names:
+            readers[n].join(5)
     try:
         for i in range(members):
-            p = agent.start("push", "--ns", cluster.namesrv_addr, "--group", group, "--topic", topic,
-                            "--expr", EXPR, "--instance", f"adm{i}", "--stop-file", stop_file, "--seconds", "120")
-            procs.append(p)
-            readers.append(pump_json_lines(p, events))
+            name = f"adm{i}"
+            stop_files[name] = str(tmp_path / f"stop-{group}-{name}")
+            procs[name] = agent.start("push", "--ns", cluster.namesrv_addr, "--group", group, "--topic", topic,
+                                      "--expr", EXPR, "--instance", name, "--stop-file", stop_files[name],
+                                      "--seconds", "120", *(["--orderly"] if orderly else []))
+            readers[name] = pump_json_lines(procs[name], events)
         held: dict = {}
         try:
             async with asyncio.timeout(40):
@@ -119,8 +124,8 @@ async def cpp_consumers(agent, cluster, tmp_path, topic: str, group: str, member
                     await asyncio.sleep(0.2)
         except TimeoutError:
             raise AssertionError(f"the C++ consumers never split the {QUEUES} queues: {held}") from None
-        ids = {f"adm{i}": next(c for c in held if c.endswith(f"@adm{i}")) for i in range(members)}
-        yield SimpleNamespace(ids=ids, events=events, stop=stop)
+        ids = {name: next(c for c in held if c.endswith(f"@{name}")) for name in procs}
+        yield SimpleNamespace(ids=ids, procs=procs, events=events, stop=stop)
     finally:
         await stop()
         await inst.close()
