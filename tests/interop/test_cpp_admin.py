@@ -303,7 +303,7 @@ async def test_consumer_status_renders_the_running_info_of_cpp_consumers(agent, 
                 assert set(detail) == set(tables[cid]), (section, tables[cid])
                 assert int(row[3]) == len(detail), row
                 assert offset_rows(section) == {k: tables[cid][k] for k in detail}, section
-                for (t, q), pqi in detail.items():
+                for pqi in detail.values():
                     assert pqi["droped"] == "false" and pqi["locked"] == "false", pqi
                     assert human_date(pqi["lastPullTimestamp"]), pqi
 
