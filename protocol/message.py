@@ -53,7 +53,9 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain as _chain
 from itertools import repeat as _repeat
+from operator import and_ as _and
 from operator import itemgetter
 from operator import sub as _sub
 
@@ -66,7 +68,8 @@ __all__ = [
     "record_size", "decode_record", "decode_records", "decode_records_raw", "offset_msg_id",
     "decode_offset_msg_id", "decode_batch_body", "encode_batch_body", "encode_batch_elements",
     "compress_body", "decompress_body", "parse_host", "format_host",
-    "store_timestamp_pos", "property_value", "tags_code_of_properties", "properties_at", "index_fields_at",
+    "store_timestamp_pos", "property_value", "tags_code_of_properties", "tags_codes_of_properties", "properties_at",
+    "index_fields_at",
     "property_getter",
     # batch reads of many records' properties (the broker's SQL92 filter, a whole pull at a time)
     "properties_at_many", "property_keys", "property_slots", "slot_names_ok", "SLOTS_MAX_PROPERTIES",
@@ -74,8 +77,8 @@ __all__ = [
     "POS_QUEUE_OFFSET", "POS_PHYSICAL_OFFSET", "POS_SYSFLAG", "POS_BORN_TIMESTAMP", "POS_BORN_HOST",
     "RECORD_HEAD_MIN", "HOST_V6_FLAGS", "PORT_MAX", "MAX_INT", "BLANK_MARKER_SIZE", "head_struct", "head_struct_at",
     "sys_flag_at", "store_timestamp_at", "record_overhead", "body_crc", "host_flags",
-    "pack_blank_marker", "unpack_size_magic", "topic_field", "join_records",
-    "parse_batch_body", "decode_records_skipping", "FrozenProperties", "frozen_properties",
+    "pack_blank_marker", "unpack_size_magic", "topic_field", "join_records", "join_uniform_records",
+    "parse_batch_body", "parse_uniform_batch_body", "decode_records_skipping", "FrozenProperties", "frozen_properties",
     "keys_tuple", "SYSTEM_PROPERTY_KEYS", "offset_msg_id_prefix", "offset_msg_ids",
     # column-wise readers (the Spark source): where each head field sits, record boundaries
     "head_positions", "record_starts",
@@ -294,6 +297,15 @@ def tags_code_of_properties(props: bytes) -> int:
             _tags_code_cache.clear()
         _tags_code_cache[value] = code
     return code
+
+
+def tags_codes_of_properties(texts: Sequence[bytes]) -> list[int]:
+    """[tags_code_of_properties(t) for t in texts]; all 0 at the cost of one join and one
+    search when no text names TAGS (a batch without tags: the name holds no \x02, so no
+    match spans two texts joined by it)."""
+    if _TAGS_KEY_B in b"\x02".join(texts):
+        return list(map(tags_code_of_properties, texts))
+    return [0] * len(texts)
 
 
 def property_keys(props: Sequence[bytes], names: Sequence[str]) -> list:
@@ -717,6 +729,38 @@ def join_records(queue_id: int, queue_offset: int, physical_offset: int, sys_fla
         queue_offset += 1
         physical_offset += size
     return _join(parts)
+
+
+
+def join_uniform_records(queue_id: int, queue_offset: int, physical_offset: int, sys_flag: int,
+                         born_timestamp: int, born_host: tuple[bytes, int], store_timestamp: int,
+                         store_host: tuple[bytes, int], reconsume_times: int, prepared_transaction_offset: int,
+                         topic_part: bytes, size: int, flags: Sequence[int], bodies: Sequence[bytes],
+                         props: Sequence[bytes], props_suffix: bytes = b"") -> bytes:
+    """join_records for a batch whose records all have one size: bodies of one length,
+    properties `props[i] + props_suffix` of one length (what a producer's batch of one
+    body size gives; `size` = record_overhead(sys_flag) + body + topic + properties bytes).
+    The same bytes, built column-wise: every record's first fields (TOTALSIZE .. PHYSICALOFFSET,
+    its BODYCRC computed here) packed by one C-level map, then one join over the records'
+    parts (first fields, the shared middle with BODYLENGTH, body, TOPIC with PROPERTIESLENGTH,
+    properties, suffix), with no Python loop per record. Pinned to join_records by
+    tests/unit/test_message_codec.py."""
+    m = len(bodies)
+    bits = (sys_flag >> _HOST_BITS_SHIFT) & 3
+    born_addr, born_port = born_host
+    store_addr, store_port = store_host
+    mid = _MIDDLES_BY_BITS[bits].pack(sys_flag, born_timestamp, born_addr, born_port, store_timestamp,
+                                      store_addr, store_port, reconsume_times,
+                                      prepared_transaction_offset) + _pack_i(len(bodies[0]) if m else 0)
+    tail = topic_part + _pack_h(len(props[0]) + len(props_suffix) if m else 0)
+    firsts = map(_pack_first, _repeat(size, m), _repeat(MESSAGE_MAGIC_CODE),
+                 map(_and, map(_crc32, bodies), _repeat(MAX_INT)), _repeat(queue_id), flags,
+                 range(queue_offset, queue_offset + m), range(physical_offset, physical_offset + m * size, size))
+    if props_suffix:
+        parts = zip(firsts, _repeat(mid), bodies, _repeat(tail), props, _repeat(props_suffix))
+    else:
+        parts = zip(firsts, _repeat(mid), bodies, _repeat(tail), props)
+    return _join(_chain.from_iterable(parts))
 
 
 def encode_record(topic: str | bytes, queue_id: int, flag: int, body: bytes,
@@ -1534,6 +1578,46 @@ def parse_batch_body(body: bytes, append_properties: bytes = b"",
             pb = pb + sep_append if pb and pb[-1] != 2 else pb + append_properties
         append((flag, src[bstart:bstart + bl], pb))
     return out
+
+
+
+@lru_cache(maxsize=256)
+def _uniform_element(body_len: int, props_len: int) -> struct.Struct:
+    """FLAG, BODYLEN and PROPERTIESLENGTH of a batch element with this body and
+    properties length, in one unpack of the whole element."""
+    return struct.Struct(f">{_BATCH_POS_FLAG}xii{body_len}xh{props_len}x")
+
+
+def parse_uniform_batch_body(body: bytes, body_bytes_max: int | None = None
+                             ) -> tuple[list[int], list[bytes], list[bytes]] | None:
+    """parse_batch_body's fast path for a batch whose elements all have one body length and
+    one (non-empty, ASCII) properties length, what one producer's batch of one body size
+    is: (flags, bodies, properties) as columns (bytes), read with one iter_unpack of the
+    whole body and C-level slicing, no Python loop per element. None for any other batch,
+    and for anything parse_batch_body would refuse (it then decides and names the error):
+    the element boundaries are the plain parser's exactly when every element's lengths
+    are the first one's and the body is a whole number of such elements."""
+    n = len(body)
+    head = _BATCH_HEAD.size
+    if n < head + 2:
+        return None
+    (bl,) = _I.unpack_from(body, head - 4)
+    if bl < 0 or head + bl + 2 > n or (body_bytes_max is not None and bl > body_bytes_max):
+        return None
+    (pl,) = _H.unpack_from(body, head + bl)
+    stride = head + bl + 2 + pl
+    if pl <= 0 or n % stride:
+        return None
+    m = n // stride
+    flags, bls, pls = zip(*_uniform_element(bl, pl).iter_unpack(body))
+    if bls.count(bl) != m or pls.count(pl) != m:
+        return None
+    get = body.__getitem__
+    props = list(map(get, map(slice, range(head + bl + 2, n, stride), range(stride, n + 1, stride))))
+    if not _join(props).isascii():      # (ASCII is UTF-8; anything else: the plain parser checks it)
+        return None
+    bodies = list(map(get, map(slice, range(head, n, stride), range(head + bl, n, stride))))
+    return list(flags), bodies, props
 
 
 def decode_batch_body(body, *, raw_properties: bool = False, append_properties: bytes = b"",

@@ -12,12 +12,15 @@ The record layout is protocol.message's; nothing here knows a byte offset.
 from __future__ import annotations
 
 import logging
+from itertools import repeat
+from operator import add, itemgetter
 
 from pocketmq.common.constants import SCHEDULE_TOPIC
 from pocketmq.protocol.message import (BATCH_ELEMENT_OVERHEAD, BLANK_MARKER_SIZE, HOST_V6_FLAGS, MAX_INT, PORT_MAX,
                                        PROPERTIES_LENGTH_BYTES_MAX, MessageSysFlag, decode_batch_body, host_flags,
-                                       parse_batch_body, join_records, offset_msg_ids,
-                                       record_overhead, tags_code_of_properties, topic_field)
+                                       parse_batch_body, parse_uniform_batch_body, join_records,
+                                       join_uniform_records, offset_msg_ids, record_overhead,
+                                       tags_code_of_properties, tags_codes_of_properties, topic_field)
 from pocketmq.broker.store.api import (MessageBatchToStore, MessageToStore, PutMessageResult, PutMessageStatus,
                                        schedule_tags_code, valid_topic)
 from pocketmq.broker.store.consumequeue import CQ_UNIT, ConsumeQueue
@@ -28,6 +31,7 @@ log = logging.getLogger("pocketmq.store")
 _NOT_AVAILABLE = PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
 _ILLEGAL = PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
 _PROPS_EXCEEDED = PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
+_LAST = itemgetter(-1)
 _CREATE_FAILED = PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
 
 # the transaction types whose records get a consume-queue unit (MessageSysFlag.indexed as a set)
@@ -285,6 +289,14 @@ class AppendPart:
         tags_code_of = tags_code_of_properties if topic != SCHEDULE_TOPIC else None
         pack_unit = CQ_UNIT.pack
         phys0 = phys = cl.wrote_offset      # where reserve() puts a batch that fits (checked above)
+        if tags_code_of is not None:
+            uniform = parse_uniform_batch_body(body, body_bytes_max)
+            if uniform is not None:
+                stored = self._put_uniform(topic, queue_id, cq, qo0, phys0, fixed, sys_flag, born_timestamp,
+                                           born_host, now, reconsume_times, topic_part, append_properties,
+                                           *uniform)
+                if stored is not None:
+                    return stored
         codes = set()
         elements = []
         physs = []
@@ -313,6 +325,49 @@ class AppendPart:
         cl.append_reserved(join_records(queue_id, qo0, phys0, sys_flag, born_timestamp, born_host, now,
                                         self._store_host, reconsume_times, 0, topic_part, elements))
         return self._batch_stored(topic, queue_id, cq, qo0, phys0, total, physs, units, codes, now)
+
+    def _put_uniform(self, topic: str, queue_id: int, cq: ConsumeQueue | None, qo0: int, phys0: int, fixed: int,
+                     sys_flag: int, born_timestamp: int, born_host: tuple[bytes, int], now: int,
+                     reconsume_times: int, topic_part: bytes, append_properties: bytes, flags: list[int],
+                     bodies: list[bytes], props: list[bytes]) -> PutMessageResult | None:
+        """put_batch_body for a batch of one record size (parse_uniform_batch_body's columns,
+        not a SCHEDULE_TOPIC batch, fitting the active segment): the same records, units and
+        result as the per-element loop, built column-wise (join_uniform_records). None when
+        the loop must decide: a properties text ending in \x02 or a zero byte (the loop's
+        special cases), or one the loop would refuse (too long, a record over the limit)."""
+        m = len(bodies)
+        lasts = bytes(map(_LAST, props))
+        if append_properties:
+            if b"\x02" in lasts:       # the loop appends without its separator
+                return None
+            suffix = b"\x02" + append_properties
+            if suffix[-1] == 0:         # the loop adds \x02 (a record never ends in a zero byte)
+                return None
+            finals = list(map(add, props, repeat(suffix)))
+        else:
+            if b"\x00" in lasts:
+                return None
+            suffix = b""
+            finals = props
+        props_len = len(finals[0])
+        size = fixed + len(bodies[0]) + props_len
+        if props_len > PROPERTIES_LENGTH_BYTES_MAX or size > self._max_record:
+            return None
+        codes = tags_codes_of_properties(finals)
+        physs = list(range(phys0, phys0 + m * size, size))
+        units = list(map(CQ_UNIT.pack, physs, repeat(size), codes))
+        total = m * size
+        if cq is None:
+            cq = self._cq(topic, queue_id)
+        if cq.max_offset >= cq.room_until and not self._cq_room(cq):
+            return _CREATE_FAILED
+        cl = self._commitlog
+        at = cl.reserve(total)              # fits the active segment (the caller checked): never rolls
+        assert at == phys0
+        cl.append_reserved(join_uniform_records(queue_id, qo0, phys0, sys_flag, born_timestamp, born_host, now,
+                                                self._store_host, reconsume_times, 0, topic_part, size, flags,
+                                                bodies, props, suffix))
+        return self._batch_stored(topic, queue_id, cq, qo0, phys0, total, physs, units, set(codes), now)
 
     def _batch_stored(self, topic: str, queue_id: int, cq: ConsumeQueue, qo0: int, phys0: int, total: int,
                       physs: list, units: list, codes: set, now: int) -> PutMessageResult:
