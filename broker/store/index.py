@@ -359,6 +359,7 @@ class IndexService:
         self._mapped: list[IndexFile] = []        # older files mapped for queries, LRU first
         self._dirty: list[IndexFile] = []         # written since the last flush
         self.lock = threading.Lock()
+        self.keys_added = 0                       # entries the build has written (open's log)
 
     # ------------------------------------------------------------------ open / recover
 
@@ -774,6 +775,7 @@ def _index_records(store, svc: "IndexService", find, start: int, limit: int, max
             if f not in svc._dirty:
                 svc._dirty.append(f)
             a = b
+        svc.keys_added += m
         keys.clear()
         key_phys.clear()
         key_tss.clear()
@@ -897,9 +899,13 @@ class IndexPart:
         self._index_hashers = {}
         self._index_done_through = done_through
         self._index_from = start = max(resume, cl.min_offset)
+        before = svc.keys_added
         n = self._index_catch_up()
-        if n:
-            log.info("index rebuilt for %d records from offset %d", n, start)
+        # (the walk starts at the last record indexed, whose keys may continue in a new
+        # file: after a clean stop it walks that one record and adds nothing)
+        added = svc.keys_added - before
+        if added:
+            log.info("index rebuilt from offset %d: %d records walked, %d keys added", start, n, added)
 
     def _close_index(self) -> None:
         svc = self._index

@@ -243,13 +243,20 @@ def test_index_rebuilt_after_crash(tmp_path):
     s.close()
 
 
-def test_index_directory_deleted_is_rebuilt(tmp_path):
+def test_index_directory_deleted_is_rebuilt(tmp_path, caplog):
     cfg = config(tmp_path)
     s, a = filled(cfg, 5)
     s.close()
+    with caplog.at_level("INFO", logger="pocketmq.store"):
+        s = opened(cfg)                  # a clean restart: the last record walked again, nothing added
+    assert "index rebuilt" not in caplog.text
+    s.close()
     for n in os.listdir(cfg.index_dir):
         os.unlink(os.path.join(cfg.index_dir, n))
-    s = opened(cfg)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="pocketmq.store"):
+        s = opened(cfg)
+    assert "index rebuilt from offset 0: 5 records walked, 5 keys added" in caplog.text
     assert q(s, "k") == a[::-1]
     s.close()
 
