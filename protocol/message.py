@@ -731,7 +731,6 @@ def join_records(queue_id: int, queue_offset: int, physical_offset: int, sys_fla
     return _join(parts)
 
 
-
 def join_uniform_records(queue_id: int, queue_offset: int, physical_offset: int, sys_flag: int,
                          born_timestamp: int, born_host: tuple[bytes, int], store_timestamp: int,
                          store_host: tuple[bytes, int], reconsume_times: int, prepared_transaction_offset: int,
@@ -744,7 +743,7 @@ def join_uniform_records(queue_id: int, queue_offset: int, physical_offset: int,
     its BODYCRC computed here) packed by one C-level map, then one join over the records'
     parts (first fields, the shared middle with BODYLENGTH, body, TOPIC with PROPERTIESLENGTH,
     properties, suffix), with no Python loop per record. Pinned to join_records by
-    tests/unit/test_message_codec.py."""
+    tests/unit/test_batch_uniform.py."""
     m = len(bodies)
     bits = (sys_flag >> _HOST_BITS_SHIFT) & 3
     born_addr, born_port = born_host
@@ -1578,7 +1577,6 @@ def parse_batch_body(body: bytes, append_properties: bytes = b"",
             pb = pb + sep_append if pb and pb[-1] != 2 else pb + append_properties
         append((flag, src[bstart:bstart + bl], pb))
     return out
-
 
 
 @lru_cache(maxsize=256)
