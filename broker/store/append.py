@@ -333,14 +333,19 @@ class AppendPart:
         """put_batch_body for a batch of one record size (parse_uniform_batch_body's columns,
         not a SCHEDULE_TOPIC batch, fitting the active segment): the same records, units and
         result as the per-element loop, built column-wise (join_uniform_records). None when
-        the loop must decide: a properties text ending in \x02 or a zero byte (the loop's
-        special cases), or one the loop would refuse (too long, a record over the limit)."""
+        the loop must decide: some properties texts ending in \x02 and some not (Java's and
+        the C++ client's all end in it), one ending in a zero byte (the loop's special
+        cases), or one the loop would refuse (too long, a record over the limit)."""
         m = len(bodies)
         lasts = bytes(map(_LAST, props))
         if append_properties:
-            if b"\x02" in lasts:       # the loop appends without its separator
+            ended = lasts.count(2)
+            if ended == m:              # the loop appends without a separator of its own
+                suffix = append_properties
+            elif ended == 0:
+                suffix = b"\x02" + append_properties
+            else:
                 return None
-            suffix = b"\x02" + append_properties
             if suffix[-1] == 0:         # the loop adds \x02 (a record never ends in a zero byte)
                 return None
             finals = list(map(add, props, repeat(suffix)))

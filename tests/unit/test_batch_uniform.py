@@ -154,10 +154,16 @@ def stored(s: MessageStore, topic: str = "TopicA", queue_id: int = 0):
 
 def both_ways(tmp_path, monkeypatch, name, puts, **kw):
     """Run `puts(store)` on a store with the column-wise path and on one without (the
-    per-element loop); return (results, what was stored) of each."""
+    per-element loop); return (results, what was stored) of each, and how many batches
+    the first store wrote column-wise."""
     out = []
+    written = []
     for fast in (True, False):
-        if not fast:
+        if fast:
+            real = append_mod.join_uniform_records
+            monkeypatch.setattr(append_mod, "join_uniform_records",
+                                lambda *a, **k: written.append(1) or real(*a, **k))
+        else:
             monkeypatch.setattr(append_mod, "parse_uniform_batch_body", lambda *a, **k: None)
         s = opened(tmp_path / f"{name}-{fast}", **kw)
         try:
@@ -166,16 +172,22 @@ def both_ways(tmp_path, monkeypatch, name, puts, **kw):
         finally:
             s.close()
         monkeypatch.undo()
-    return out
+    return (*out, len(written))
 
 
+# the cases the per-element loop must decide (the others are written column-wise)
+LOOP_CASES = {"some texts ending in a separator", "texts ending in a zero byte",
+              "batch properties ending in a zero byte"}
 CASES = {
     # name: (elements, batch-level properties)
     "untagged": ([(0, b"b" * 64, uniq(i) + b"\x02WAIT\x01true") for i in range(64)], b"CLUSTER\x01DefaultCluster"),
     "tagged": ([(i % 3, b"%04d" % i, b"TAGS\x01T%d\x02" % (i % 2) + uniq(i)) for i in range(9)], b"CLUSTER\x01C"),
     "tags in the batch properties": ([(0, b"abc", uniq(i)) for i in range(5)], b"TAGS\x01Batch\x02CLUSTER\x01C"),
     "no batch properties": ([(0, b"abc", uniq(i)) for i in range(5)], b""),
-    "texts ending in a separator": ([(0, b"abc", uniq(i) + b"\x02") for i in range(5)], b"CLUSTER\x01C"),
+    "texts ending in a separator (Java's, C++'s)": ([(0, b"abc", uniq(i) + b"\x02") for i in range(5)],
+                                                    b"CLUSTER\x01C"),
+    "some texts ending in a separator": ([(0, b"abc", uniq(i) + (b"\x02" if i % 2 else b"+")) for i in range(5)],
+                                         b"CLUSTER\x01C"),
     "texts ending in a zero byte": ([(0, b"abc", b"k\x01%d\x00" % i) for i in range(5)], b""),
     "batch properties ending in a zero byte": ([(0, b"abc", uniq(i)) for i in range(5)], b"k\x01v\x00"),
     "one element": ([(5, b"solo", uniq(0))], b"CLUSTER\x01C"),
@@ -192,7 +204,10 @@ def test_store_puts_the_same_records_units_and_results(tmp_path, monkeypatch, ca
         s.on_dispatch = lambda *a: calls.append(a)
         s.put_batch_body("TopicA", 0, 0, 5, HOST, 6, encode_batch_elements([(0, b"warm", uniq(99))]), extra)
         return [s.put_batch_body("TopicA", 0, 0, 5, HOST, 6 + k, body, extra, k) for k in range(3)]
-    (fast_results, fast_stored), (plain_results, plain_stored) = both_ways(tmp_path, monkeypatch, "s", puts)
+    (fast_results, fast_stored), (plain_results, plain_stored), written = both_ways(
+        tmp_path, monkeypatch, "s", puts, mapped_file_size_commit_log=1 << 20)
+    # the case's three batches (the first put of a store, which opens its segment, goes the loop's way)
+    assert written == (0 if case in LOOP_CASES else 3)
     assert fast_results == plain_results and all(r.ok for r in fast_results)
     assert fast_stored == plain_stored
     assert fast_results[-1].msg_count == len(elements)
@@ -211,20 +226,23 @@ def test_store_refuses_what_the_loop_refuses(tmp_path, monkeypatch, what):
     def puts(s):
         # (a first put opens the segment: a batch goes the column-wise way only into room it has)
         assert s.put_batch_body("TopicA", 0, 0, 5, HOST, 6, encode_batch_elements([(0, b"w", uniq(9))]), b"").ok
+        assert s.put_batch_body("TopicA", 0, 0, 5, HOST, 6, encode_batch_elements([(0, b"w", uniq(8))]), b"").ok
         return [s.put_batch_body("TopicA", 0, 0, 5, HOST, 6, encode_batch_elements(elements), b"CLUSTER\x01C"),
                 s.put_batch_body("TopicA", 0, 0, 5, HOST, 6, encode_batch_elements(elements[:1]), b"CLUSTER\x01C")]
-    (fast, fast_stored), (plain, plain_stored) = both_ways(tmp_path, monkeypatch, "r", puts,
-                                                           mapped_file_size_commit_log=1 << 21, **kw)
+    (fast, fast_stored), (plain, plain_stored), written = both_ways(tmp_path, monkeypatch, "r", puts,
+                                                                    mapped_file_size_commit_log=1 << 21, **kw)
+    assert written == 1                          # the second warm-up only: the refusals are the loop's
     assert [r.status for r in fast] == [r.status for r in plain] == [status, status]
-    assert fast_stored == plain_stored and len(fast_stored[1]) == 1       # only the first put's
+    assert fast_stored == plain_stored and len(fast_stored[1]) == 2       # only the warm-ups' units
 
 
 def test_store_batch_that_does_not_fit_the_segment_rolls_as_before(tmp_path, monkeypatch):
-    elements = [(0, b"z" * 500, uniq(i)) for i in range(20)]        # ~12 KB a batch, 64 KiB segments
+    elements = [(0, b"z" * 300, uniq(i)) for i in range(10)]        # ~3.7 KB a batch, 64 KiB segments
     body = encode_batch_elements(elements)
 
     def puts(s):
-        return [s.put_batch_body("TopicA", 0, 0, 5, HOST, 6, body, b"CLUSTER\x01C") for _ in range(8)]
-    (fast, _fs), (plain, _ps) = both_ways(tmp_path, monkeypatch, "roll", puts)
+        return [s.put_batch_body("TopicA", 0, 0, 5, HOST, 6, body, b"CLUSTER\x01C") for _ in range(30)]
+    (fast, _fs), (plain, _ps), written = both_ways(tmp_path, monkeypatch, "roll", puts)
     assert fast == plain and all(r.ok for r in fast)
+    assert 0 < written < len(fast)               # the batches that did not fit went the other way
     assert len({r.wrote_offset >> 16 for r in fast}) > 1                  # it did roll
