@@ -904,7 +904,7 @@ class IndexPart:
         # (the walk starts at the last record indexed, whose keys may continue in a new
         # file: after a clean stop it walks that one record and adds nothing)
         added = svc.keys_added - before
-        if added:
+        if added or n > 1:
             log.info("index rebuilt from offset %d: %d records walked, %d keys added", start, n, added)
 
     def _close_index(self) -> None:

@@ -246,3 +246,68 @@ def test_store_batch_that_does_not_fit_the_segment_rolls_as_before(tmp_path, mon
     assert fast == plain and all(r.ok for r in fast)
     assert 0 < written < len(fast)               # the batches that did not fit went the other way
     assert len({r.wrote_offset >> 16 for r in fast}) > 1                  # it did roll
+
+
+def outcome(call):
+    """A put's result, or the error it raised (type and message)."""
+    try:
+        return call()
+    except ValueError as e:
+        return ("ValueError", str(e))
+
+
+# a record's bytes besides its body: head, topic "TopicA", a UNIQ_KEY property
+LIMIT_REST = m.record_overhead(0) + len(b"TopicA") + len(uniq(0))
+
+# Batches of one shape at the edges of what the store takes: the two paths must agree
+# (result or error, bytes, units), and `fast` says whether the column-wise one may write.
+EDGES = {
+    # name: (topic, elements, batch properties, body_bytes_max, store settings, born host, fast)
+    "body over body_bytes_max": ("TopicA", [(0, b"b" * 700, uniq(i)) for i in range(3)], b"CLUSTER\x01C", 5, {},
+                                 HOST, False),
+    "body at body_bytes_max": ("TopicA", [(0, b"b" * 700, uniq(i)) for i in range(3)], b"CLUSTER\x01C", 700, {},
+                               HOST, True),
+    "properties not UTF-8": ("TopicA", [(0, b"b", b"k\x01\xff\xfe" + b"%02d" % i) for i in range(3)], b"", None, {},
+                             HOST, False),
+    "properties UTF-8, not ASCII": ("TopicA", [(0, b"b", "k\x01é%02d".encode() % i) for i in range(3)], b"", None,
+                                    {}, HOST, False),
+    "delayed messages' topic": ("SCHEDULE_TOPIC_XXXX", [(0, b"b", uniq(i) + b"\x02TAGS\x01T") for i in range(3)],
+                                b"CLUSTER\x01C", None, {}, HOST, False),
+    # stored properties: the element's + "\x02C\x01D" (4 bytes)
+    "properties of 32,767 bytes": ("TopicA", [(0, b"b", b"a\x01%05d" % i + b"b" * (32767 - 4 - 7)) for i in range(2)],
+                                   b"C\x01D", None, {}, HOST, True),
+    "properties of 32,768 bytes": ("TopicA", [(0, b"b", b"a\x01%05d" % i + b"b" * (32768 - 4 - 7)) for i in range(2)],
+                                   b"C\x01D", None, {}, HOST, False),
+    "record at the size limit": ("TopicA", [(0, b"b" * (800 - LIMIT_REST), uniq(i)) for i in range(2)], b"", None,
+                                 {"max_message_size": 800}, HOST, True),
+    "record one byte over": ("TopicA", [(0, b"b" * (801 - LIMIT_REST), uniq(i)) for i in range(2)], b"", None,
+                             {"max_message_size": 800}, HOST, False),
+    "IPv6 born host": ("TopicA", [(2, b"b" * 40, uniq(i)) for i in range(5)], b"CLUSTER\x01C", None, {}, HOST6, True),
+    "IPv6 store host": ("TopicA", [(2, b"b" * 40, uniq(i)) for i in range(5)], b"CLUSTER\x01C", None,
+                        {"store_host": STORE_HOST6}, HOST, True),
+}
+
+
+@pytest.mark.parametrize("edge", sorted(EDGES))
+def test_store_agrees_at_the_edges(tmp_path, monkeypatch, edge):
+    topic, elements, extra, body_max, settings, born, fast = EDGES[edge]
+    body = encode_batch_elements(elements)
+
+    def puts(s):
+        # (a first put opens the segment: a batch goes the column-wise way only into room it has)
+        assert s.put_batch_body(topic, 0, 0, 5, born, 6, encode_batch_elements([(0, b"w", uniq(9))]), b"").ok
+        return [outcome(lambda: s.put_batch_body(topic, 0, 0, 5, born, 7 + k, body, extra, 0, body_max))
+                for k in range(2)]
+    (fast_out, fast_stored), (plain_out, plain_stored), written = both_ways(
+        tmp_path, monkeypatch, "e", puts, mapped_file_size_commit_log=1 << 20, **settings)
+    assert fast_out == plain_out and fast_stored == plain_stored
+    assert written == (2 if fast else 0)
+    refused = {"body over body_bytes_max": ("ValueError", "batch element 0: body of 700B exceeds the limit 5B"),
+               "properties not UTF-8": ("ValueError", "batch element 0: properties not UTF-8"),
+               "properties of 32,768 bytes": PS.PROPERTIES_SIZE_EXCEEDED,
+               "record one byte over": PS.MESSAGE_ILLEGAL}
+    if edge in refused:
+        want = refused[edge]
+        assert [o if type(o) is tuple else o.status for o in fast_out] == [want, want]
+    else:
+        assert all(r.ok for r in fast_out)

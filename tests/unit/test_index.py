@@ -261,6 +261,20 @@ def test_index_directory_deleted_is_rebuilt(tmp_path, caplog):
     s.close()
 
 
+def test_index_catch_up_over_keyless_records_is_logged(tmp_path, caplog):
+    cfg = config(tmp_path)
+    s = opened(cfg)
+    for i in range(5):
+        put(s, now=1_000_000 + i)                        # no KEYS, no UNIQ_KEY
+    s.close()
+    for n in os.listdir(cfg.index_dir):
+        os.unlink(os.path.join(cfg.index_dir, n))
+    with caplog.at_level("INFO", logger="pocketmq.store"):
+        s = opened(cfg)
+    assert "index rebuilt from offset 0: 5 records walked, 0 keys added" in caplog.text
+    s.close()
+
+
 @pytest.mark.parametrize("damage", ["zero_tail", "garbage_header", "short_file", "foreign_name"])
 def test_torn_index_file_on_recovery(tmp_path, damage):
     cfg = config(tmp_path, max_index_num=8)
