@@ -315,16 +315,9 @@ class AppendPart:
             units.append(pack_unit(phys, size, code))
             codes.add(code)
             phys += size
-        total = phys - phys0
-        if cq is None:
-            cq = self._cq(topic, queue_id)
-        if cq.max_offset >= cq.room_until and not self._cq_room(cq):
-            return _CREATE_FAILED
-        at = cl.reserve(total)              # fits the active segment: never rolls, never raises
-        assert at == phys0
-        cl.append_reserved(join_records(queue_id, qo0, phys0, sys_flag, born_timestamp, born_host, now,
-                                        self._store_host, reconsume_times, 0, topic_part, elements))
-        return self._batch_stored(topic, queue_id, cq, qo0, phys0, total, physs, units, codes, now)
+        records = join_records(queue_id, qo0, phys0, sys_flag, born_timestamp, born_host, now, self._store_host,
+                               reconsume_times, 0, topic_part, elements)
+        return self._append_batch(topic, queue_id, cq, qo0, phys0, records, physs, units, codes, now)
 
     def _put_uniform(self, topic: str, queue_id: int, cq: ConsumeQueue | None, qo0: int, phys0: int, fixed: int,
                      sys_flag: int, born_timestamp: int, born_host: tuple[bytes, int], now: int,
@@ -361,18 +354,25 @@ class AppendPart:
         codes = tags_codes_of_properties(finals)
         physs = list(range(phys0, phys0 + m * size, size))
         units = list(map(CQ_UNIT.pack, physs, repeat(size), codes))
-        total = m * size
+        records = join_uniform_records(queue_id, qo0, phys0, sys_flag, born_timestamp, born_host, now,
+                                       self._store_host, reconsume_times, 0, topic_part, size, flags, bodies,
+                                       props, suffix)
+        return self._append_batch(topic, queue_id, cq, qo0, phys0, records, physs, units, set(codes), now)
+
+    def _append_batch(self, topic: str, queue_id: int, cq: ConsumeQueue | None, qo0: int, phys0: int,
+                      records: bytes, physs: list, units: list, codes: set, now: int) -> PutMessageResult:
+        """A batch's records appended where reserve() puts them in the active segment (phys0:
+        the caller checked they fit, so it never rolls and never raises), then _batch_stored;
+        CREATE_MAPEDFILE_FAILED, nothing written, when the queue's consume queue has no room."""
         if cq is None:
             cq = self._cq(topic, queue_id)
         if cq.max_offset >= cq.room_until and not self._cq_room(cq):
             return _CREATE_FAILED
         cl = self._commitlog
-        at = cl.reserve(total)              # fits the active segment (the caller checked): never rolls
+        at = cl.reserve(len(records))
         assert at == phys0
-        cl.append_reserved(join_uniform_records(queue_id, qo0, phys0, sys_flag, born_timestamp, born_host, now,
-                                                self._store_host, reconsume_times, 0, topic_part, size, flags,
-                                                bodies, props, suffix))
-        return self._batch_stored(topic, queue_id, cq, qo0, phys0, total, physs, units, set(codes), now)
+        cl.append_reserved(records)
+        return self._batch_stored(topic, queue_id, cq, qo0, phys0, len(records), physs, units, codes, now)
 
     def _batch_stored(self, topic: str, queue_id: int, cq: ConsumeQueue, qo0: int, phys0: int, total: int,
                       physs: list, units: list, codes: set, now: int) -> PutMessageResult:
