@@ -33,8 +33,12 @@ class IndexPump:
     # segment lookup); the budget below bounds how long a request waits behind a step.
     step_records = 32
     # Start stepping once this much commit log waits: sync sends index in groups of
-    # about this size instead of one record per step.
-    backlog_bytes = 8192
+    # about this size instead of one record per step (a step's fixed cost is ~20 µs). Not
+    # more: the request that arrives while a step runs waits for it, one sync send in
+    # every group. At 8 KiB (~25 records of 128 B, a ~90 µs step) the sync p99 was
+    # 231-243 µs in three runs against 151-210 at 1-4 KiB (`bench_client --phases sync
+    # --pin split`, docs/benchmarks.md "The index pump's step size").
+    backlog_bytes = 4096
     # One loop callback indexes what the loop dispatched before it, but for at most this
     # long (then yields a turn to the sockets): only a backlog left by something else (the
     # flush thread behind, a long stall) takes more than one callback.
