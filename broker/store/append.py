@@ -25,6 +25,7 @@ from pocketmq.broker.store.api import (MessageBatchToStore, MessageToStore, PutM
                                        schedule_tags_code, valid_topic)
 from pocketmq.broker.store.consumequeue import CQ_UNIT, ConsumeQueue
 from pocketmq.broker.store.fileops import NotOpened
+from pocketmq.broker.store.index import INDEX_HINT_BYTES_MAX
 
 log = logging.getLogger("pocketmq.store")
 
@@ -42,6 +43,8 @@ _INDEXED_TRAN = frozenset(t for t in (MessageSysFlag.TRANSACTION_NOT_TYPE, Messa
 _OVERHEAD = {bits: record_overhead(bits) for bits in
              (0, MessageSysFlag.BORNHOST_V6_FLAG, MessageSysFlag.STOREHOSTADDRESS_V6_FLAG, HOST_V6_FLAGS)}
 _TRANSACTION_MASK = MessageSysFlag.TRANSACTION_MASK
+# prepared and rolled-back halves (PREPARED 4, ROLLBACK 12) are not in the message index
+_HALF_BIT = MessageSysFlag.TRANSACTION_PREPARED_TYPE
 
 
 class AppendPart:
@@ -357,7 +360,13 @@ class AppendPart:
         records = join_uniform_records(queue_id, qo0, phys0, sys_flag, born_timestamp, born_host, now,
                                        self._store_host, reconsume_times, 0, topic_part, size, flags, bodies,
                                        props, suffix)
-        return self._append_batch(topic, queue_id, cq, qo0, phys0, records, physs, units, set(codes), now)
+        stored = self._append_batch(topic, queue_id, cq, qo0, phys0, records, physs, units, set(codes), now)
+        hints = self._index_hints
+        if hints is not None and stored.status is PutMessageStatus.PUT_OK and not sys_flag & _HALF_BIT \
+                and m * props_len <= INDEX_HINT_BYTES_MAX:
+            # the message index takes these records' columns from here (index.py, IndexHint)
+            hints.append((phys0, size, m, topic_part[1:], finals, now))
+        return stored
 
     def _append_batch(self, topic: str, queue_id: int, cq: ConsumeQueue | None, qo0: int, phys0: int,
                       records: bytes, physs: list, units: list, codes: set, now: int) -> PutMessageResult:

@@ -96,6 +96,9 @@ class MessageStore(RecoveryPart, AppendPart, DispatchPart, ReadPart, SearchPart,
         self._index_done_through = -1
         self._index_flushed_ts = 0          # the checkpoint's indexMsgTimestamp
         self._index_hashers: dict = {}               # topic bytes -> index._TopicHashes (its hash memo)
+        # IndexHints of the batches stored column-wise (append._put_uniform), taken by the
+        # index instead of reading those records back (deque; None when the index is off)
+        self._index_hints = None
         # the filtered pull's units judged ahead (read._get_matching)
         self._judged: dict = {}
         # lifecycle

@@ -1,0 +1,240 @@
+"""The message index fed by the put path (IndexHint, broker/store/index.py): a batch stored
+column-wise hands the index its columns, and the index takes them instead of reading the
+records back. Pinned to the walk: two stores fed the same operations, one with its hints
+(the default) and one without (`_index_hints = None`: every record walked), must leave
+byte-identical index files, whatever the batches' shapes (uniform or not, with and
+without the broker's batch properties, KEYS words, IPv6 hosts, single puts between them,
+a batch that rolls the commit log, index files filling mid-batch) and however the index
+is stepped (the pump's bounded steps that stop before a hint they cannot take whole, the
+flush thread's pass, a query). Plus: hints that do not describe the records at their
+offset are not used, and the event loop's steps never hand the GIL over with a sleep."""
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from pocketmq.broker.store import index as index_mod
+from pocketmq.broker.store.api import MessageToStore
+from pocketmq.broker.store.store import MessageStore
+from pocketmq.broker.store.store_config import StoreConfig
+from pocketmq.protocol.message import encode_batch_elements
+
+HOST4 = (bytes([10, 0, 0, 7]), 40000)
+HOST6 = (bytes(range(1, 17)), 40001)
+STORE_HOST = (bytes([10, 0, 0, 1]), 10911)
+CLUSTER = b"CLUSTER\x01DefaultCluster"
+
+
+def opened(root, name: str, hints: bool, **kw) -> MessageStore:
+    cfg = dict(mapped_file_size_commit_log=48 * 1024, mapped_file_size_consume_queue=20 * 256,
+               store_host=STORE_HOST, total_physical_memory_bytes=1 << 34, max_hash_slot_num=11,
+               max_index_num=90, message_index_enable=True, index_build_batch=7)
+    cfg.update(kw)
+    s = MessageStore(StoreConfig(str(root / name), **cfg))
+    s.open()
+    if not hints:
+        s._index_hints = None
+    return s
+
+
+def snapshot(s: MessageStore) -> dict[str, bytes]:
+    d = s.config.index_dir
+    out = {}
+    for name in sorted(os.listdir(d)):
+        with open(os.path.join(d, name), "rb") as fh:
+            out[name] = fh.read()
+    return out
+
+
+def uniq(i: int) -> bytes:
+    return b"UNIQ_KEY\x01C0A8000A1F2E5A3B9C4D%012X" % i
+
+
+def batch(rnd: random.Random, first: int) -> tuple[bytes, bytes, int]:
+    """A SEND_BATCH body (mostly one shape: the column-wise path), its batch-level
+    properties, and its element count."""
+    m = rnd.choice([1, 2, 5, 16, 40])
+    bl = rnd.choice([3, 64, 128])
+    shape = rnd.random()
+    elements = []
+    for j in range(m):
+        i = first + j
+        if shape < 0.55:
+            props = b"WAIT\x01true\x02" + uniq(i)
+        elif shape < 0.7:
+            props = b"KEYS\x01k%04d w%02d\x02" % (i % 9999, i % 97) + uniq(i)   # KEYS words, one layout
+        elif shape < 0.8:
+            props = uniq(i) + b"\x02"                                          # Java's / C++'s ending
+        elif shape < 0.9:
+            props = b"TAGS\x01t%d\x02" % (i % 3) + uniq(i)
+        else:
+            props = uniq(i) + (b"\x02X\x01%d" % i if j % 2 else b"")           # not one shape: the loop
+            bl = rnd.choice([3, 64])                                           # ...and sizes differ
+        elements.append((0, bytes([i % 256]) * bl, props))
+    return encode_batch_elements(elements), rnd.choice([CLUSTER, CLUSTER, b""]), m
+
+
+def operate(s: MessageStore, rnd: random.Random, steps: int) -> None:
+    """Puts and index steps, drawn from rnd (both stores draw the same)."""
+    now = 1_700_000_000_000
+    i = 0
+    for _ in range(steps):
+        now += rnd.choice([0, 1, 3, 1000])
+        r = rnd.random()
+        if r < 0.7:
+            body, extra, m = batch(rnd, i)
+            host = HOST6 if rnd.random() < 0.1 else HOST4
+            res = s.put_batch_body("TopicH" if rnd.random() < 0.8 else "Other", rnd.randrange(2), 0, now - 3,
+                                   host, now, body, extra)
+            assert res.status.name == "PUT_OK", res
+            i += m
+        else:
+            res = s.put_message(MessageToStore("TopicH", 0, 0, b"single", (b"KEYS\x01s%d\x02" % i + uniq(i)).decode(),
+                                               0, now - 3, HOST4, now))
+            assert res.wrote_offset >= 0, res
+            i += 1
+        r = rnd.random()
+        if r < 0.5:
+            # the pump's steps (drawn up front: how many records a step takes must not
+            # change what the two stores draw next)
+            for step in [rnd.choice([1, 3, 32, 64]) for _ in range(rnd.randint(1, 4))]:
+                s.index_some(step)
+        elif r < 0.6:
+            s.flush_consume_queues()                               # the flush thread's pass
+        elif r < 0.65:
+            s.query_message("TopicH", "s1", 8, 0, 1 << 62)         # a query catches up first
+    s._index_catch_up()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_hinted_index_is_the_walked_index(tmp_path, monkeypatch, seed):
+    held = []
+    real = index_mod._hint_holds
+    monkeypatch.setattr(index_mod, "_hint_holds", lambda *a: real(*a) and not held.append(a[3]))
+    shots = []
+    for hints in (True, False):
+        s = opened(tmp_path, f"s-{hints}", hints)
+        try:
+            operate(s, random.Random(seed), 120)
+            shots.append(snapshot(s))
+            if hints:
+                taken = sum(held)
+                assert not s._index_hints       # every hint taken or passed by the walk
+        finally:
+            s.close()
+    assert len(shots[0]) > 1                    # index files filled and rolled over
+    assert shots[0] == shots[1]
+    assert taken > 200                          # most batches' records came from their hints
+
+
+@pytest.mark.parametrize("change", ["size", "store time", "offset", "count", "nothing (control)"])
+def test_a_hint_that_does_not_describe_its_records_is_not_used(tmp_path, change):
+    """A hint whose records are not where, what size or what store time it says: the walk
+    reads them. The hint carries wrong keys, so had it been used the index would differ:
+    the control (a hint right in all it says) shows that it would."""
+    s = opened(tmp_path, "bad", True)
+    t = opened(tmp_path, "plain", False)
+    try:
+        body = encode_batch_elements([(0, b"abc", b"WAIT\x01true\x02" + uniq(i)) for i in range(8)])
+        now = 1_700_000_000_000
+        for st in (s, t):
+            # (a fresh store's first batch takes the per-element path: no hint)
+            st.put_message(MessageToStore("TopicH", 0, 0, b"one", uniq(10_000).decode(), 0, now, HOST4, now))
+            assert st.put_batch_body("TopicH", 0, 0, now, HOST4, now, body, CLUSTER).status.name == "PUT_OK"
+            st.put_message(MessageToStore("TopicH", 0, 0, b"after it" * 30, uniq(10_001).decode(), 0, now, HOST4,
+                                          now))
+        (phys0, size, m, topic, props, ts), = s._index_hints
+        wrong = [p.replace(b"C0A8", b"FFFF") for p in props]
+        hint = {"size": (phys0, size - 1, m, topic, wrong, ts),
+                "store time": (phys0, size, m, topic, wrong, ts + 1),
+                "offset": (phys0 + 10, size, m, topic, wrong, ts),                 # not a record boundary
+                "count": (phys0, size, m + 2, topic, wrong + wrong[:2], ts),    # the last is not one of them
+                "nothing (control)": (phys0, size, m, topic, wrong, ts)}[change]
+        s._index_hints.clear()
+        s._index_hints.append(hint)
+        s._index_catch_up()
+        t._index_catch_up()
+        assert not s._index_hints
+        if change == "nothing (control)":
+            assert snapshot(s) != snapshot(t)
+        else:
+            assert snapshot(s) == snapshot(t)
+    finally:
+        s.close()
+        t.close()
+
+
+def test_a_bounded_step_stops_before_a_hint_it_cannot_take_whole(tmp_path):
+    s = opened(tmp_path, "steps", True)
+    try:
+        now = 1_700_000_000_000
+        s.put_message(MessageToStore("TopicH", 0, 0, b"one", uniq(10_000).decode(), 0, now, HOST4, now))
+        body = encode_batch_elements([(0, b"abc", uniq(i)) for i in range(20)])   # (column-wise: not a first put)
+        s.put_batch_body("TopicH", 0, 0, now, HOST4, now, body, CLUSTER)
+        assert len(s._index_hints) == 1
+        assert s.index_some(8) == 1             # the single record, then the 20 wait for the next step
+        assert len(s._index_hints) == 1
+        assert s.index_some(8) == 20            # taken whole, over the step's bound
+        assert not s._index_hints and s.index_backlog_bytes() == 0
+    finally:
+        s.close()
+
+
+def test_event_loop_steps_never_sleep_the_flush_pass_hands_the_gil_over(tmp_path, monkeypatch):
+    """A sleep(0) costs ~80 µs of wall time here: fine on the flush thread (it hands the
+    GIL to the event loop), a stall on the event loop itself (IndexPump's steps)."""
+    sleeps = []
+    monkeypatch.setattr(index_mod, "_sleep", lambda s: sleeps.append(s))
+    for hints in (True, False):
+        s = opened(tmp_path, f"gil-{hints}", hints)
+        try:
+            now = 1_700_000_000_000
+            s.put_message(MessageToStore("TopicH", 0, 0, b"one", uniq(10_000).decode(), 0, now, HOST4, now))
+            for k in range(4):
+                body = encode_batch_elements([(0, b"abc", uniq(100 * k + i)) for i in range(64)])
+                s.put_batch_body("TopicH", 0, 0, now, HOST4, now, body, CLUSTER)
+            sleeps.clear()
+            assert s.index_some(1000) == 257
+            assert sleeps == []
+            for k in range(4, 8):
+                body = encode_batch_elements([(0, b"abc", uniq(100 * k + i)) for i in range(64)])
+                s.put_batch_body("TopicH", 0, 0, now, HOST4, now, body, CLUSTER)
+            s._flush_index()                    # the flush thread's pass: index_build_batch (7) records
+            s._index_catch_up()                 # and everything, as at open
+            assert len(sleeps) >= 3
+        finally:
+            s.close()
+
+
+def test_hints_are_bounded_and_off_with_the_index(tmp_path):
+    s = opened(tmp_path, "bound", True)
+    try:
+        now = 1_700_000_000_000
+        body = encode_batch_elements([(0, b"a", uniq(i)) for i in range(2)])
+        s.put_message(MessageToStore("TopicH", 0, 0, b"one", uniq(10_000).decode(), 0, now, HOST4, now))
+        for _ in range(index_mod.INDEX_HINTS_MAX + 50):     # nobody steps the index
+            s.put_batch_body("TopicH", 0, 0, now, HOST4, now, body, CLUSTER)
+        assert len(s._index_hints) == index_mod.INDEX_HINTS_MAX
+        s._index_catch_up()                     # the oldest were dropped: walked instead
+        assert not s._index_hints and s.index_backlog_bytes() == 0
+    finally:
+        s.close()
+    big = opened(tmp_path, "big", True, mapped_file_size_commit_log=1 << 20)
+    try:
+        now = 1_700_000_000_000
+        big.put_message(MessageToStore("TopicH", 0, 0, b"one", uniq(10_000).decode(), 0, now, HOST4, now))
+        pad = b"\x02P\x01" + b"p" * 2000                  # 40 texts of ~2 KiB: over INDEX_HINT_BYTES_MAX
+        for texts, hinted in (([uniq(i) + pad for i in range(40)], 0), ([uniq(i) for i in range(40)], 1)):
+            assert big.put_batch_body("TopicH", 0, 0, now, HOST4, now, encode_batch_elements(
+                [(0, b"a", t) for t in texts]), CLUSTER).status.name == "PUT_OK"
+            assert len(big._index_hints) == hinted
+    finally:
+        big.close()
+    off = opened(tmp_path, "off", True, message_index_enable=False)
+    try:
+        off.put_batch_body("TopicH", 0, 0, 1, HOST4, 1, encode_batch_elements([(0, b"a", uniq(1))]), CLUSTER)
+        assert off._index_hints is None
+    finally:
+        off.close()
