@@ -43,8 +43,10 @@ _INDEXED_TRAN = frozenset(t for t in (MessageSysFlag.TRANSACTION_NOT_TYPE, Messa
 _OVERHEAD = {bits: record_overhead(bits) for bits in
              (0, MessageSysFlag.BORNHOST_V6_FLAG, MessageSysFlag.STOREHOSTADDRESS_V6_FLAG, HOST_V6_FLAGS)}
 _TRANSACTION_MASK = MessageSysFlag.TRANSACTION_MASK
-# prepared and rolled-back halves (PREPARED 4, ROLLBACK 12) are not in the message index
-_HALF_BIT = MessageSysFlag.TRANSACTION_PREPARED_TYPE
+# no IndexHint for records with IPv6 hosts (the index walks those) nor, defensively, for
+# prepared and rolled-back halves (PREPARED 4, ROLLBACK 12: not indexed; batches are never
+# transactional today)
+_NOT_HINTED = MessageSysFlag.TRANSACTION_PREPARED_TYPE | HOST_V6_FLAGS
 
 
 class AppendPart:
@@ -362,9 +364,10 @@ class AppendPart:
                                        props, suffix)
         stored = self._append_batch(topic, queue_id, cq, qo0, phys0, records, physs, units, set(codes), now)
         hints = self._index_hints
-        if hints is not None and stored.status is PutMessageStatus.PUT_OK and not sys_flag & _HALF_BIT \
+        if hints is not None and stored.status is PutMessageStatus.PUT_OK and not sys_flag & _NOT_HINTED \
                 and m * props_len <= INDEX_HINT_BYTES_MAX:
-            # the message index takes these records' columns from here (index.py, IndexHint)
+            # the message index takes these records' columns from here (index.py, IndexHint;
+            # it reads records with IPv6 hosts itself: such a hint would never be used)
             hints.append((phys0, size, m, topic_part[1:], finals, now))
         return stored
 

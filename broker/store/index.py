@@ -59,7 +59,9 @@ the hint dropped); reading the records back was a third of the index's cost per 
 (the broker's batch send: 6.4-6.8 -> 5.1-5.2 µs of CPU a message, docs/benchmarks.md).
 Pinned to the walk by tests/unit/test_index_hints.py. (The loop thread appends, the
 index's holder of svc.lock pops; an append to a full deque may drop the hint the other
-thread is looking at, which then takes the next one's place unused: the walk covers it.)
+thread is looking at: the walk reads each hint once, so it uses the one it checked, and
+pops only that one.) A bounded step (`max_records`) stops before a hint it cannot take
+whole; one that starts at a hint takes it whole and stops there.
 
 Durability: the files are mmapped and fdatasync'ed before each checkpoint, which records
 the last file's endTimestamp as RocketMQ's indexMsgTimestamp. After a crash, files whose
@@ -778,7 +780,7 @@ def _hint_holds(mm, pos: int, size: int, m: int, ts: int, unpack, magic_code: in
 
 
 def _index_records(store, svc: "IndexService", find, start: int, limit: int, max_records: int,
-                   done_through: int, memos: dict, chunk: int, hints=None, hand_over: bool = True) -> int:
+                   done_through: int, memos: dict, chunk: int, hints=None, hand_over: bool = False) -> int:
     """Index the records from `start` to `limit`, at most max_records (< 0: all), moving
     store._index_from along; returns the records walked. One pass over each commit-log
     segment's mapping: runs of records of the common layout gathered with one unpack of
@@ -837,9 +839,11 @@ def _index_records(store, svc: "IndexService", find, start: int, limit: int, max
             _sleep(0)
 
     next_yield = chunk                  # the record count at which the next chunk ends
+    # the records this call may walk (a hint taken whole, at the call's start, may pass it)
+    n_max = max_records if max_records >= 0 else 1 << 62
     paused = False
     pos = base = 0
-    while start < limit and n != max_records and not stopped and not paused:
+    while start < limit and n < n_max and not stopped and not paused:
         mf = find(start)
         if mf is None:
             break
@@ -847,20 +851,25 @@ def _index_records(store, svc: "IndexService", find, start: int, limit: int, max
         base = mf.start
         pos = start - base
         end = min(limit - base, mf.size)
-        while pos < end and n != max_records:
+        while pos < end and n < n_max:
             if hints and base + pos > done_through:
                 # The records a put described (IndexHint): their columns as the put had
                 # them, not read back; anything about them in doubt, the walk below.
                 while hints and hints[0][0] < base + pos:
                     hints.popleft()         # walked already (or never to be met again)
-                if hints and hints[0][0] == base + pos:
-                    _, size, m, topic, props, ts = hints[0]
+                # One read of the hint: the loop thread's append to a full deque may drop it
+                # meanwhile (another thread's put, between two reads), and a second read
+                # would be the next hint, checked against these records' offset by nobody.
+                h = hints[0] if hints else None
+                if h is not None and h[0] == base + pos:
+                    _, size, m, topic, props, ts = h
                     if pos + m * size <= end and _hint_holds(mm, pos, size, m, ts, unpack_v4, magic_code,
                                                              odd_bits):
-                        if n and 0 <= max_records < n + m:
+                        if n and n + m > n_max:
                             paused = True   # the next call takes them whole
                             break
-                        hints.popleft()
+                        if hints and hints[0] is h:
+                            hints.popleft()
                         phy = base + pos
                         _keys_of_run([topic] * m, props, list(range(phy, phy + m * size, size)), [ts] * m,
                                      memos, keys, key_phys, key_tss, key_memos, slow)
@@ -876,8 +885,8 @@ def _index_records(store, svc: "IndexService", find, start: int, limit: int, max
             heads = None
             if base + pos > done_through:
                 want = next_yield - n
-                if 0 < max_records - n < want:
-                    want = max_records - n
+                if n_max - n < want:
+                    want = n_max - n
                 run_end = end
                 if hints and hints[0][0] - base < end:
                     run_end = hints[0][0] - base    # the run stops where described records start
@@ -992,12 +1001,14 @@ class IndexPart:
             self._index = None
         self._index_hints = None
 
-    def _index_catch_up(self, max_records: int = 0, hand_over: bool = True) -> int:
+    def _index_catch_up(self, max_records: int = 0, hand_over: bool = False) -> int:
         """Index the records between the index's progress point and the dispatch point,
-        at most `max_records` of them (0: all). Returns the number of records walked.
-        Records below the dispatch point were checked by recovery or written by this
-        process, so only their frame is read here. hand_over: hand the GIL over every
-        GIL_YIELD_EVERY records (the flush thread's pass; not the event loop's own steps)."""
+        at most `max_records` of them (0: all; a batch's IndexHint, met first, is taken
+        whole even if larger). Returns the number of records walked. Records below the
+        dispatch point were checked by recovery or written by this process, so only their
+        frame is read here. hand_over: hand the GIL over every GIL_YIELD_EVERY records, on
+        the flush thread's pass only (the event loop's steps and queries, and the open,
+        before the loop serves anything, have nobody to hand it to)."""
         svc = self._index
         if svc is None:
             return 0
@@ -1025,7 +1036,7 @@ class IndexPart:
         if self._index is None:
             return 0
         try:
-            return self._index_catch_up(max_records, hand_over=False)
+            return self._index_catch_up(max_records)
         except OSError as e:
             self._note_transient("build the message index", e)
             return 0
@@ -1035,7 +1046,7 @@ class IndexPart:
         if self._index is None:
             return 0
         try:
-            self._index_catch_up(self.config.index_build_batch)
+            self._index_catch_up(self.config.index_build_batch, hand_over=True)
             with self._index.lock:
                 self._index_flushed_ts = self._index.flush()
         except OSError as e:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import random
+import sys
+from collections import deque
 
 import pytest
 
@@ -182,13 +184,14 @@ def test_a_bounded_step_stops_before_a_hint_it_cannot_take_whole(tmp_path):
         s.close()
 
 
-def test_event_loop_steps_never_sleep_the_flush_pass_hands_the_gil_over(tmp_path, monkeypatch):
+def test_only_the_flush_pass_hands_the_gil_over(tmp_path, monkeypatch):
     """A sleep(0) costs ~80 µs of wall time here: fine on the flush thread (it hands the
-    GIL to the event loop), a stall on the event loop itself (IndexPump's steps)."""
+    GIL to the event loop), a stall on the event loop itself (IndexPump's steps, queries)
+    and at open (before anything else runs)."""
     sleeps = []
     monkeypatch.setattr(index_mod, "_sleep", lambda s: sleeps.append(s))
     for hints in (True, False):
-        s = opened(tmp_path, f"gil-{hints}", hints)
+        s = opened(tmp_path, f"gil-{hints}", hints, index_build_batch=1000)
         try:
             now = 1_700_000_000_000
             s.put_message(MessageToStore("TopicH", 0, 0, b"one", uniq(10_000).decode(), 0, now, HOST4, now))
@@ -197,15 +200,116 @@ def test_event_loop_steps_never_sleep_the_flush_pass_hands_the_gil_over(tmp_path
                 s.put_batch_body("TopicH", 0, 0, now, HOST4, now, body, CLUSTER)
             sleeps.clear()
             assert s.index_some(1000) == 257
-            assert sleeps == []
             for k in range(4, 8):
                 body = encode_batch_elements([(0, b"abc", uniq(100 * k + i)) for i in range(64)])
                 s.put_batch_body("TopicH", 0, 0, now, HOST4, now, body, CLUSTER)
-            s._flush_index()                    # the flush thread's pass: index_build_batch (7) records
-            s._index_catch_up()                 # and everything, as at open
-            assert len(sleeps) >= 3
+            s.query_message("TopicH", "x", 8, 0, 1 << 62)   # a query catches up first, on the loop
+            assert sleeps == []
+            for k in range(8, 12):
+                body = encode_batch_elements([(0, b"abc", uniq(100 * k + i)) for i in range(64)])
+                s.put_batch_body("TopicH", 0, 0, now, HOST4, now, body, CLUSTER)
+            s._flush_index()                    # the flush thread's pass
+            assert len(sleeps) == 4             # one per 64 records
         finally:
             s.close()
+        sleeps.clear()
+        s = opened(tmp_path, f"gil-{hints}", hints, index_build_batch=1000)     # reopen: nothing to rebuild
+        s.close()
+        for name in os.listdir(s.config.index_dir):
+            os.unlink(os.path.join(s.config.index_dir, name))
+        s = opened(tmp_path, f"gil-{hints}", hints, index_build_batch=1000)     # the whole index at open
+        try:
+            assert s._index.keys_added == 769 and sleeps == []
+        finally:
+            s.close()
+
+
+def test_a_step_that_takes_a_hint_whole_stops_there(tmp_path):
+    """A step bounded below a hint's size that starts at it takes it whole, and no more:
+    the records after it wait for the next step."""
+    s = opened(tmp_path, "whole", True, mapped_file_size_commit_log=1 << 20)
+    try:
+        now = 1_700_000_000_000
+        s.put_message(MessageToStore("TopicH", 0, 0, b"one", uniq(10_000).decode(), 0, now, HOST4, now))
+        assert s.index_some(8) == 1
+        s.put_batch_body("TopicH", 0, 0, now, HOST4, now,
+                         encode_batch_elements([(0, b"abc", uniq(i)) for i in range(20)]), CLUSTER)
+        for i in range(50):
+            s.put_message(MessageToStore("TopicH", 0, 0, b"after", uniq(20_000 + i).decode(), 0, now, HOST4, now))
+        assert s.index_some(8) == 20
+        assert s.index_some(8) == 8
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("bound, walked", [(20, 20), (19, 1)])
+def test_a_hint_that_just_fits_the_step_is_taken_one_more_waits(tmp_path, bound, walked):
+    """A single record, then a hint of 19: a step of 20 takes both; a step of 19 stops
+    before the hint (the next step takes it whole)."""
+    s = opened(tmp_path, f"fit-{bound}", True, mapped_file_size_commit_log=1 << 20)
+    try:
+        now = 1_700_000_000_000
+        s.put_message(MessageToStore("TopicH", 0, 0, b"one", uniq(10_000).decode(), 0, now, HOST4, now))
+        assert s.index_some(8) == 1
+        s.put_message(MessageToStore("TopicH", 0, 0, b"two", uniq(10_001).decode(), 0, now, HOST4, now))
+        s.put_batch_body("TopicH", 0, 0, now, HOST4, now,
+                         encode_batch_elements([(0, b"abc", uniq(i)) for i in range(19)]), CLUSTER)
+        assert len(s._index_hints) == 1
+        assert s.index_some(bound) == walked
+        assert len(s._index_hints) == (0 if walked == 20 else 1)
+        assert s.index_some(bound) == 20 - walked
+        assert s.index_backlog_bytes() == 0
+    finally:
+        s.close()
+
+
+class RacyHints(deque):
+    """What a put on the event loop does between two of the flush thread's reads of the
+    hints (a GIL switch): after the `at`-th read by the index, one more hint is appended
+    to the full deque, dropping the oldest."""
+
+    def __init__(self, items, maxlen, extra, at):
+        super().__init__(items, maxlen)
+        self.extra = extra
+        self.reads = 0
+        self.at = at
+
+    def __getitem__(self, i):
+        value = deque.__getitem__(self, i)
+        if sys._getframe(1).f_code.co_name == "_index_records":
+            self.reads += 1
+            if self.reads == self.at:
+                self.append(self.extra)
+        return value
+
+
+@pytest.mark.parametrize("at", [1, 2, 3, 4, 5])
+def test_a_hint_dropped_by_a_put_while_the_index_reads_it(tmp_path, at):
+    """(From a review: the hint was read twice, and a put between the reads made the second
+    read the next hint, whose keys then went to the first batch's offsets.) Batches of one
+    shape stored in one millisecond, the deque full; whichever read the put falls after,
+    the index is the walk's."""
+    shots = []
+    for hints in (True, False):
+        s = opened(tmp_path, f"race-{at}-{hints}", hints, mapped_file_size_commit_log=1 << 20,
+                   max_index_num=100_000, max_hash_slot_num=1000)
+        try:
+            now = 1_700_000_000_000
+            s.put_message(MessageToStore("TopicH", 0, 0, b"one", uniq(10 ** 6).decode(), 0, now, HOST4, now))
+            s.index_some(1000)
+            if hints:
+                s._index_hints = deque()        # every hint, in order
+            for k in range(index_mod.INDEX_HINTS_MAX + 1):
+                s.put_batch_body("TopicH", 0, 0, now, HOST4, now,
+                                 encode_batch_elements([(0, b"abc", uniq(1000 * k + i)) for i in range(8)]), CLUSTER)
+            if hints:
+                every = list(s._index_hints)
+                s._index_hints = RacyHints(every[:-1], index_mod.INDEX_HINTS_MAX, every[-1], at)
+            s._index_catch_up()
+            shots.append(snapshot(s))
+        finally:
+            s.close()
+    assert shots[0] == shots[1]
 
 
 def test_hints_are_bounded_and_off_with_the_index(tmp_path):
@@ -232,6 +336,15 @@ def test_hints_are_bounded_and_off_with_the_index(tmp_path):
             assert len(big._index_hints) == hinted
     finally:
         big.close()
+    v6 = opened(tmp_path, "v6", True)
+    try:
+        v6.put_message(MessageToStore("TopicH", 0, 0, b"one", uniq(10_000).decode(), 0, 1, HOST4, 1))
+        v6.put_batch_body("TopicH", 0, 0, 1, HOST6, 1, encode_batch_elements([(0, b"a", uniq(1))] * 3), CLUSTER)
+        assert not v6._index_hints            # the index reads records with IPv6 hosts itself
+        v6.put_batch_body("TopicH", 0, 0, 1, HOST4, 1, encode_batch_elements([(0, b"a", uniq(1))] * 3), CLUSTER)
+        assert len(v6._index_hints) == 1
+    finally:
+        v6.close()
     off = opened(tmp_path, "off", True, message_index_enable=False)
     try:
         off.put_batch_body("TopicH", 0, 0, 1, HOST4, 1, encode_batch_elements([(0, b"a", uniq(1))]), CLUSTER)
