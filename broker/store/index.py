@@ -1001,18 +1001,21 @@ class IndexPart:
             self._index = None
         self._index_hints = None
 
-    def _index_catch_up(self, max_records: int = 0, hand_over: bool = False) -> int:
+    def _index_catch_up(self, max_records: int = 0, hand_over: bool = False, blocking: bool = True) -> int:
         """Index the records between the index's progress point and the dispatch point,
         at most `max_records` of them (0: all; a batch's IndexHint, met first, is taken
         whole even if larger). Returns the number of records walked. Records below the
         dispatch point were checked by recovery or written by this process, so only their
         frame is read here. hand_over: hand the GIL over every GIL_YIELD_EVERY records, on
         the flush thread's pass only (the event loop's steps and queries, and the open,
-        before the loop serves anything, have nobody to hand it to)."""
+        before the loop serves anything, have nobody to hand it to). blocking=False: 0 at
+        once when another thread holds the index (the event loop's steps)."""
         svc = self._index
         if svc is None:
             return 0
-        with svc.lock:
+        if not svc.lock.acquire(blocking):
+            return 0
+        try:
             start = max(self._index_from, self._commitlog.min_offset)
             self._index_from = start
             n = _index_records(self, svc, self._commitlog.queue.find, start, self._reput_from,
@@ -1020,6 +1023,8 @@ class IndexPart:
                                self._index_hashers, GIL_YIELD_EVERY, self._index_hints, hand_over)
             svc.expire(self._commitlog.min_offset)
             return n
+        finally:
+            svc.lock.release()
 
     def index_backlog_bytes(self) -> int:
         """Commit-log bytes the dispatcher has passed that the index has not walked yet
@@ -1032,11 +1037,14 @@ class IndexPart:
         """Index at most max_records of the backlog now; the number walked. The broker's
         IndexPump (broker/services/index_pump.py) calls it on the event loop right behind the
         dispatcher. A failure is transient (as in _flush_index): logged, 0 returned, and the
-        flush thread's pass or the next call tries again."""
+        flush thread's pass or the next call tries again. Never waits for the index: while
+        the flush thread's pass holds it (its catch-up and fdatasync, 7-11 ms a second
+        measured under sync sends, the loop waiting up to 6 ms), 0 at once, and the pump
+        tries again after the next dispatch."""
         if self._index is None:
             return 0
         try:
-            return self._index_catch_up(max_records)
+            return self._index_catch_up(max_records, blocking=False)
         except OSError as e:
             self._note_transient("build the message index", e)
             return 0

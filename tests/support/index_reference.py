@@ -95,9 +95,10 @@ def _put_hashes(svc, hashes: list[int], phy: int, store_ts: int) -> None:
         hashes = hashes[n:]
 
 
-def reference_catch_up(store, max_records: int = 0, hand_over: bool = False) -> int:
+def reference_catch_up(store, max_records: int = 0, hand_over: bool = False, blocking: bool = True) -> int:
     """MessageStore._index_catch_up of b0bc055 (without its GIL hand-over, which writes
-    nothing: hand_over is taken and ignored; nor the IndexHints, which write the same)."""
+    nothing: hand_over and blocking are taken and ignored; nor the IndexHints, which write
+    the same)."""
     svc = store._index
     if svc is None:
         return 0
