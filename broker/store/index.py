@@ -785,9 +785,11 @@ def _index_records(store, svc: "IndexService", find, start: int, limit: int, max
     store._index_from along; returns the records walked. One pass over each commit-log
     segment's mapping: runs of records of the common layout gathered with one unpack of
     each head and their keys taken column-wise (_run_keys), any other record alone (its
-    properties sliced by the lengths, its keys found by one regex); every `chunk` records
-    the keys gathered are hashed and written (_key_hashes, _put_entries) and the GIL is
-    handed over."""
+    properties sliced by the lengths, its keys found by one regex); records an IndexHint
+    describes (`hints`, the deque of MessageStore._index_hints) taken from it instead of
+    read back (_hint_holds, _keys_of_run); every `chunk` records the keys gathered are
+    hashed and written (_key_hashes, _put_entries) and, with hand_over (the flush thread's
+    pass), the GIL is handed over."""
     find_keys = _find_key_props
     slim_v4, head_v4 = _SLIM_HEADS[0]
     slim_heads = _SLIM_HEADS
