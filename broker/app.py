@@ -198,7 +198,7 @@ class Broker:
                                                 now_ms=self.now_ms)
         hold_dispatch, schedule_wake = self.hold_service.on_dispatch, self.schedule_service.wake
         if cfg.messageIndexEnable:
-            self.index_pump = pump = IndexPump(self.store)
+            self.index_pump = pump = IndexPump(self.store, self.server.busy_poll)
             index_kick = pump.kick
 
             def on_dispatch(topic, queue_id, max_offset, tags_code, store_ts):

@@ -63,7 +63,7 @@ _INF = float("inf")
 
 class BusyPoll:
     __slots__ = ("window_s", "adaptive", "yield_cpu", "_until", "_scheduled", "_loop", "_last", "_gap_avg",
-                 "_caught", "_misses", "_skipped", "stats", "_long_work_s", "_gap_cap_s")
+                 "_caught", "_misses", "_skipped", "stats", "_long_work_s", "_gap_cap_s", "sharing")
 
     def __init__(self, window_us: int, adaptive: bool = False, yield_cpu: bool = True):
         self.window_s = max(0, window_us) / 1e6
@@ -83,6 +83,10 @@ class BusyPoll:
         # windows started / that caught something / kicks passed over by the budget
         # and windows ended because a yield ran another task (a runnable peer on our CPU)
         self.stats = {"windows": 0, "caught": 0, "suspended_kicks": 0, "shared": 0}
+        # What the last yield of a spin found (yield_cpu only): True when it ran another task,
+        # a runnable peer on our CPU; False when it returned at once. Others ask it
+        # (broker/services/index_pump.py: deferrable work is batched while the CPU is shared).
+        self.sharing = False
 
     @property
     def suspended(self) -> bool:
@@ -132,8 +136,10 @@ class BusyPoll:
                 return
             _sched_yield()
             if perf_counter() - now < SHARED_YIELD_S:
+                self.sharing = False
                 self._loop.call_soon(self._spin)
                 return
+            self.sharing = True
             # The yield ran another task on our CPU: a runnable peer shares it, and every
             # spin would take its time. Sleep in epoll instead, and count the window a miss.
             self.stats["shared"] += 1

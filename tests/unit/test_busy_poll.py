@@ -131,3 +131,21 @@ async def test_spin_yields_and_stops_when_the_yield_ran_another_task(monkeypatch
     no_yield.kick()
     await _run_out(no_yield, clock)
     assert clock.yields == before and no_yield.stats["windows"] == 1
+
+
+async def test_sharing_says_what_the_last_yield_found(monkeypatch):
+    # the index pump (broker/services/index_pump.py) reads it: groups its work while a
+    # runnable peer shares our CPU
+    clock = _Clock(monkeypatch, yield_s=1e-6)
+    bp = BusyPoll(200)
+    assert not bp.sharing
+    clock.yield_s = 500e-6                          # a peer ran during the yield
+    bp.kick()
+    await asyncio.sleep(0)
+    assert bp.sharing and not bp._scheduled
+    clock.yield_s = 1e-6                            # our CPU is ours again
+    bp.kick()
+    await asyncio.sleep(0)
+    assert not bp.sharing and bp._scheduled
+    await _run_out(bp, clock)
+    assert not bp.sharing

@@ -181,3 +181,38 @@ def test_a_step_never_waits_for_the_flush_threads_pass(s):
         pass
     assert s.index_backlog_bytes() == 0
     assert s.query_message("T", "k7", 8, *ALL).offsets
+
+
+class _Poll:
+    """A server BusyPoll's `sharing` as the pump reads it."""
+    sharing = False
+
+
+async def test_pump_steps_after_every_dispatch_while_the_cpu_is_its_own(s):
+    # sync sends with the CPU to ourselves: each dispatch's record or two indexed right
+    # away (the few-records path), no request waiting behind a group's step
+    poll = _Poll()
+    pump = IndexPump(s, poll)
+    put(s, 0)
+    pump.kick()
+    assert pump._scheduled
+    await _settle(pump)
+    assert s.index_backlog_bytes() == 0 and pump.steps == 1 and pump.records == 1
+    # a runnable peer shares the CPU: steps wait for backlog_bytes, amortised over a group
+    poll.sharing = True
+    put(s, 1)
+    pump.kick()
+    assert not pump._scheduled and 0 < s.index_backlog_bytes() < pump.backlog_bytes
+    i = 2
+    while s.index_backlog_bytes() < pump.backlog_bytes:
+        put(s, i)
+        i += 1
+    pump.kick()
+    assert pump._scheduled
+    await _settle(pump)
+    assert s.index_backlog_bytes() < pump.backlog_bytes and pump.records >= 1 + pump.step_records
+    # no busy poll (busyPollMicros=0): nobody knows, groups
+    plain = IndexPump(s)
+    put(s, i)
+    plain.kick()
+    assert not plain._scheduled
