@@ -29,7 +29,9 @@ Who builds it: not the put path (it stays as fast as without an index). `_index_
 walks the records the dispatcher has passed (below `reput_from`) from the index's own
 progress point. Like Java's reput thread, the index keeps pace with the dispatcher: the
 broker's event loop calls `index_some` right behind it, a loop turn at a time
-(broker/services/index_pump.py, once `index_backlog_bytes` reaches 4 KiB); the tail
+(broker/services/index_pump.py, once `index_backlog_bytes` reaches 4 KiB, or after every
+dispatch while the broker has its CPU to itself; a few records are then taken one at a
+time, `_index_few`); the tail
 below that, and whatever a restart left, is walked on each `flush_consume_queues` (the
 flush thread, every second) and before each query, at most `index_build_batch` (broker
 key indexBuildBatchNums, 20,000) records per call; at open it indexes everything missing.
@@ -1015,7 +1017,7 @@ def _index_few(store, svc: "IndexService", find, start: int, limit: int, max_rec
         return None
     base = mf.start
     pos, end = start - base, limit - base
-    if end > mf.size:
+    if end > mf.size:               # (the blank marker at a segment's end would stop it too)
         return None
     mm = mf.mm
     recs = []
