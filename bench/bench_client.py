@@ -13,6 +13,10 @@ on CPUs as ../shared/bench/peers.py does; `--broker-arg` passes mqbroker flags
 
 Measures (defaults keep a run under ~2 minutes on 2 cores):
   sync send       one send at a time: msgs/s, p50/p99/p99.9 latency, client CPU per send
+  request floor   (`--phases floor`) requests the broker answers with no handler's work
+                  (an unserved code), one at a time, against as many sync sends, twice:
+                  rate and client / broker CPU per request (what the send's own work costs
+                  over the remoting round trip)
   async send      64 sends in flight: msgs/s, p50/p99 per send, client CPU per message
                   (coalesced into batches by the producer unless --no-coalesce: then one
                   request per send)
@@ -67,6 +71,49 @@ async def bench_sync_send(addr, topic, n, st):
         dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     return {"msgs_per_s": n / dt, "p50_us": pct(lat, 50), "p99_us": pct(lat, 99), "p999_us": pct(lat, 99.9),
             "client_cpu_us_per_msg": cpu * 1e6 / n}
+
+
+# A request code no broker serves: answered REQUEST_CODE_NOT_SUPPORTED by the remoting layer
+# with no handler's work (RocketMQ's codes stay below 1000 and 30xx-40xx).
+_UNSERVED_CODE = 9999
+
+
+def _proc_cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds of process `pid` (all its threads), None without a pid."""
+    if pid is None:
+        return None
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def bench_request_floor(addr, topic, n, st, broker_pid=None):
+    """What a sync send costs over the remoting round trip alone: n requests the broker
+    answers without a handler (an unserved code, one at a time on the producer's broker
+    connection), then n sync sends, alternated twice; client CPU and (when this process
+    started the cluster) broker CPU per request. The difference is the send's own work on
+    both sides; the first is the floor a sync send cannot go below with this remoting."""
+    from pocketmq.protocol.command import RemotingCommand
+    body = b"x" * 128
+    out = {}
+    async with Producer("BenchFloor", addr, instance_name="bench-floor", serialize_type=st) as p:
+        for _ in range(200):
+            r = await p.send(Message(topic, body))
+        inst = p.instance
+        conn = inst.remoting.connections[inst.brokers.master(r.queue.broker_name)]
+        for kind in ("unserved", "send", "unserved", "send"):
+            b0, cpu0, t0 = _proc_cpu_s(broker_pid), time.process_time(), time.perf_counter()
+            for _ in range(n):
+                if kind == "send":
+                    await p.send(Message(topic, body))
+                else:
+                    await conn.request(RemotingCommand(_UNSERVED_CODE, ext_fields={}), 3.0)
+            dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+            row = {"per_s": n / dt, "client_cpu_us": cpu * 1e6 / n}
+            if broker_pid is not None:
+                row["broker_cpu_us"] = (_proc_cpu_s(broker_pid) - b0) * 1e6 / n
+            out.setdefault(kind, []).append(row)
+    return out
 
 
 async def bench_inflight_send(addr, topic, n, st, inflight=64, coalesce=True):
@@ -263,6 +310,12 @@ async def run_all(addr, args):
     if "sync" in phases:
         out["sync_send"] = await bench_sync_send(addr, f"BenchSync{suffix}", args.n_sync, st)
         print("sync send", out["sync_send"], flush=True)
+    if "floor" in phases:
+        out["request_floor"] = await bench_request_floor(addr, f"BenchFloor{suffix}", args.n_sync, st,
+                                                         getattr(args, "broker_pid", None))
+        for kind, rows in out["request_floor"].items():
+            print(f"{kind:9}", "; ".join(", ".join(f"{k} {v:,.1f}" for k, v in row.items()) for row in rows),
+                  flush=True)
     if "inflight" in phases:
         out["inflight_send"] = await bench_inflight_send(addr, f"BenchAsync{suffix}", args.n_async, st,
                                                          coalesce=not args.no_coalesce)
@@ -298,7 +351,7 @@ async def run_all(addr, args):
     return out
 
 
-PHASES = ("sync", "inflight", "batch", "push", "lite", "orderly", "e2e")
+PHASES = ("sync", "floor", "inflight", "batch", "push", "lite", "orderly", "e2e")
 
 
 def pin(mode: str, daemon_pids: list[int]) -> None:
@@ -379,6 +432,7 @@ def main(argv=None):
         cluster = Cluster(root, args.broker_arg).start()
         try:
             pin(args.pin, [cluster.namesrv.proc.pid, cluster.broker.proc.pid])
+            args.broker_pid = cluster.broker.proc.pid
             result = asyncio.run(run_all(cluster.namesrv_addr, args))
         finally:
             cluster.stop()

@@ -3,6 +3,7 @@ thread runs every second, and a query before it answers), in-process.
 
     python bench/bench_index.py [--messages 100000] [--batch 20000] [--keys 2] [--reference]
                                 [--slots 5000000] [--entries 20000000] [--rounds 3]
+                                [--behind N] [--walk]
 
 Stores `--messages` records shaped like the peers benchmark's with keys: a 128-byte body,
 TAGS, KEYS with `--keys` space-separated words and a client UNIQ_KEY (32 hex digits, 64
@@ -13,9 +14,16 @@ processes on a shared host do not inflate it) per record and per entry. Java's g
 by default (5M slots, 20M entries: a 420 MB sparse file; its page faults are counted,
 as the broker pays them).
 
+`--behind N` indexes as the broker's IndexPump does under load instead: after every N
+puts, a catch-up over those N records only (the CPU of the catch-ups alone is
+counted). N=1 is a sync send's step while the broker has its CPU to itself: such few
+records take the store's few-records path (`_index_few`, at most 8 records / 2 KiB);
+N=16 is about the 4 KiB group of a shared CPU, through the walk.
+
 `--reference` builds a second, identical store with the plain builder of before
 (tests/support/index_reference.py), alternating which goes first over `--rounds` fresh
-builds, and checks that both wrote the same index bytes. The calibration line is the CPU
+builds, and checks that both wrote the same index bytes. `--walk` likewise times the
+walk alone (the few-records path off). The calibration line is the CPU
 cost of one Python function call right now: read the figures against it.
 """
 from __future__ import annotations
@@ -31,6 +39,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from pocketmq.broker.store import index as index_mod  # noqa: E402
 from pocketmq.broker.store.api import MessageToStore  # noqa: E402
 from pocketmq.broker.store.index import INDEX_HEADER_SIZE, INDEX_ENTRY_SIZE, INDEX_SLOT_SIZE  # noqa: E402
 from pocketmq.broker.store.store import MessageStore  # noqa: E402
@@ -64,6 +73,38 @@ def filled(root: str, name: str, msgs, slots: int, entries: int) -> MessageStore
     for m in msgs:
         put(m)
     return s
+
+
+def walk_catch_up(s: MessageStore, max_records: int) -> int:
+    """_index_catch_up with the few-records path off: every catch-up through the walk."""
+    saved = index_mod.FEW_BYTES_MAX
+    index_mod.FEW_BYTES_MAX = -1
+    try:
+        return MessageStore._index_catch_up(s, max_records)
+    finally:
+        index_mod.FEW_BYTES_MAX = saved
+
+
+def build_behind(root: str, name: str, msgs, slots: int, entries: int, behind: int,
+                 catch_up) -> tuple[MessageStore, float, int]:
+    """A store filled `behind` records at a time, each group indexed right after its puts:
+    (the store, CPU seconds of the catch-ups, records walked)."""
+    path = os.path.join(root, name)
+    shutil.rmtree(path, ignore_errors=True)
+    s = MessageStore(StoreConfig(path, store_host=STORE_HOST, message_index_enable=True,
+                                 max_hash_slot_num=slots, max_index_num=entries))
+    s.open()
+    put = s.put_message
+    cpu = 0.0
+    walked = 0
+    clock = time.process_time
+    for i in range(0, len(msgs), behind):
+        for m in msgs[i:i + behind]:
+            put(m)
+        t0 = clock()
+        walked += catch_up(s, 0)
+        cpu += clock() - t0
+    return s, cpu, walked
 
 
 def build(s: MessageStore, batch: int, catch_up) -> tuple[float, int]:
@@ -108,6 +149,10 @@ def main() -> None:
     ap.add_argument("--entries", type=int, default=20_000_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reference", action="store_true", help="also time the plain builder and compare bytes")
+    ap.add_argument("--walk", action="store_true",
+                    help="also time the walk alone (the few-records path off) and compare bytes")
+    ap.add_argument("--behind", type=int, default=0,
+                    help="index after every N puts, as the broker's pump does (0: fill, then index)")
     ap.add_argument("--dir", default=None)
     args = ap.parse_args()
     root = args.dir or tempfile.mkdtemp(prefix="pocketmq-bench-index-")
@@ -116,6 +161,8 @@ def main() -> None:
     if args.reference:
         from tests.support.index_reference import reference_catch_up
         builders["reference"] = reference_catch_up
+    if args.walk:
+        builders["walk"] = walk_catch_up
     try:
         print(f"calibration: {calibration_ns():.0f} ns CPU per no-op Python call; "
               f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -126,14 +173,20 @@ def main() -> None:
             order = list(builders) if r % 2 == 0 else list(reversed(builders))
             digests = {}
             for name in order:
-                s = filled(root, name, msgs, args.slots, args.entries)
+                if args.behind > 0:
+                    s, cpu, walked = build_behind(root, name, msgs, args.slots, args.entries, args.behind,
+                                                  builders[name])
+                else:
+                    s = filled(root, name, msgs, args.slots, args.entries)
                 try:
-                    cpu, walked = build(s, args.batch, builders[name])
+                    if args.behind <= 0:
+                        cpu, walked = build(s, args.batch, builders[name])
                     assert walked == n, (walked, n)
                     results[name].append(cpu)
                     print(f"round {r + 1} {name:9}: {cpu * 1e6 / n:6.2f} us CPU per record, "
                           f"{cpu * 1e6 / (n * per_entry):5.2f} per entry ({n:,} records, {per_entry} entries each, "
-                          f"batches of {args.batch or 'all'})", flush=True)
+                          + (f"indexed every {args.behind} puts)" if args.behind > 0
+                             else f"batches of {args.batch or 'all'})"), flush=True)
                     if len(builders) > 1:
                         digests[name] = digest(s)
                 finally:
@@ -146,7 +199,7 @@ def main() -> None:
             best = min(cpus)
             print(f"{name:9} best: {best * 1e6 / n:.2f} us CPU per record "
                   f"(median {sorted(cpus)[len(cpus) // 2] * 1e6 / n:.2f})")
-        if args.reference:
+        if len(builders) > 1:
             print("index bytes identical: yes")
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
