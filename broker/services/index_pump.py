@@ -45,9 +45,11 @@ class IndexPump:
     # no runnable peer shares the CPU) a step runs after every dispatch: one or two records,
     # the store's few-records path (~4-8 µs, store/index.py `_index_few`), done while the
     # client prepares its next request, so no request waits behind a group's step.
-    # Measured, sync sends with --pin split: p99 112-125 µs against 158-164 at 4 KiB, and
-    # 17.3-18.0k sends/s against 14.9-15.5k; with one shared core the same per-dispatch
-    # steps cost 11% of the sync rate (each step's code runs cold there), hence the group.
+    # Measured, sync sends with --pin split, three interleaved pairs: p99 114-145 µs against
+    # 147-174 at 4 KiB, 17.2-17.9k sends/s against 14.2-16.3k; with one shared core the same
+    # per-dispatch steps cost 11% of the sync rate (each step's code runs cold there), hence
+    # the groups (docs/benchmarks.md, "A few records at a time"). Under load a dispatch
+    # covers what a loop turn stored, so the steps grow with it on their own.
     backlog_bytes_alone = 1
     # One loop callback indexes what the loop dispatched before it, but for at most this
     # long (then yields a turn to the sockets): only a backlog left by something else (the
