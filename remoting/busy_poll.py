@@ -86,7 +86,8 @@ class BusyPoll:
         # What the last yield of a spin found (yield_cpu only): True when it ran another task,
         # a runnable peer on our CPU; False when it returned at once. Others ask it
         # (broker/services/index_pump.py: deferrable work is batched while the CPU is shared).
-        self.sharing = False
+        # Unknown until a spin has yielded: taken as shared (the cautious answer).
+        self.sharing = True
 
     @property
     def suspended(self) -> bool:

@@ -138,7 +138,11 @@ async def test_sharing_says_what_the_last_yield_found(monkeypatch):
     # runnable peer shares our CPU
     clock = _Clock(monkeypatch, yield_s=1e-6)
     bp = BusyPoll(200)
-    assert not bp.sharing
+    assert bp.sharing                               # unknown before any spin: taken as shared
+    bp.kick()
+    await asyncio.sleep(0)
+    assert not bp.sharing                           # a yield that returned at once
+    await _run_out(bp, clock)
     clock.yield_s = 500e-6                          # a peer ran during the yield
     bp.kick()
     await asyncio.sleep(0)

@@ -152,3 +152,36 @@ def test_a_few_records_across_two_segments_go_to_the_walk(tmp_path):
         assert s.query_message("T", f"U{i - 1}", 4, 0, 1 << 62).offsets
     finally:
         s.close()
+
+
+def test_edges_the_random_mixes_miss(tmp_path, monkeypatch):
+    # keys whose hash is Integer.MIN_VALUE (Java's abs() leaves it negative: 0), a damaged
+    # slot pointing at the entry about to be written, a store time 70 years after the
+    # file's first (timeDiff clamped); and every file written is left to the flush
+    assert index_mod.index_key_hash("T#jllgx0D") == 0
+    shots = []
+    for name, catch_up in (("few", None), ("plain", reference_catch_up)):
+        with monkeypatch.context() as m:
+            if catch_up:
+                m.setattr(MessageStore, "_index_catch_up", catch_up)
+            s = MessageStore(config(tmp_path / name, max_hash_slot_num=3, max_index_num=50))
+            s.open()
+            try:
+                t = 1_700_000_000_000
+                for i, key in enumerate(["jllgx0D", "a", "jllgx0D"]):
+                    s.put_message(MessageToStore("T", 0, 0, b"x", f"UNIQ_KEY\x01{key}", 0, 1, HOST4, t + i))
+                    s.index_some(1)
+                f = s._index.files[-1]
+                slot = index_mod.INDEX_HEADER_SIZE + (index_mod.index_key_hash("T#b") % 3) * 4
+                f.mm[slot:slot + 4] = f.index_count.to_bytes(4, "big")      # = the next entry's number
+                s.put_message(MessageToStore("T", 0, 0, b"x", "UNIQ_KEY\x01b", 0, 1, HOST4, t + 5))
+                s.index_some(1)
+                s.put_message(MessageToStore("T", 0, 0, b"x", "UNIQ_KEY\x01late", 0, 1, HOST4,
+                                             t + 70 * 366 * 86_400_000))
+                s.index_some(1)
+                if not catch_up:
+                    assert s._index._dirty == [f]             # the flush syncs what the path wrote
+                shots.append(snapshot(s.config))
+            finally:
+                s.close()
+    assert shots[0] == shots[1]
