@@ -79,8 +79,9 @@ def test_few_records_path_writes_the_plain_builders_bytes(tmp_path, monkeypatch,
         assert len(few[-1]) > 3                                          # files rolled over
 
 
-def test_a_damaged_slot_is_read_as_the_walk_reads_it(tmp_path, monkeypatch):
-    # a slot pointing ahead of the entries, or negative as a Java int: no chain (0)
+def few_and_plain(tmp_path, monkeypatch, body) -> list[dict[str, bytes]]:
+    """body(store, few) on a store indexed by this code (few=True) and on one indexed by the
+    plain builder; the index files of each."""
     shots = []
     for name, catch_up in (("few", None), ("plain", reference_catch_up)):
         with monkeypatch.context() as m:
@@ -89,19 +90,27 @@ def test_a_damaged_slot_is_read_as_the_walk_reads_it(tmp_path, monkeypatch):
             s = MessageStore(config(tmp_path / name, max_hash_slot_num=3, max_index_num=50))
             s.open()
             try:
-                for i in range(4):
-                    s.put_message(MessageToStore("T", 0, 0, b"x", f"UNIQ_KEY\x01U{i}", 0, 1, HOST4, 1000 + i))
-                    s.index_some(1)
-                f = s._index.files[-1]
-                f.mm[index_mod.INDEX_HEADER_SIZE:index_mod.INDEX_HEADER_SIZE + 8] = \
-                    (40).to_bytes(4, "big") + (0xFFFFFFF0).to_bytes(4, "big")
-                for i in range(4, 12):
-                    s.put_message(MessageToStore("T", 0, 0, b"x", f"KEYS\x01a{i} b{i}\x02UNIQ_KEY\x01U{i}", 0, 1,
-                                                 HOST4, 1000 + i))
-                    s.index_some(1)
+                body(s, catch_up is None)
                 shots.append(snapshot(s.config))
             finally:
                 s.close()
+    return shots
+
+
+def test_a_damaged_slot_is_read_as_the_walk_reads_it(tmp_path, monkeypatch):
+    # a slot pointing ahead of the entries, or negative as a Java int: no chain (0)
+    def body(s, few):
+        for i in range(4):
+            s.put_message(MessageToStore("T", 0, 0, b"x", f"UNIQ_KEY\x01U{i}", 0, 1, HOST4, 1000 + i))
+            s.index_some(1)
+        f = s._index.files[-1]
+        f.mm[index_mod.INDEX_HEADER_SIZE:index_mod.INDEX_HEADER_SIZE + 8] = \
+            (40).to_bytes(4, "big") + (0xFFFFFFF0).to_bytes(4, "big")
+        for i in range(4, 12):
+            s.put_message(MessageToStore("T", 0, 0, b"x", f"KEYS\x01a{i} b{i}\x02UNIQ_KEY\x01U{i}", 0, 1,
+                                         HOST4, 1000 + i))
+            s.index_some(1)
+    shots = few_and_plain(tmp_path, monkeypatch, body)
     assert shots[0] == shots[1]
 
 
@@ -159,29 +168,20 @@ def test_edges_the_random_mixes_miss(tmp_path, monkeypatch):
     # slot pointing at the entry about to be written, a store time 70 years after the
     # file's first (timeDiff clamped); and every file written is left to the flush
     assert index_mod.index_key_hash("T#jllgx0D") == 0
-    shots = []
-    for name, catch_up in (("few", None), ("plain", reference_catch_up)):
-        with monkeypatch.context() as m:
-            if catch_up:
-                m.setattr(MessageStore, "_index_catch_up", catch_up)
-            s = MessageStore(config(tmp_path / name, max_hash_slot_num=3, max_index_num=50))
-            s.open()
-            try:
-                t = 1_700_000_000_000
-                for i, key in enumerate(["jllgx0D", "a", "jllgx0D"]):
-                    s.put_message(MessageToStore("T", 0, 0, b"x", f"UNIQ_KEY\x01{key}", 0, 1, HOST4, t + i))
-                    s.index_some(1)
-                f = s._index.files[-1]
-                slot = index_mod.INDEX_HEADER_SIZE + (index_mod.index_key_hash("T#b") % 3) * 4
-                f.mm[slot:slot + 4] = f.index_count.to_bytes(4, "big")      # = the next entry's number
-                s.put_message(MessageToStore("T", 0, 0, b"x", "UNIQ_KEY\x01b", 0, 1, HOST4, t + 5))
-                s.index_some(1)
-                s.put_message(MessageToStore("T", 0, 0, b"x", "UNIQ_KEY\x01late", 0, 1, HOST4,
-                                             t + 70 * 366 * 86_400_000))
-                s.index_some(1)
-                if not catch_up:
-                    assert s._index._dirty == [f]             # the flush syncs what the path wrote
-                shots.append(snapshot(s.config))
-            finally:
-                s.close()
+
+    def body(s, few):
+        t = 1_700_000_000_000
+        for i, key in enumerate(["jllgx0D", "a", "jllgx0D"]):
+            s.put_message(MessageToStore("T", 0, 0, b"x", f"UNIQ_KEY\x01{key}", 0, 1, HOST4, t + i))
+            s.index_some(1)
+        f = s._index.files[-1]
+        slot = index_mod.INDEX_HEADER_SIZE + (index_mod.index_key_hash("T#b") % 3) * 4
+        f.mm[slot:slot + 4] = f.index_count.to_bytes(4, "big")      # = the next entry's number
+        s.put_message(MessageToStore("T", 0, 0, b"x", "UNIQ_KEY\x01b", 0, 1, HOST4, t + 5))
+        s.index_some(1)
+        s.put_message(MessageToStore("T", 0, 0, b"x", "UNIQ_KEY\x01late", 0, 1, HOST4, t + 70 * 366 * 86_400_000))
+        s.index_some(1)
+        if few:
+            assert s._index._dirty == [f]             # the flush syncs what the path wrote
+    shots = few_and_plain(tmp_path, monkeypatch, body)
     assert shots[0] == shots[1]
