@@ -7,7 +7,7 @@ import pytest
 
 from pocketmq.client import errors
 from pocketmq.client.message import Message, SendStatus
-from pocketmq.client.producer import Producer, hash_selector
+from pocketmq.client.producer import COALESCE_MAX_MESSAGES, Producer, hash_selector
 from tests.support.fake_broker import FakeCluster
 from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.bodies import MessageQueue
@@ -224,10 +224,11 @@ async def test_concurrent_sends_are_coalesced_with_a_result_per_message():
             msgs = [Message("T", f"m{i}".encode(), tags=f"Tag{i % 3}", keys=(f"k{i}",),
                             properties={"i": str(i)}, flag=i) for i in range(50)]
             results = await asyncio.gather(*(p.send(m) for m in msgs))
-        # one request per send would be 50; groups of at most 16 after the first send
+        # one request per send would be 50; groups of at most COALESCE_MAX_MESSAGES after the first send
         assert RequestCode.SEND_BATCH_MESSAGE in b.requests
         assert len(b.requests) - b.requests.count(RequestCode.HEART_BEAT) < 50
-        assert b.batch_sizes and max(b.batch_sizes) <= 16 and sum(b.batch_sizes) <= 49
+        assert b.batch_sizes and max(b.batch_sizes) <= COALESCE_MAX_MESSAGES and sum(b.batch_sizes) <= 49
+        assert len(b.batch_sizes) >= 2          # 49 sends > one full group
         assert len({r.msg_id for r in results}) == 50
         assert len({(r.queue, r.queue_offset) for r in results}) == 50
         for i, r in enumerate(results):
@@ -383,11 +384,12 @@ async def test_a_cancelled_close_still_releases_the_producer():
 async def test_sends_of_a_group_cancelled_before_it_ran_do_not_hang():
     async with one_broker() as (cluster, b):
         p = await Producer("PG", cluster.namesrv_addr, instance_name="pc12").start()
-        tasks = [asyncio.create_task(p.send(Message("T", f"m{i}".encode()))) for i in range(17)]
-        await asyncio.sleep(0)          # one alone, 16 in a full group whose task has not run
+        n = COALESCE_MAX_MESSAGES
+        tasks = [asyncio.create_task(p.send(Message("T", f"m{i}".encode()))) for i in range(n + 1)]
+        await asyncio.sleep(0)          # one alone, n in a full group whose task has not run
         for t in list(p._group_tasks):
             t.cancel()                  # e.g. a shutdown sweep over asyncio.all_tasks()
         done, pending = await asyncio.wait(tasks, timeout=2)
         assert not pending
-        assert sum(t.cancelled() for t in done) == 16
+        assert sum(t.cancelled() for t in done) == n
         await p.close()
