@@ -56,7 +56,7 @@ class ClientConnection(Connection):
                 return
             self._wq = parts
             self._wq_frames = 1
-            asyncio.get_running_loop().call_soon(self._flush)
+            (self._loop or asyncio.get_running_loop()).call_soon(self._flush)
         else:
             q.extend(parts)
             self._wq_frames += 1

@@ -165,9 +165,31 @@ class SendResult:
     region_id: str = "DefaultRegion"
     trace_on: bool = True
 
+    # Written by hand, as Message's: the generated __init__ of a frozen dataclass stores
+    # each field through object.__setattr__ (0.86 against 0.50 µs here), and a coalesced
+    # send builds one SendResult per message. Same signature and defaults as the generated
+    # one (tests/unit/test_client_fastpaths.py); still frozen (the slot descriptors are
+    # only reachable from this module). A dataclass subclass (TransactionSendResult) gets
+    # its own generated __init__.
+    def __init__(self, status: SendStatus, msg_id: str, offset_msg_id: str, queue: MessageQueue,
+                 queue_offset: int, transaction_id: str | None = None, region_id: str = "DefaultRegion",
+                 trace_on: bool = True):
+        _sr_status(self, status)
+        _sr_msg_id(self, msg_id)
+        _sr_offset_msg_id(self, offset_msg_id)
+        _sr_queue(self, queue)
+        _sr_queue_offset(self, queue_offset)
+        _sr_transaction_id(self, transaction_id)
+        _sr_region_id(self, region_id)
+        _sr_trace_on(self, trace_on)
+
     @property
     def ok(self) -> bool:
         return self.status is SendStatus.SEND_OK
+
+
+(_sr_status, _sr_msg_id, _sr_offset_msg_id, _sr_queue, _sr_queue_offset, _sr_transaction_id, _sr_region_id,
+ _sr_trace_on) = (SendResult.__dict__[f.name].__set__ for f in fields(SendResult))
 
 
 # --- UNIQ_KEY ------------------------------------------------------------------------------

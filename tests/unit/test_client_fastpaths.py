@@ -9,6 +9,7 @@ from pocketmq.client.connection import ClientConnection
 from pocketmq.client.message import Message
 from pocketmq.client.producer import send_ext_fields
 from pocketmq.protocol import message as msgcodec
+from pocketmq.protocol.bodies import MessageQueue
 from pocketmq.protocol.codes import RequestCode, SerializeType
 from pocketmq.protocol.command import FrameDecoder, RemotingCommand
 from pocketmq.protocol.headers.typed import SendMessageRequestHeader, encode_send_header
@@ -295,6 +296,50 @@ def test_message_init_equals_the_generated_one():
     assert Message("T").properties is Message("U").properties == {}
     with pytest.raises(dataclasses.FrozenInstanceError):
         m.topic = "U"  # type: ignore[misc]
+
+
+def test_send_result_init_equals_the_generated_one():
+    """SendResult's hand-written __init__ against a frozen dataclass of the same fields with
+    the generated one: same values (positional, keyword, defaults), equality, hash, repr
+    (but the name), still frozen; the subclass keeps its own generated __init__."""
+    from pocketmq.client.message import SendResult, SendStatus
+    from pocketmq.client.transaction_producer import LocalTransactionState, TransactionSendResult
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Generated:
+        status: SendStatus
+        msg_id: str
+        offset_msg_id: str
+        queue: MessageQueue
+        queue_offset: int
+        transaction_id: str | None = None
+        region_id: str = "DefaultRegion"
+        trace_on: bool = True
+
+    names = [f.name for f in dataclasses.fields(SendResult)]
+    assert names == [f.name for f in dataclasses.fields(Generated)]
+    assert [f.default for f in dataclasses.fields(SendResult)] == [f.default for f in dataclasses.fields(Generated)]
+    q = MessageQueue("T", "b", 3)
+    full = (SendStatus.FLUSH_DISK_TIMEOUT, "U", "O1,O2", q, 9, "tx", "R", False)
+    cases = [(full[:5], {}), (full, {}), (full[:5], {"trace_on": False, "transaction_id": "t"}),
+             ((), dict(zip(names, full))), (full[:2], {"offset_msg_id": "", "queue": q, "queue_offset": -1})]
+    for args, kw in cases:
+        got, want = SendResult(*args, **kw), Generated(*args, **kw)
+        assert [getattr(got, n) for n in names] == [getattr(want, n) for n in names]
+        assert got == SendResult(*args, **kw) and hash(got) == hash(SendResult(*args, **kw))
+        assert repr(got) == "SendResult(" + repr(want).partition("(")[2]
+    for args, kw in (((), {}), (full[:4], {}), (full, {"status": SendStatus.SEND_OK}), (full[:5], {"x": 1})):
+        with pytest.raises(TypeError):
+            Generated(*args, **kw)
+        with pytest.raises(TypeError):
+            SendResult(*args, **kw)
+    r = SendResult(*full[:5])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.msg_id = "V"  # type: ignore[misc]
+    assert dataclasses.replace(r, queue_offset=10) == SendResult(*full[:4], 10)
+    t = TransactionSendResult(*full, local_state=LocalTransactionState.COMMIT)
+    assert [getattr(t, n) for n in names] == list(full) and t.local_state is LocalTransactionState.COMMIT
+    assert t != SendResult(*full)
 
 
 def test_encode_batch_run_equals_encode_batch_elements():
