@@ -19,7 +19,7 @@ Measures (defaults keep a run under ~2 minutes on 2 cores):
                   over the remoting round trip)
   async send      64 sends in flight: msgs/s, p50/p99 per send, client CPU per message
                   (coalesced into batches by the producer unless --no-coalesce: then one
-                  request per send)
+                  request per send; `--coalesce-max N`: groups of at most N sends)
   batch send      send_batch of 100 x 128 B: msgs/s and client CPU per message, one at a
                   time (one list of Messages, built once; and the bodies API:
                   send_batch(bodies, topic=...)) and 8 in flight
@@ -116,10 +116,11 @@ async def bench_request_floor(addr, topic, n, st, broker_pid=None):
     return out
 
 
-async def bench_inflight_send(addr, topic, n, st, inflight=64, coalesce=True):
+async def bench_inflight_send(addr, topic, n, st, inflight=64, coalesce=True, coalesce_max=None):
     body = b"x" * 128
+    kw = {} if coalesce_max is None else {"coalesce_max_messages": coalesce_max}
     async with Producer("BenchAsync", addr, instance_name="bench-async", serialize_type=st,
-                        coalesce_sends=coalesce) as p:
+                        coalesce_sends=coalesce, **kw) as p:
         await p.send(Message(topic, body))
         left = n
         lat = []
@@ -134,7 +135,8 @@ async def bench_inflight_send(addr, topic, n, st, inflight=64, coalesce=True):
         cpu0, t0 = time.process_time(), time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(inflight)))
         dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    return {"msgs_per_s": n / dt, "in_flight": inflight, "coalesce_sends": coalesce, "p50_us": pct(lat, 50),
+    return {"msgs_per_s": n / dt, "in_flight": inflight, "coalesce_sends": coalesce,
+            "coalesce_max_messages": p.coalesce_max_messages, "p50_us": pct(lat, 50),
             "p99_us": pct(lat, 99), "client_cpu_us_per_msg": cpu * 1e6 / n}
 
 
@@ -318,7 +320,8 @@ async def run_all(addr, args):
                   flush=True)
     if "inflight" in phases:
         out["inflight_send"] = await bench_inflight_send(addr, f"BenchAsync{suffix}", args.n_async, st,
-                                                         coalesce=not args.no_coalesce)
+                                                         coalesce=not args.no_coalesce,
+                                                         coalesce_max=args.coalesce_max)
         print("64 in flight", out["inflight_send"], flush=True)
     if "batch" in phases:
         out["batch_send"] = await bench_batch_send(addr, f"BenchBatch{suffix}", args.n_batch, st)
@@ -380,6 +383,8 @@ def main(argv=None):
     ap.add_argument("--msgpack", action="store_true", help="same as --codec msgpack")
     ap.add_argument("--no-coalesce", action="store_true",
                     help="64 in flight with coalesce_sends=False (one request per send)")
+    ap.add_argument("--coalesce-max", type=int, default=None, metavar="N",
+                    help="64 in flight: the producer's coalesce_max_messages (default: the producer's)")
     ap.add_argument("--n-sync", type=int, default=20000)
     ap.add_argument("--n-async", type=int, default=50000)
     ap.add_argument("--n-batch", type=int, default=200000)

@@ -23,6 +23,17 @@ consume p99 44 ms on one shared core, against 0.5 ms with spare cores). Hence:
   miss): sharing a CPU, the peer's wake-up is cheap (the CPU is not halted) and every
   spin is time taken from it. This is the rule that makes one shared core work
   (docs/benchmarks.md, "Side by side").
+* **and stop when the window lost the CPU anyway** (with `yield_cpu`): a yield is only a
+  hint. Linux's EEVDF scheduler may return it at once with a peer runnable, and then
+  preempt us when the peer wakes (our own answer wakes it): the peer runs, sends its next
+  request, blocks, and we resume inside the window and "catch" that request, so the
+  budget below sees spinning pay while each window in fact burnt CPU the peer needed
+  (measured in one harness run of three, one core: sync sends 5.0k against 7.5-7.9k/s,
+  consume 118k against 190-218k, the broker 106 against 66-69 µs of CPU a send). So
+  each spin turn also compares the wall time since the window began with our thread's
+  CPU time over it: more than SHARED_YIELD_S off the CPU (we never block while spinning)
+  means something else ran on it: shared, the window ends as a miss, as for a long yield.
+  Another thread of ours holding the GIL counts too: it also wants this CPU.
 * **a budget that learns whether spinning pays** (both modes): a window that ends
   without catching anything (no kick while it spun) is a miss. After MISS_LIMIT misses
   in a row the poller stops spinning and only probes one window every PROBE_EVERY kicks;
@@ -47,7 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from time import perf_counter
+from time import perf_counter, thread_time
 
 # After this many windows in a row that caught nothing, stop spinning...
 MISS_LIMIT = 8
@@ -58,12 +69,16 @@ PROBE_EVERY = 64
 SHARED_YIELD_S = 30e-6
 
 _sched_yield = getattr(os, "sched_yield", None)
+# this thread's CPU time (clock_gettime(CLOCK_THREAD_CPUTIME_ID)): a window's wall time
+# minus its CPU time is how long the thread was off the CPU while it spun
+_thread_time = thread_time
 _INF = float("inf")
 
 
 class BusyPoll:
     __slots__ = ("window_s", "adaptive", "yield_cpu", "_until", "_scheduled", "_loop", "_last", "_gap_avg",
-                 "_caught", "_misses", "_skipped", "stats", "_long_work_s", "_gap_cap_s", "sharing")
+                 "_caught", "_misses", "_skipped", "stats", "_long_work_s", "_gap_cap_s", "sharing",
+                 "_wall0", "_cpu0")
 
     def __init__(self, window_us: int, adaptive: bool = False, yield_cpu: bool = True):
         self.window_s = max(0, window_us) / 1e6
@@ -88,6 +103,8 @@ class BusyPoll:
         # (broker/services/index_pump.py: deferrable work is batched while the CPU is shared).
         # Unknown until a spin has yielded: taken as shared (the cautious answer).
         self.sharing = True
+        self._wall0 = 0.0           # when the current window began (perf_counter) ...
+        self._cpu0 = 0.0            # ... and this thread's CPU time then (yield_cpu only)
 
     @property
     def suspended(self) -> bool:
@@ -127,11 +144,17 @@ class BusyPoll:
             self._scheduled = True
             self._caught = False
             self.stats["windows"] += 1
+            if self.yield_cpu:
+                self._wall0 = now
+                self._cpu0 = _thread_time()
             self._loop.call_soon(self._spin)
 
     def _spin(self) -> None:
         now = perf_counter()
-        if now < self._until:
+        if self.yield_cpu and (now - self._wall0) - (_thread_time() - self._cpu0) >= SHARED_YIELD_S:
+            # Off the CPU while spinning: preempted (a peer ran), whatever the yields said.
+            self._shared()
+        elif now < self._until:
             if not self.yield_cpu:
                 self._loop.call_soon(self._spin)
                 return
@@ -140,11 +163,9 @@ class BusyPoll:
                 self.sharing = False
                 self._loop.call_soon(self._spin)
                 return
-            self.sharing = True
             # The yield ran another task on our CPU: a runnable peer shares it, and every
             # spin would take its time. Sleep in epoll instead, and count the window a miss.
-            self.stats["shared"] += 1
-            self._caught = False
+            self._shared()
         self._scheduled = False
         if self._caught:
             self._misses = 0
@@ -152,3 +173,10 @@ class BusyPoll:
             self.stats["caught"] += 1
         else:
             self._misses += 1
+
+    def _shared(self) -> None:
+        """A runnable peer shares our CPU: the window ends as a miss (what it caught came
+        because the peer ran instead of us, not because we spun)."""
+        self.sharing = True
+        self.stats["shared"] += 1
+        self._caught = False

@@ -67,19 +67,29 @@ async def test_server_spins_only_after_answering():
 
 
 class _Clock:
-    """A fake perf_counter for busy_poll (seconds); sched_yield advances it by `yield_s`."""
+    """A fake perf_counter for busy_poll (seconds); sched_yield advances it by `yield_s`.
+    The thread's CPU clock follows it except for the time spent off the CPU: `off_cpu(s)`
+    (preempted), and a yield that ran another task (yield_s above 1 µs)."""
 
     def __init__(self, monkeypatch, yield_s=1e-6):
         from pocketmq.remoting import busy_poll
         self.t = 100.0
+        self.off = 0.0                      # wall time the thread spent off the CPU
         self.yield_s = yield_s
         self.yields = 0
         monkeypatch.setattr(busy_poll, "perf_counter", lambda: self.t)
+        monkeypatch.setattr(busy_poll, "_thread_time", lambda: self.t - self.off)
         monkeypatch.setattr(busy_poll, "_sched_yield", self._yield)
+
+    def off_cpu(self, s):
+        self.t += s
+        self.off += s
 
     def _yield(self):
         self.yields += 1
         self.t += self.yield_s
+        if self.yield_s > 1e-6:
+            self.off += self.yield_s - 1e-6    # another task ran meanwhile
 
 
 async def _run_out(bp, clock, step_s=20e-6):
@@ -153,3 +163,33 @@ async def test_sharing_says_what_the_last_yield_found(monkeypatch):
     assert not bp.sharing and bp._scheduled
     await _run_out(bp, clock)
     assert not bp.sharing
+
+
+async def test_a_window_that_lost_the_cpu_ends_shared_even_if_the_yields_returned_at_once(monkeypatch):
+    # EEVDF may return a yield at once with a peer runnable and preempt us later: the peer
+    # runs, sends its request, and we "catch" it inside the window. That catch is the
+    # peer's doing; the window ends shared, a miss.
+    clock = _Clock(monkeypatch, yield_s=1e-6)       # every yield returns at once
+    bp = BusyPoll(200)
+    bp.kick()
+    await asyncio.sleep(0)
+    assert bp._scheduled and not bp.sharing
+    clock.off_cpu(25e-6)                            # off the CPU, but less than SHARED_YIELD_S
+    await asyncio.sleep(0)
+    assert bp._scheduled and not bp.sharing and bp.stats["shared"] == 0
+    clock.off_cpu(10e-6)                            # 35 µs off the CPU since the window began
+    bp.kick()                                       # the peer's request, read meanwhile
+    await asyncio.sleep(0)
+    assert not bp._scheduled and bp.sharing and bp.stats["shared"] == 1
+    assert bp.stats["caught"] == 0 and bp._misses == 1
+    bp.kick()                                       # the next window starts from a clean slate
+    await asyncio.sleep(0)
+    assert bp._scheduled and not bp.sharing
+    bp.kick()                                       # a catch while on the CPU throughout
+    await _run_out(bp, clock)
+    assert bp.stats["caught"] == 1 and bp._misses == 0 and not bp.sharing
+    plain = BusyPoll(200, yield_cpu=False)          # yielding off: no sharing rule at all
+    plain.kick()
+    clock.off_cpu(500e-6)
+    await _run_out(plain, clock)
+    assert plain.stats["shared"] == 0 and plain.stats["windows"] == 1
