@@ -168,9 +168,9 @@ class SendResult:
     # Written by hand, as Message's: the generated __init__ of a frozen dataclass stores
     # each field through object.__setattr__ (0.86 against 0.50 µs here), and a coalesced
     # send builds one SendResult per message. Same signature and defaults as the generated
-    # one (tests/unit/test_client_fastpaths.py); still frozen (the slot descriptors are
-    # only reachable from this module). A dataclass subclass (TransactionSendResult) gets
-    # its own generated __init__.
+    # one (tests/unit/test_client_fastpaths.py); still frozen to attribute assignment
+    # (only code that calls the slot descriptors' __set__ itself, as this does, can store).
+    # A dataclass subclass (TransactionSendResult) gets its own generated __init__.
     def __init__(self, status: SendStatus, msg_id: str, offset_msg_id: str, queue: MessageQueue,
                  queue_offset: int, transaction_id: str | None = None, region_id: str = "DefaultRegion",
                  trace_on: bool = True):

@@ -68,12 +68,11 @@ MAX_MESSAGE_SIZE_BYTES = 4 * 1024 * 1024
 COMPRESS_OVER_BYTES = 4096
 # A coalesced group leaves when it holds this many sends: several groups in flight keep
 # the broker busy with one while the client builds the next (bench/bench_client.py).
-# 32, not 16: with spare cores the two are alike (64 in flight: 95-109k vs 95-98k
-# msgs/s); with client and broker sharing one core, where nothing overlaps and every
-# request's fixed work is paid on the same CPU, 32 carries 64 in flight at 50-53k vs
-# 44-46k/s, and with SYNC_FLUSH 25-37k vs 19-31k/s (docs/benchmarks.md, 2026-11-26
-# 22:00). 64 is one group per round trip with 64 in flight: client and broker take
-# turns with spare cores (71k/s).
+# 32, not 16: with spare cores the two are alike; with client and broker sharing one
+# core, where nothing overlaps and every request's fixed work is paid on the same CPU, 32
+# carries 64 in flight ~7-14% faster (more with SYNC_FLUSH). 64 is one group per round
+# trip with 64 in flight: client and broker take turns with spare cores. Figures:
+# docs/benchmarks.md, "Groups of 32 coalesced sends; a spin that lost the CPU".
 COALESCE_MAX_MESSAGES = 32
 
 SEND_STATUS = {
