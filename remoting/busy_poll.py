@@ -23,20 +23,6 @@ consume p99 44 ms on one shared core, against 0.5 ms with spare cores). Hence:
   miss): sharing a CPU, the peer's wake-up is cheap (the CPU is not halted) and every
   spin is time taken from it. This is the rule that makes one shared core work
   (docs/benchmarks.md, "Side by side").
-* **and stop when a catch came while we were off the CPU** (with `yield_cpu`): a yield is
-  only a hint. Linux's EEVDF scheduler may return it at once with a peer runnable and
-  preempt us later; the peer then runs, sends its next request, blocks, and we resume
-  inside the window and "catch" that request, so the budget below would see spinning pay
-  while the window in fact took CPU the peer needed. (A hypothesis for one harness run
-  whose one-core sync and consume cells fell apart; not reproduced: docs/benchmarks.md,
-  "Groups of 32 coalesced sends; a spin that lost the CPU".) So a kick during a window
-  compares the wall time since the window began, or since the previous such kick, with
-  this thread's CPU time over it: SHARED_YIELD_S or more off the CPU (a spinning loop never
-  blocks) means something ran instead of us, and the window ends shared, a miss, as for
-  a long yield; the window's end checks the time since the last kick the same way. Each
-  kick restarts the measure, so the few µs an interrupt or a GIL hand-over takes do not
-  add up over a long, busy window. (A preemption during the write that answered the
-  previous request, before the window began, is not seen.)
 * **a budget that learns whether spinning pays** (both modes): a window that ends
   without catching anything (no kick while it spun) is a miss. After MISS_LIMIT misses
   in a row the poller stops spinning and only probes one window every PROBE_EVERY kicks;
@@ -61,7 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from time import perf_counter, thread_time
+from time import perf_counter
 
 # After this many windows in a row that caught nothing, stop spinning...
 MISS_LIMIT = 8
@@ -72,17 +58,12 @@ PROBE_EVERY = 64
 SHARED_YIELD_S = 30e-6
 
 _sched_yield = getattr(os, "sched_yield", None)
-# this thread's CPU time (clock_gettime(CLOCK_THREAD_CPUTIME_ID), a system call: ~0.75 µs
-# here, so read at a window's start, on a kick during it and at its end, not every turn);
-# wall time minus CPU time is how long the thread was off the CPU meanwhile
-_thread_time = thread_time
 _INF = float("inf")
 
 
 class BusyPoll:
     __slots__ = ("window_s", "adaptive", "yield_cpu", "_until", "_scheduled", "_loop", "_last", "_gap_avg",
-                 "_caught", "_misses", "_skipped", "stats", "_long_work_s", "_gap_cap_s", "sharing",
-                 "_wall0", "_cpu0", "_lost")
+                 "_caught", "_misses", "_skipped", "stats", "_long_work_s", "_gap_cap_s", "sharing")
 
     def __init__(self, window_us: int, adaptive: bool = False, yield_cpu: bool = True):
         self.window_s = max(0, window_us) / 1e6
@@ -107,9 +88,6 @@ class BusyPoll:
         # (broker/services/index_pump.py: deferrable work is batched while the CPU is shared).
         # Unknown until a spin has yielded: taken as shared (the cautious answer).
         self.sharing = True
-        self._wall0 = 0.0           # when the current window began or last caught (perf_counter) ...
-        self._cpu0 = 0.0            # ... and this thread's CPU time then (yield_cpu only)
-        self._lost = False          # a catch came while we were off the CPU: end the window shared
 
     @property
     def suspended(self) -> bool:
@@ -124,12 +102,6 @@ class BusyPoll:
         now = perf_counter()
         if self._scheduled:
             self._caught = True
-            if self.yield_cpu:
-                cpu = _thread_time()
-                if (now - self._wall0) - (cpu - self._cpu0) >= SHARED_YIELD_S:
-                    self._lost = True
-                self._wall0 = now
-                self._cpu0 = cpu
         if self.adaptive:
             if work_s > self._long_work_s:
                 self._last = now
@@ -155,19 +127,11 @@ class BusyPoll:
             self._scheduled = True
             self._caught = False
             self.stats["windows"] += 1
-            if self.yield_cpu:
-                self._wall0 = now
-                self._cpu0 = _thread_time()
-                self._lost = False
             self._loop.call_soon(self._spin)
 
     def _spin(self) -> None:
         now = perf_counter()
-        if self._lost:
-            # A catch while off the CPU: preempted (a peer ran), whatever the yields said.
-            self._lost = False
-            self._shared()
-        elif now < self._until:
+        if now < self._until:
             if not self.yield_cpu:
                 self._loop.call_soon(self._spin)
                 return
@@ -176,11 +140,11 @@ class BusyPoll:
                 self.sharing = False
                 self._loop.call_soon(self._spin)
                 return
+            self.sharing = True
             # The yield ran another task on our CPU: a runnable peer shares it, and every
             # spin would take its time. Sleep in epoll instead, and count the window a miss.
-            self._shared()
-        elif self.yield_cpu and (now - self._wall0) - (_thread_time() - self._cpu0) >= SHARED_YIELD_S:
-            self._shared()              # the window's last stretch, since its last catch
+            self.stats["shared"] += 1
+            self._caught = False
         self._scheduled = False
         if self._caught:
             self._misses = 0
@@ -188,10 +152,3 @@ class BusyPoll:
             self.stats["caught"] += 1
         else:
             self._misses += 1
-
-    def _shared(self) -> None:
-        """A runnable peer shares our CPU: the window ends as a miss (what it caught came
-        because the peer ran instead of us, not because we spun)."""
-        self.sharing = True
-        self.stats["shared"] += 1
-        self._caught = False
