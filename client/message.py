@@ -143,8 +143,14 @@ class Message:
         return props
 
 
+def _slot_setters(cls) -> tuple:
+    """The __set__ of each field's slot descriptor, in field order: how the hand-written
+    __init__s of the frozen dataclasses below store without object.__setattr__."""
+    return tuple(cls.__dict__[f.name].__set__ for f in fields(cls))
+
+
 (_set_topic, _set_body, _set_tags, _set_keys, _set_properties, _set_delay_level, _set_flag,
- _set_wait_store_msg_ok) = (Message.__dict__[f.name].__set__ for f in fields(Message))
+ _set_wait_store_msg_ok) = _slot_setters(Message)
 
 
 class SendStatus(Enum):
@@ -189,7 +195,7 @@ class SendResult:
 
 
 (_sr_status, _sr_msg_id, _sr_offset_msg_id, _sr_queue, _sr_queue_offset, _sr_transaction_id, _sr_region_id,
- _sr_trace_on) = (SendResult.__dict__[f.name].__set__ for f in fields(SendResult))
+ _sr_trace_on) = _slot_setters(SendResult)
 
 
 # --- UNIQ_KEY ------------------------------------------------------------------------------
