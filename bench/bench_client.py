@@ -17,6 +17,10 @@ Measures (defaults keep a run under ~2 minutes on 2 cores):
                   (an unserved code), one at a time, against as many sync sends, twice:
                   rate and client / broker CPU per request (what the send's own work costs
                   over the remoting round trip)
+  send layers     (`--phases layers`) the same sync send through ever more of the client:
+                  a prebuilt frame on a minimal protocol, that plus encoding and decoding,
+                  Connection.request, api.send_message, Producer.send; rounds interleaved,
+                  rate and client / broker CPU per send (what each layer costs)
   async send      64 sends in flight: msgs/s, p50/p99 per send, client CPU per message
                   (coalesced into batches by the producer unless --no-coalesce: then one
                   request per send; `--coalesce-max N`: groups of at most N sends)
@@ -36,9 +40,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import shutil
+import socket
 import struct
 import sys
 import tempfile
@@ -113,6 +119,125 @@ async def bench_request_floor(addr, topic, n, st, broker_pid=None):
             if broker_pid is not None:
                 row["broker_cpu_us"] = (_proc_cpu_s(broker_pid) - b0) * 1e6 / n
             out.setdefault(kind, []).append(row)
+    return out
+
+
+class _RawClient(asyncio.Protocol):
+    """The least a client can be (peers.py's FrameClient): u32-length-prefixed frames written
+    as given, replies handed back in order as bytes; no opaque table, no timeouts."""
+
+    def __init__(self):
+        self.waiters = collections.deque()
+        self.buf = bytearray()
+
+    def connection_made(self, transport):
+        self.transport = transport
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.loop = asyncio.get_running_loop()
+
+    def request(self, frame: bytes) -> asyncio.Future:
+        fut = self.loop.create_future()
+        self.waiters.append(fut)
+        self.transport.write(frame)
+        return fut
+
+    def data_received(self, data):
+        buf = self.buf
+        buf += data
+        pos = 0
+        while len(buf) - pos >= 4:
+            end = pos + 4 + int.from_bytes(buf[pos:pos + 4], "big")
+            if end > len(buf):
+                break
+            self.waiters.popleft().set_result(bytes(buf[pos + 4:end]))
+            pos = end
+        del buf[:pos]
+
+
+async def bench_send_layers(addr, topic, seconds, rounds, broker_pid=None):
+    """What each layer of the client costs a sync send: the same SEND_MESSAGE_V2 one at a time
+    through ever more of the client, rounds interleaved, rate and client / broker CPU per send.
+
+      frame     a prebuilt frame on a minimal protocol (_RawClient): no client work at all
+      codec     the same minimal protocol, the frame encoded per send (Message, uniq id,
+                properties, ext fields, protocol.command.encode_parts) and the reply's header
+                decoded into a SendResult: about the least a real client does
+      conn      RemotingCommand through the producer's broker Connection.request (opaque
+                table, deadlines, busy poll, the FrameDecoder)
+      api       client.api's send_message (the response code checked)
+      producer  Producer.send (checks, route, fault tolerance, retry loop)
+
+    On one core the rows above `producer` also show what a leaner client saves the broker:
+    both processes share the CPU's caches."""
+    from pocketmq.client.producer import SEND_STATUS, _uniq, send_ext_fields
+    from pocketmq.client.message import SendResult
+    from pocketmq.protocol.codes import CURRENT_VERSION, LanguageCode, RequestCode
+    from pocketmq.protocol.command import RemotingCommand, encode_parts
+    from pocketmq.protocol.headers.codec import DECODERS
+    body = b"x" * 128
+    group = "BenchLayers"
+    code = RequestCode.SEND_MESSAGE_V2
+    out = {}
+    async with Producer(group, addr, instance_name="bench-layers") as p:
+        for _ in range(200):
+            r = await p.send(Message(topic, body))
+        inst = p.instance
+        mq = r.queue
+        baddr = inst.brokers.master(mq.broker_name)
+        conn = inst.remoting.connections[baddr]
+        st = conn.attrs["serialize_type"]
+        host, port = baddr.rsplit(":", 1)
+        _, raw = await asyncio.get_running_loop().create_connection(_RawClient, host, int(port))
+
+        def command(uniq: str) -> RemotingCommand:
+            props = Message(topic, body).wire_properties_text(uniq)
+            ext = send_ext_fields(group, topic, mq.queue_id, 0, 0, props, False, time.time_ns() // 1_000_000)
+            return RemotingCommand(code, 0, 0, None, ext, body, LanguageCode.PYTHON, CURRENT_VERSION, st)
+
+        def result(uniq: str, code: int, ext: dict) -> SendResult:
+            return SendResult(SEND_STATUS[code], uniq, ext.get("msgId", ""), mq, int(ext.get("queueOffset", -1)))
+
+        frame = b"".join(encode_parts(command(_uniq.next_id())))
+        decode = DECODERS[st]
+
+        async def codec():
+            uniq = _uniq.next_id()
+            reply = await raw.request(b"".join(encode_parts(command(uniq))))
+            hlen = int.from_bytes(reply[1:4], "big")
+            rcode, _lang, _ver, _opaque, _flag, _remark, ext = decode(memoryview(reply)[4:4 + hlen])
+            return result(uniq, rcode, ext)
+
+        async def via_conn():
+            uniq = _uniq.next_id()
+            resp = await conn.request(command(uniq), 3.0)
+            return result(uniq, resp.code, resp.ext_fields)
+
+        async def via_api():
+            uniq = _uniq.next_id()
+            cmd = command(uniq)
+            resp = await inst.api.send_message(baddr, cmd.ext_fields, body, timeout_s=3.0)
+            return result(uniq, resp.code, resp.ext_fields)
+
+        layers = {"frame": lambda: raw.request(frame), "codec": codec, "conn": via_conn, "api": via_api,
+                  "producer": lambda: p.send(Message(topic, body))}
+        for fn in layers.values():
+            for _ in range(200):
+                await fn()
+        for _ in range(rounds):
+            for name, fn in layers.items():
+                n = 0
+                b0, cpu0, t0 = _proc_cpu_s(broker_pid), time.process_time(), time.perf_counter()
+                end = t0 + seconds
+                while time.perf_counter() < end:
+                    for _ in range(100):
+                        await fn()
+                    n += 100
+                dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+                row = {"per_s": n / dt, "client_cpu_us": cpu * 1e6 / n}
+                if broker_pid is not None:
+                    row["broker_cpu_us"] = (_proc_cpu_s(broker_pid) - b0) * 1e6 / n
+                out.setdefault(name, []).append(row)
+        raw.transport.close()
     return out
 
 
@@ -318,6 +443,12 @@ async def run_all(addr, args):
         for kind, rows in out["request_floor"].items():
             print(f"{kind:9}", "; ".join(", ".join(f"{k} {v:,.1f}" for k, v in row.items()) for row in rows),
                   flush=True)
+    if "layers" in phases:
+        out["send_layers"] = await bench_send_layers(addr, f"BenchLayers{suffix}", args.layer_seconds,
+                                                     args.layer_rounds, getattr(args, "broker_pid", None))
+        for kind, rows in out["send_layers"].items():
+            print(f"{kind:9}", "; ".join(", ".join(f"{k} {v:,.1f}" for k, v in row.items()) for row in rows),
+                  flush=True)
     if "inflight" in phases:
         out["inflight_send"] = await bench_inflight_send(addr, f"BenchAsync{suffix}", args.n_async, st,
                                                          coalesce=not args.no_coalesce,
@@ -354,7 +485,7 @@ async def run_all(addr, args):
     return out
 
 
-PHASES = ("sync", "floor", "inflight", "batch", "push", "lite", "orderly", "e2e")
+PHASES = ("sync", "floor", "layers", "inflight", "batch", "push", "lite", "orderly", "e2e")
 
 
 def pin(mode: str, daemon_pids: list[int]) -> None:
@@ -389,6 +520,8 @@ def main(argv=None):
     ap.add_argument("--n-async", type=int, default=50000)
     ap.add_argument("--n-batch", type=int, default=200000)
     ap.add_argument("--n-consume", type=int, default=100000)
+    ap.add_argument("--layer-seconds", type=float, default=2.0, help="layers: seconds per row and round")
+    ap.add_argument("--layer-rounds", type=int, default=3, help="layers: interleaved rounds")
     ap.add_argument("--rates", type=int, nargs="*", default=[1000, 10000])
     ap.add_argument("--no-orderly", action="store_true",
                     help="skip the 8-queue concurrent vs orderly consumption phases")
