@@ -154,6 +154,57 @@ class _RawClient(asyncio.Protocol):
         del buf[:pos]
 
 
+async def send_layer_fns(p: Producer, raw_request, topic: str, body: bytes) -> dict:
+    """The callables of `--phases layers` (bench_send_layers), each one sync send of `body`
+    to `topic` through a layer of the client: "frame", "codec" (on `raw_request(frame) ->
+    reply bytes`, a minimal protocol such as _RawClient.request or peers.py's FrameClient),
+    "conn", "api", "producer" (on the started Producer `p`). Sends once to learn the queue."""
+    from pocketmq.client.message import SendResult
+    from pocketmq.client.producer import SEND_STATUS, _uniq, send_ext_fields
+    from pocketmq.protocol.codes import CURRENT_VERSION, LanguageCode, RequestCode
+    from pocketmq.protocol.command import RemotingCommand, encode_parts
+    from pocketmq.protocol.headers.codec import DECODERS
+    r = await p.send(Message(topic, body))
+    inst = p.instance
+    mq = r.queue
+    addr = inst.brokers.master(mq.broker_name)
+    conn = inst.remoting.connections[addr]
+    st = conn.attrs["serialize_type"]
+    decode = DECODERS[st]
+    group = p.group
+    code = RequestCode.SEND_MESSAGE_V2
+
+    def command(uniq: str) -> RemotingCommand:
+        props = Message(topic, body).wire_properties_text(uniq)
+        ext = send_ext_fields(group, topic, mq.queue_id, 0, 0, props, False, time.time_ns() // 1_000_000)
+        return RemotingCommand(code, 0, 0, None, ext, body, LanguageCode.PYTHON, CURRENT_VERSION, st)
+
+    def result(uniq: str, code: int, ext: dict) -> SendResult:
+        return SendResult(SEND_STATUS[code], uniq, ext.get("msgId", ""), mq, int(ext.get("queueOffset", -1)))
+
+    frame = b"".join(encode_parts(command(_uniq.next_id())))
+
+    async def codec():
+        uniq = _uniq.next_id()
+        reply = await raw_request(b"".join(encode_parts(command(uniq))))
+        hlen = int.from_bytes(reply[1:4], "big")
+        rcode, _lang, _ver, _opaque, _flag, _remark, ext = decode(memoryview(reply)[4:4 + hlen])
+        return result(uniq, rcode, ext)
+
+    async def via_conn():
+        uniq = _uniq.next_id()
+        resp = await conn.request(command(uniq), 3.0)
+        return result(uniq, resp.code, resp.ext_fields)
+
+    async def via_api():
+        uniq = _uniq.next_id()
+        resp = await inst.api.send_message(addr, command(uniq).ext_fields, body, timeout_s=3.0)
+        return result(uniq, resp.code, resp.ext_fields)
+
+    return {"frame": lambda: raw_request(frame), "codec": codec, "conn": via_conn, "api": via_api,
+            "producer": lambda: p.send(Message(topic, body))}
+
+
 async def bench_send_layers(addr, topic, seconds, rounds, broker_pid=None):
     """What each layer of the client costs a sync send: the same SEND_MESSAGE_V2 one at a time
     through ever more of the client, rounds interleaved, rate and client / broker CPU per send.
@@ -169,57 +220,12 @@ async def bench_send_layers(addr, topic, seconds, rounds, broker_pid=None):
 
     On one core the rows above `producer` also show what a leaner client saves the broker:
     both processes share the CPU's caches."""
-    from pocketmq.client.producer import SEND_STATUS, _uniq, send_ext_fields
-    from pocketmq.client.message import SendResult
-    from pocketmq.protocol.codes import CURRENT_VERSION, LanguageCode, RequestCode
-    from pocketmq.protocol.command import RemotingCommand, encode_parts
-    from pocketmq.protocol.headers.codec import DECODERS
-    body = b"x" * 128
-    group = "BenchLayers"
-    code = RequestCode.SEND_MESSAGE_V2
     out = {}
-    async with Producer(group, addr, instance_name="bench-layers") as p:
-        for _ in range(200):
-            r = await p.send(Message(topic, body))
-        inst = p.instance
-        mq = r.queue
-        baddr = inst.brokers.master(mq.broker_name)
-        conn = inst.remoting.connections[baddr]
-        st = conn.attrs["serialize_type"]
-        host, port = baddr.rsplit(":", 1)
+    async with Producer("BenchLayers", addr, instance_name="bench-layers") as p:
+        r = await p.send(Message(topic, b"warm-up"))
+        host, port = p.instance.brokers.master(r.queue.broker_name).rsplit(":", 1)
         _, raw = await asyncio.get_running_loop().create_connection(_RawClient, host, int(port))
-
-        def command(uniq: str) -> RemotingCommand:
-            props = Message(topic, body).wire_properties_text(uniq)
-            ext = send_ext_fields(group, topic, mq.queue_id, 0, 0, props, False, time.time_ns() // 1_000_000)
-            return RemotingCommand(code, 0, 0, None, ext, body, LanguageCode.PYTHON, CURRENT_VERSION, st)
-
-        def result(uniq: str, code: int, ext: dict) -> SendResult:
-            return SendResult(SEND_STATUS[code], uniq, ext.get("msgId", ""), mq, int(ext.get("queueOffset", -1)))
-
-        frame = b"".join(encode_parts(command(_uniq.next_id())))
-        decode = DECODERS[st]
-
-        async def codec():
-            uniq = _uniq.next_id()
-            reply = await raw.request(b"".join(encode_parts(command(uniq))))
-            hlen = int.from_bytes(reply[1:4], "big")
-            rcode, _lang, _ver, _opaque, _flag, _remark, ext = decode(memoryview(reply)[4:4 + hlen])
-            return result(uniq, rcode, ext)
-
-        async def via_conn():
-            uniq = _uniq.next_id()
-            resp = await conn.request(command(uniq), 3.0)
-            return result(uniq, resp.code, resp.ext_fields)
-
-        async def via_api():
-            uniq = _uniq.next_id()
-            cmd = command(uniq)
-            resp = await inst.api.send_message(baddr, cmd.ext_fields, body, timeout_s=3.0)
-            return result(uniq, resp.code, resp.ext_fields)
-
-        layers = {"frame": lambda: raw.request(frame), "codec": codec, "conn": via_conn, "api": via_api,
-                  "producer": lambda: p.send(Message(topic, body))}
+        layers = await send_layer_fns(p, raw.request, topic, b"x" * 128)
         for fn in layers.values():
             for _ in range(200):
                 await fn()
