@@ -242,6 +242,7 @@ async def bench_send_layers(addr, topic, seconds, rounds, broker_pid=None):
                 row = {"per_s": n / dt, "client_cpu_us": cpu * 1e6 / n}
                 if broker_pid is not None:
                     row["broker_cpu_us"] = (_proc_cpu_s(broker_pid) - b0) * 1e6 / n
+                row["sends"] = n
                 out.setdefault(name, []).append(row)
         raw.transport.close()
     return out

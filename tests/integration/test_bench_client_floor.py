@@ -1,7 +1,8 @@
 """bench/bench_client.py's phases against the in-process fake cluster (real TCP on
 127.0.0.1): `floor` (requests of an unserved code are answered REQUEST_CODE_NOT_SUPPORTED
-with no handler's work, alternated with as many sync sends, each row counted) and
-`inflight`'s group size (`--coalesce-max`)."""
+with no handler's work, alternated with as many sync sends, each row counted),
+`inflight`'s group size (`--coalesce-max`) and `layers` (a sync send through each layer
+of the client, from a prebuilt frame on a minimal protocol to Producer.send)."""
 import asyncio
 import os
 
@@ -44,3 +45,44 @@ async def test_inflight_phase_takes_the_group_size():
             assert b.batch_sizes and max(b.batch_sizes) <= 5
             stored = sum(len(recs) for (t, _), recs in b.queues.items() if t == "Inflight")
             assert stored == 1 + 400
+
+
+async def test_layers_phase_sends_through_every_layer():
+    """`--phases layers`: every row's sends reach the broker (the minimal protocol's frames
+    included) and each row is counted."""
+    async with asyncio.timeout(60):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("Layers", 1)
+            out = await bench_client.bench_send_layers(cluster.namesrv_addr, "Layers", 0.05, 2,
+                                                       broker_pid=os.getpid())
+            assert list(out) == ["frame", "codec", "conn", "api", "producer"]
+            for rows in out.values():
+                assert len(rows) == 2
+                for row in rows:
+                    assert row["sends"] >= 100 and row["per_s"] > 0
+                    assert row["client_cpu_us"] >= 0 and row["broker_cpu_us"] >= 0
+            stored = sum(len(recs) for (t, _), recs in cluster.brokers[0].queues.items() if t == "Layers")
+            measured = sum(row["sends"] for rows in out.values() for row in rows)
+            # the warm-up send, send_layer_fns' own, 200 warm-up calls a layer, the rows
+            assert stored == 1 + 1 + 5 * 200 + measured
+
+
+async def test_layer_fns_return_the_send_results():
+    """The `codec` layer decodes the broker's reply into the SendResult the producer would
+    give: same queue, the next queue offset."""
+    async with asyncio.timeout(30):
+        async with FakeCluster() as cluster:
+            cluster.create_topic("LayerFns", 1)
+            async with bench_client.Producer("LayerFnsG", cluster.namesrv_addr) as p:
+                loop = asyncio.get_running_loop()
+                r0 = await p.send(bench_client.Message("LayerFns", b"a"))
+                host, port = p.instance.brokers.master(r0.queue.broker_name).rsplit(":", 1)
+                _, raw = await loop.create_connection(bench_client._RawClient, host, int(port))
+                try:
+                    fns = await bench_client.send_layer_fns(p, raw.request, "LayerFns", b"b" * 10)
+                    results = [await fns[k]() for k in ("codec", "conn", "api", "producer")]
+                finally:
+                    raw.transport.close()
+            offsets = [r.queue_offset for r in results]
+            assert offsets == list(range(r0.queue_offset + 2, r0.queue_offset + 6))
+            assert all(r.queue == r0.queue and r.status.name == "SEND_OK" for r in results)
