@@ -6,8 +6,9 @@ harness; docs/benchmarks.md, "What each layer of the client costs a sync send").
   pocketmq-frame   a prebuilt SEND_MESSAGE_V2 frame per body size: no client work at all
   pocketmq-codec   the frame encoded per send and the reply decoded into a SendResult
 
-Only the send cells use them (the window, batch and consume cells are the pocketmq
-column's). Run with the pocketmq column and a peer:
+The sync and window cells go through the layer (window: 64 frames in flight, one request
+each, none coalesced); the batch and consume cells are the pocketmq column's own, run
+again. Run with the pocketmq column and a peer:
 
     python ../shared/bench/peers.py --extra bench/peers_column.py --extra bench/peers_layers.py \
         --pin same --only redis-streams,pocketmq-frame,pocketmq-codec,pocketmq --no-limits
