@@ -135,6 +135,12 @@ class _RawClient(asyncio.Protocol):
         transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.loop = asyncio.get_running_loop()
 
+    def connection_lost(self, exc):
+        while self.waiters:
+            fut = self.waiters.popleft()
+            if not fut.done():
+                fut.set_exception(ConnectionError("connection to the broker lost"))
+
     def request(self, frame: bytes) -> asyncio.Future:
         fut = self.loop.create_future()
         self.waiters.append(fut)
@@ -205,6 +211,23 @@ async def send_layer_fns(p: Producer, raw_request, topic: str, body: bytes) -> d
             "producer": lambda: p.send(Message(topic, body))}
 
 
+async def _layer_row(fn, seconds: float, broker_pid: int | None) -> dict:
+    """One row of bench_send_layers: `fn` awaited in a loop for `seconds`."""
+    n = 0
+    b0, cpu0, t0 = _proc_cpu_s(broker_pid), time.process_time(), time.perf_counter()
+    end = t0 + seconds
+    while time.perf_counter() < end:
+        for _ in range(100):
+            await fn()
+        n += 100
+    dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    row = {"per_s": n / dt, "client_cpu_us": cpu * 1e6 / n}
+    if broker_pid is not None:
+        row["broker_cpu_us"] = (_proc_cpu_s(broker_pid) - b0) * 1e6 / n
+    row["sends"] = n
+    return row
+
+
 async def bench_send_layers(addr, topic, seconds, rounds, broker_pid=None):
     """What each layer of the client costs a sync send: the same SEND_MESSAGE_V2 one at a time
     through ever more of the client, rounds interleaved, rate and client / broker CPU per send.
@@ -225,26 +248,19 @@ async def bench_send_layers(addr, topic, seconds, rounds, broker_pid=None):
         r = await p.send(Message(topic, b"warm-up"))
         host, port = p.instance.brokers.master(r.queue.broker_name).rsplit(":", 1)
         _, raw = await asyncio.get_running_loop().create_connection(_RawClient, host, int(port))
-        layers = await send_layer_fns(p, raw.request, topic, b"x" * 128)
-        for fn in layers.values():
-            for _ in range(200):
-                await fn()
-        for _ in range(rounds):
-            for name, fn in layers.items():
-                n = 0
-                b0, cpu0, t0 = _proc_cpu_s(broker_pid), time.process_time(), time.perf_counter()
-                end = t0 + seconds
-                while time.perf_counter() < end:
-                    for _ in range(100):
+        try:
+            # the minimal protocol has no timeouts of its own: a broker that stops answering
+            # ends the phase here
+            async with asyncio.timeout(60 + rounds * 5 * (seconds + 10)):
+                layers = await send_layer_fns(p, raw.request, topic, b"x" * 128)
+                for fn in layers.values():
+                    for _ in range(200):
                         await fn()
-                    n += 100
-                dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-                row = {"per_s": n / dt, "client_cpu_us": cpu * 1e6 / n}
-                if broker_pid is not None:
-                    row["broker_cpu_us"] = (_proc_cpu_s(broker_pid) - b0) * 1e6 / n
-                row["sends"] = n
-                out.setdefault(name, []).append(row)
-        raw.transport.close()
+                for _ in range(rounds):
+                    for name, fn in layers.items():
+                        out.setdefault(name, []).append(await _layer_row(fn, seconds, broker_pid))
+        finally:
+            raw.transport.close()
     return out
 
 

@@ -86,3 +86,22 @@ async def test_layer_fns_return_the_send_results():
             offsets = [r.queue_offset for r in results]
             assert offsets == list(range(r0.queue_offset + 2, r0.queue_offset + 6))
             assert all(r.queue == r0.queue and r.status.name == "SEND_OK" for r in results)
+
+
+async def test_raw_client_splits_frames_and_fails_waiters_on_loss():
+    """The layers phase's minimal protocol: replies in order across split and joined reads;
+    waiters still open when the connection goes fail instead of hanging."""
+    class T:
+        def write(self, data):
+            pass
+    c = bench_client._RawClient()
+    c.transport, c.loop = T(), asyncio.get_running_loop()
+    futs = [c.request(b"") for _ in range(4)]
+    frame = lambda payload: len(payload).to_bytes(4, "big") + payload    # noqa: E731
+    data = frame(b"one") + frame(b"two") + frame(b"three")
+    c.data_received(data[:5])                   # part of the first frame
+    assert not futs[0].done()
+    c.data_received(data[5:])                   # the rest and two more frames
+    assert [f.result() for f in futs[:3]] == [b"one", b"two", b"three"]
+    c.connection_lost(None)
+    assert isinstance(futs[3].exception(), ConnectionError)
