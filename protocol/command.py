@@ -188,6 +188,30 @@ class FrameDecoder:
             self._check_length(length)      # raises
         if avail < 4 + length:
             return None
+        cmd = self._frame_at(buf, pos, length, ori)
+        end = pos + 4 + length
+        # Compact lazily: dropping consumed bytes from the front of a large
+        # buffer on every frame would be quadratic.
+        self._pos = end
+        if end > 1 << 20 and end * 2 > len(buf):
+            del buf[:end]
+            self._pos = 0
+        return cmd
+
+    def whole_frame(self, data) -> RemotingCommand | None:
+        """The command of `data` when it is exactly one complete frame and the decoder holds
+        nothing (a sync request or its reply: most reads), decoded from `data` itself instead
+        of passing through the buffer; None otherwise (then feed() it). Checked and failing
+        as next_command would (a bad frame raises ProtocolError and breaks the decoder)."""
+        if self._pos != len(self._buf) or len(data) < 8 or self._broken:
+            return None
+        length, ori = _PREFIX.unpack_from(data, 0)
+        if length + 4 != len(data) or length > self.frame_size_bytes_max:
+            return None
+        return self._frame_at(data, 0, length, ori)
+
+    def _frame_at(self, buf, pos: int, length: int, ori: int) -> RemotingCommand:
+        """The complete frame at `pos` of `buf` (its length checked) as a command."""
         stype = (ori >> 24) & 0xFF
         hlen = ori & 0xFFFFFF
         if stype not in _VALID_TYPES:
@@ -198,20 +222,14 @@ class FrameDecoder:
             raise ProtocolError(f"header length {hlen} exceeds frame length {length}")
         hstart = pos + 8
         bstart = hstart + hlen
-        end = pos + 4 + length
         try:
             code, language, version, opaque, flag, remark, ext = DECODERS[stype](
                 memoryview(buf)[hstart:bstart])
         except ProtocolError:
             self._broken = True
             raise
-        body = bytes(buf[bstart:end])
-        # Compact lazily: dropping consumed bytes from the front of a large
-        # buffer on every frame would be quadratic.
-        self._pos = end
-        if end > 1 << 20 and end * 2 > len(buf):
-            del buf[:end]
-            self._pos = 0
+        # (bytes(...) of a bytes slice is that slice: one copy from a read's bytes, two from the buffer)
+        body = bytes(buf[bstart:pos + 4 + length])
         return RemotingCommand(code, opaque, flag, remark, ext, body, language, version, stype)
 
     def _check_length(self, length: int) -> None:

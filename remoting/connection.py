@@ -150,14 +150,14 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data):
         self.last_read_s = t0 = _monotonic()
-        self.decoder.feed(data)
         if self._paused & (_PAUSE_SLICE | _PAUSE_WRITE):
+            self.decoder.feed(data)
             return      # bytes read before the pause took effect: handled when it ends
-        self._handle(t0)
+        self._handle(t0, data)
 
-    def _handle(self, t0: float) -> None:
-        """Decode and dispatch what the decoder holds, at most DISPATCH_SLICE requests on
-        the server side (the rest on a later loop turn)."""
+    def _handle(self, t0: float, data=None) -> None:
+        """Decode and dispatch what the decoder holds after `data` (a read, or None), at
+        most DISPATCH_SLICE requests on the server side (the rest on a later loop turn)."""
         dec = self.decoder
         next_command = dec.next_command
         self._out = out = []
@@ -165,10 +165,17 @@ class Connection(asyncio.Protocol):
         handled = 0
         failed = False
         try:
-            while True:
-                cmd = next_command()
+            cmd = None
+            if data is not None:
+                # a read of one whole frame (a sync request or its reply) skips the buffer
+                cmd = dec.whole_frame(data)
                 if cmd is None:
-                    break
+                    dec.feed(data)
+            while True:
+                if cmd is None:
+                    cmd = next_command()
+                    if cmd is None:
+                        break
                 handled += 1
                 if cmd.flag & FLAG_RESPONSE:
                     fut = self.pending.pop(cmd.opaque, None)
@@ -178,6 +185,7 @@ class Connection(asyncio.Protocol):
                         fut.set_result(cmd)
                 else:
                     self._dispatch(cmd)
+                cmd = None
                 if handled == budget or (budget > 0 and not handled & 15
                                          and _monotonic() - t0 > DISPATCH_SLICE_S):
                     self._pause(_PAUSE_SLICE)

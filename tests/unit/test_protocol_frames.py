@@ -1,4 +1,5 @@
-"""Frame codec: golden frames, every split point, garbage yields only ProtocolError."""
+"""Frame codec: golden frames, every split point, garbage yields only ProtocolError, a read
+of one whole frame (FrameDecoder.whole_frame) decodes and fails as the buffer does."""
 import json
 import random
 import struct
@@ -90,7 +91,7 @@ def test_oversize_frame_is_a_protocol_error():
         d.next_command()
 
 
-@pytest.mark.parametrize("bad", [
+MALFORMED_FRAMES = [
     b"\x00\x00\x00\x02",                                   # length below 4
     b"\xff\xff\xff\xff",                                   # negative length
     b"\x00\x00\x00\x08\x05\x00\x00\x00abcd",               # unknown serialize type
@@ -99,7 +100,10 @@ def test_oversize_frame_is_a_protocol_error():
     b"\x00\x00\x00\x06\x00\x00\x00\x02[]",                 # JSON not an object
     b"\x00\x00\x00\x08\x01\x00\x00\x04abcd",               # ROCKETMQ truncated
     b"\x00\x00\x00\x07\x02\x00\x00\x03\x93\x01\x02",       # msgpack wrong arity
-])
+]
+
+
+@pytest.mark.parametrize("bad", MALFORMED_FRAMES)
 def test_malformed_frames(bad):
     d = FrameDecoder()
     d.feed(bad)
@@ -115,6 +119,12 @@ def test_random_garbage_yields_only_protocol_errors():
         if i % 3 == 0:  # plausible prefix, garbage header
             hl = rng.randrange(0, 64)
             data = (4 + hl + 5).to_bytes(4, "big") + bytes([rng.choice([0, 1, 2]), 0, 0, hl]) + data
+        elif i % 3 == 1:  # one whole frame of garbage (FrameDecoder.whole_frame's case)
+            hl = rng.randrange(0, n + 1)
+            data = (4 + n).to_bytes(4, "big") + bytes([rng.choice([0, 1, 2, 3]), 0, 0, hl]) + data
+        got = _outcome(lambda: FrameDecoder(frame_size_bytes_max=1 << 16).whole_frame(data))
+        if got != ("none",):    # a read whole_frame takes fails (or decodes) as the buffer does
+            assert got == _outcome(lambda: _plain(data))
         d = FrameDecoder(frame_size_bytes_max=1 << 16)
         try:
             d.feed(data)
@@ -204,3 +214,70 @@ def test_msgpack_fast_path_joins_only_small_bytes_bodies():
     assert len(parts(b"x" * 2048)) == 1
     big = b"x" * 2049
     assert len(parts(big)) == 2 and parts(big)[1] is big
+
+
+def _outcome(fn):
+    """What decoding did: ("cmd", fields) / ("none",) / ("error",)."""
+    try:
+        c = fn()
+    except ProtocolError:
+        return ("error",)
+    if c is None:
+        return ("none",)
+    return ("cmd", c.code, c.language, c.version, c.opaque, c.flag, c.remark, c.ext_fields, bytes(c.body),
+            c.serialize_type)
+
+
+def _plain(data, frame_max=1 << 16):
+    d = FrameDecoder(frame_size_bytes_max=frame_max)
+    d.feed(data)
+    return d.next_command()
+
+
+@pytest.mark.parametrize("stype", list(SerializeType))
+def test_whole_frame_decodes_as_the_buffer_does(stype):
+    """FrameDecoder.whole_frame (a read of exactly one frame, nothing buffered, decoded from
+    the read's bytes) gives next_command's command, and declines everything else."""
+    for i in range(6):
+        cmd = RemotingCommand(10 + i, opaque=i, flag=i % 3, remark="r" * i if i % 2 else None,
+                              ext_fields={"k": "v" * i, "topic": "中文"}, body=bytes(range(i * 37 % 256)),
+                              serialize_type=stype)
+        frame = encode(cmd)
+        for data in (frame, bytearray(frame), memoryview(frame)):
+            d = FrameDecoder()
+            assert _outcome(lambda: d.whole_frame(data)) == _outcome(lambda: _plain(frame))
+            assert d.buffered_bytes == 0 and d.whole_frame(frame) is not None   # nothing kept
+        # not exactly one frame: declined, the buffer untouched
+        for data in (frame[:-1], frame + frame, frame + b"\x00", frame[:7]):
+            d = FrameDecoder()
+            assert d.whole_frame(data) is None and d.buffered_bytes == 0
+        # something buffered: declined (the read continues what the buffer holds)
+        d = FrameDecoder()
+        d.feed(frame[:3])
+        assert d.whole_frame(frame) is None
+
+
+@pytest.mark.parametrize("bad", MALFORMED_FRAMES)
+def test_whole_frame_fails_as_next_command_does(bad):
+    """A bad frame raises from whole_frame (and breaks the decoder, as next_command leaves
+    it), or is declined (a length no read of it can match) and then fails in next_command."""
+    d = FrameDecoder()
+    try:
+        declined = d.whole_frame(bad) is None
+    except ProtocolError:
+        declined = False
+    if declined:
+        d.feed(bad)
+    with pytest.raises(ProtocolError):
+        d.next_command()
+    assert d.whole_frame(bad) is None
+
+
+def test_whole_frame_over_the_size_bound_is_left_to_next_command():
+    frame = encode(RemotingCommand(1, body=b"x" * 2000))
+    d = FrameDecoder(frame_size_bytes_max=1024)
+    assert d.whole_frame(frame) is None
+    d.feed(frame)
+    with pytest.raises(ProtocolError):
+        d.next_command()
+

@@ -6,7 +6,9 @@ the plain path: the same bytes on the wire, the same budget and backpressure dec
 * after a read whose frames were all complete, _account_partial is not called: the state
   it would leave (nothing tracked, nothing reserved) is set directly;
 * the write-buffer limit is checked inline after the writelines;
-* FrameDecoder.next_command checks the frame length inline.
+* FrameDecoder.next_command checks the frame length inline;
+* a read of exactly one whole frame with nothing buffered is decoded from the read's bytes
+  (FrameDecoder.whole_frame), not through the buffer.
 """
 from __future__ import annotations
 
@@ -139,3 +141,32 @@ def test_frame_length_bounds_still_refused(length):
         dec.next_command()
     with pytest.raises(ProtocolError):
         dec.next_command()                  # broken for good
+
+
+@pytest.mark.parametrize("stype", [SerializeType.JSON, SerializeType.MSGPACK, SerializeType.ROCKETMQ])
+def test_whole_frame_reads_and_buffered_reads_interleave(stype):
+    """Reads of one whole frame (decoded from the read) between reads that split frames or
+    carry several: every request is handled once, in order, with its own body."""
+    reqs = [RemotingCommand(310, opaque=i + 1, ext_fields={"a": "g", "b": str(i)}, body=bytes([i]) * (50 + i),
+                            serialize_type=stype) for i in range(7)]
+    f = [encode(r) for r in reqs]
+    reads = [f[0],                              # whole
+             f[1][:9], f[1][9:] + f[2],         # split, then its rest with a whole one
+             f[3],                              # whole again (the buffer is empty)
+             f[4] + f[5][:3],                   # one and the start of the next
+             f[5][3:],                          # the rest: through the buffer
+             f[6]]                              # whole
+    seen = []
+
+    def proc(conn, cmd):
+        seen.append((cmd.opaque, cmd.ext_fields["b"], bytes(cmd.body)))
+        return cmd.response(0, None, {"queueOffset": str(cmd.opaque)})
+    conn = Connection(processors={310: proc}, pause_reading_on_backpressure=True)
+    t = Transport()
+    conn.connection_made(t)
+    for r in reads:
+        conn.data_received(r)
+    assert seen == [(r.opaque, r.ext_fields["b"], r.body) for r in reqs]
+    assert b"".join(t.written) == b"".join(encode(r.response(0, None, {"queueOffset": str(r.opaque)}))
+                                           for r in reqs)
+    assert conn.decoder.buffered_bytes == 0 and not conn.closed
