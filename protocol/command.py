@@ -12,7 +12,9 @@ Frame layout (big-endian):
 `FrameDecoder.feed(data)` accepts any split of the byte stream;
 `next_command()` returns a RemotingCommand or None when more bytes are needed
 and raises ProtocolError on a malformed frame, after which the decoder is
-unusable and the connection must be closed.
+unusable and the connection must be closed. `whole_frame(data)` is the same decode
+for a read that is exactly one frame while nothing is buffered (most reads: a sync
+request or its reply), taken from the read's bytes without the buffer's copies.
 """
 from __future__ import annotations
 
