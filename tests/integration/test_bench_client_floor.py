@@ -2,7 +2,8 @@
 127.0.0.1): `floor` (requests of an unserved code are answered REQUEST_CODE_NOT_SUPPORTED
 with no handler's work, alternated with as many sync sends, each row counted),
 `inflight`'s group size (`--coalesce-max`) and `layers` (a sync send through each layer
-of the client, from a prebuilt frame on a minimal protocol to Producer.send)."""
+of the client, from a prebuilt frame on a minimal protocol to Producer.send); and
+bench/bench_reads.py's in-process read costs."""
 import asyncio
 import os
 
@@ -105,3 +106,11 @@ async def test_raw_client_splits_frames_and_fails_waiters_on_loss():
     assert [f.result() for f in futs[:3]] == [b"one", b"two", b"three"]
     c.connection_lost(None)
     assert isinstance(futs[3].exception(), ConnectionError)
+
+
+def test_bench_reads_times_handled_reads():
+    """bench/bench_reads.py: both reads are timed doing their work (it checks that every
+    request was handled and the reply matched, and raises otherwise)."""
+    from bench import bench_reads
+    out = bench_reads.read_costs(200, 2)
+    assert sorted(out) == ["client_reply_us", "server_request_us"] and all(v > 0 for v in out.values())
