@@ -189,6 +189,11 @@ async def send_layer_fns(p: Producer, raw_request, topic: str, body: bytes) -> d
         return SendResult(SEND_STATUS[code], uniq, ext.get("msgId", ""), mq, int(ext.get("queueOffset", -1)))
 
     frame = b"".join(encode_parts(command(_uniq.next_id())))
+    # the `frame` row times replies it never reads: this one is checked to be a stored send
+    reply = await raw_request(frame)
+    rcode, *_rest, rext = decode(memoryview(reply)[4:4 + int.from_bytes(reply[1:4], "big")])
+    if rcode != 0 or "queueOffset" not in rext:
+        raise RuntimeError(f"the prebuilt send frame was answered {rcode} {_rest[-1]!r}")
 
     async def codec():
         uniq = _uniq.next_id()

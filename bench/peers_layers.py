@@ -49,7 +49,9 @@ def make_targets(api):
             await fn()
 
         async def close(self):
-            self.raw.t.close()
+            raw = getattr(self, "raw", None)      # (connect() may have failed before it)
+            if raw is not None and raw.t is not None:
+                raw.t.close()
             await super().close()
 
         async def extra_sections(self, ctx):

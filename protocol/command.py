@@ -205,11 +205,17 @@ class FrameDecoder:
         nothing (a sync request or its reply: most reads), decoded from `data` itself instead
         of passing through the buffer; None otherwise (then feed() it). Checked and failing
         as next_command would (a bad frame raises ProtocolError and breaks the decoder)."""
-        if self._pos != len(self._buf) or len(data) < 8 or self._broken:
+        pos = self._pos
+        if pos != len(self._buf) or len(data) < 8 or self._broken:
             return None
         length, ori = _PREFIX.unpack_from(data, 0)
         if length + 4 != len(data) or length > self.frame_size_bytes_max:
             return None
+        if pos:
+            # every buffered byte consumed: free them, as the next feed() would (a large
+            # frame read in pieces would otherwise stay allocated while reads come whole)
+            self._buf.clear()
+            self._pos = 0
         return self._frame_at(data, 0, length, ori)
 
     def _frame_at(self, buf, pos: int, length: int, ori: int) -> RemotingCommand:

@@ -64,8 +64,9 @@ async def test_layers_phase_sends_through_every_layer():
                     assert row["client_cpu_us"] >= 0 and row["broker_cpu_us"] >= 0
             stored = sum(len(recs) for (t, _), recs in cluster.brokers[0].queues.items() if t == "Layers")
             measured = sum(row["sends"] for rows in out.values() for row in rows)
-            # the warm-up send, send_layer_fns' own, 200 warm-up calls a layer, the rows
-            assert stored == 1 + 1 + 5 * 200 + measured
+            # the warm-up send, send_layer_fns' own two (its first, the prebuilt frame's
+            # check), 200 warm-up calls a layer, the rows
+            assert stored == 1 + 2 + 5 * 200 + measured
 
 
 async def test_layer_fns_return_the_send_results():
@@ -85,7 +86,8 @@ async def test_layer_fns_return_the_send_results():
                 finally:
                     raw.transport.close()
             offsets = [r.queue_offset for r in results]
-            assert offsets == list(range(r0.queue_offset + 2, r0.queue_offset + 6))
+            # (after r0: send_layer_fns' first send and its check of the prebuilt frame)
+            assert offsets == list(range(r0.queue_offset + 3, r0.queue_offset + 7))
             assert all(r.queue == r0.queue and r.status.name == "SEND_OK" for r in results)
 
 

@@ -257,6 +257,20 @@ def test_whole_frame_decodes_as_the_buffer_does(stype):
         assert d.whole_frame(frame) is None
 
 
+def test_whole_frame_frees_what_the_buffer_consumed():
+    """A large frame read in pieces goes through the buffer; the whole-frame reads after it
+    free the consumed bytes (as feed() does), they do not keep them allocated."""
+    import sys
+    big = encode(RemotingCommand(1, body=b"x" * 900_000))
+    small = encode(RemotingCommand(2, body=b"y" * 10))
+    d = FrameDecoder()
+    for i in range(0, len(big), 65536):
+        d.feed(big[i:i + 65536])
+    assert d.next_command().body == b"x" * 900_000 and d.next_command() is None
+    assert d.whole_frame(small).body == b"y" * 10
+    assert d.buffered_bytes == 0 and sys.getsizeof(d._buf) < 4096
+
+
 @pytest.mark.parametrize("bad", MALFORMED_FRAMES)
 def test_whole_frame_fails_as_next_command_does(bad):
     """A bad frame raises from whole_frame (and breaks the decoder, as next_command leaves

@@ -161,11 +161,23 @@ def test_whole_frame_reads_and_buffered_reads_interleave(stype):
     def proc(conn, cmd):
         seen.append((cmd.opaque, cmd.ext_fields["b"], bytes(cmd.body)))
         return cmd.response(0, None, {"queueOffset": str(cmd.opaque)})
+    taken = []
+
+    class Decoder(FrameDecoder):
+        __slots__ = ()
+
+        def whole_frame(self, data):
+            cmd = super().whole_frame(data)
+            if cmd is not None:
+                taken.append(cmd.opaque)
+            return cmd
     conn = Connection(processors={310: proc}, pause_reading_on_backpressure=True)
+    conn.decoder = Decoder()
     t = Transport()
     conn.connection_made(t)
     for r in reads:
         conn.data_received(r)
+    assert taken == [1, 4, 7]          # the three whole reads took the shortcut
     assert seen == [(r.opaque, r.ext_fields["b"], r.body) for r in reqs]
     assert b"".join(t.written) == b"".join(encode(r.response(0, None, {"queueOffset": str(r.opaque)}))
                                            for r in reqs)
