@@ -188,18 +188,20 @@ async def send_layer_fns(p: Producer, raw_request, topic: str, body: bytes) -> d
     def result(uniq: str, code: int, ext: dict) -> SendResult:
         return SendResult(SEND_STATUS[code], uniq, ext.get("msgId", ""), mq, int(ext.get("queueOffset", -1)))
 
+    def header(reply: bytes) -> tuple:
+        """(code, language, version, opaque, flag, remark, ext) of a reply without its length."""
+        return decode(memoryview(reply)[4:4 + int.from_bytes(reply[1:4], "big")])
+
     frame = b"".join(encode_parts(command(_uniq.next_id())))
     # the `frame` row times replies it never reads: this one is checked to be a stored send
-    reply = await raw_request(frame)
-    rcode, *_rest, rext = decode(memoryview(reply)[4:4 + int.from_bytes(reply[1:4], "big")])
+    rcode, _lang, _ver, _opaque, _flag, remark, rext = header(await raw_request(frame))
     if rcode != 0 or "queueOffset" not in rext:
-        raise RuntimeError(f"the prebuilt send frame was answered {rcode} {_rest[-1]!r}")
+        raise RuntimeError(f"the prebuilt send frame was answered {rcode} {remark!r}")
 
     async def codec():
         uniq = _uniq.next_id()
-        reply = await raw_request(b"".join(encode_parts(command(uniq))))
-        hlen = int.from_bytes(reply[1:4], "big")
-        rcode, _lang, _ver, _opaque, _flag, _remark, ext = decode(memoryview(reply)[4:4 + hlen])
+        rcode, _lang, _ver, _opaque, _flag, _remark, ext = header(
+            await raw_request(b"".join(encode_parts(command(uniq)))))
         return result(uniq, rcode, ext)
 
     async def via_conn():
@@ -455,6 +457,13 @@ async def bench_e2e(addr, topic, rate, seconds, st):
     return {"rate": rate, "received": len(lat), "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99)}
 
 
+def _print_rows(rows_by_kind: dict) -> None:
+    """A line per kind: its rows' figures, rows separated by `;`."""
+    for kind, rows in rows_by_kind.items():
+        print(f"{kind:9}", "; ".join(", ".join(f"{k} {v:,.1f}" for k, v in row.items()) for row in rows),
+              flush=True)
+
+
 async def run_all(addr, args):
     # auto (default): the client negotiates (msgpack with pocketmq brokers, JSON otherwise)
     st = {"auto": None, "json": SerializeType.JSON, "msgpack": SerializeType.MSGPACK}[
@@ -468,15 +477,11 @@ async def run_all(addr, args):
     if "floor" in phases:
         out["request_floor"] = await bench_request_floor(addr, f"BenchFloor{suffix}", args.n_sync, st,
                                                          getattr(args, "broker_pid", None))
-        for kind, rows in out["request_floor"].items():
-            print(f"{kind:9}", "; ".join(", ".join(f"{k} {v:,.1f}" for k, v in row.items()) for row in rows),
-                  flush=True)
+        _print_rows(out["request_floor"])
     if "layers" in phases:
         out["send_layers"] = await bench_send_layers(addr, f"BenchLayers{suffix}", args.layer_seconds,
                                                      args.layer_rounds, getattr(args, "broker_pid", None))
-        for kind, rows in out["send_layers"].items():
-            print(f"{kind:9}", "; ".join(", ".join(f"{k} {v:,.1f}" for k, v in row.items()) for row in rows),
-                  flush=True)
+        _print_rows(out["send_layers"])
     if "inflight" in phases:
         out["inflight_send"] = await bench_inflight_send(addr, f"BenchAsync{suffix}", args.n_async, st,
                                                          coalesce=not args.no_coalesce,
