@@ -39,7 +39,9 @@ from pocketmq.broker.processors.client_manage import (
 from pocketmq.broker.processors import end_transaction
 from pocketmq.broker.processors.context import BrokerContext, BrokerStats
 from pocketmq.broker.processors.pull import replay
+from pocketmq.broker.config import BrokerRole
 from pocketmq.broker.services.flush import FlushService
+from pocketmq.broker.services.ha import HAMaster, HASlave
 from pocketmq.broker.services.hold import HoldService
 from pocketmq.broker.services.index_pump import IndexPump
 from pocketmq.broker.services.schedule import ScheduleService
@@ -65,6 +67,10 @@ class MetadataError(Exception):
 
 
 _write_atomic = write_file_atomic
+
+
+def _nothing() -> None:
+    pass
 
 
 async def resolve_store_host(host: str, port: int) -> tuple[bytes, int]:
@@ -120,6 +126,13 @@ class Broker:
         self.flush_service: FlushService | None = None
         self.hold_service: HoldService | None = None
         self.index_pump: IndexPump | None = None
+        # replication: a master serves its slaves the HA stream; a slave follows its master
+        self.is_slave = config.brokerRole is BrokerRole.SLAVE
+        self.ha_master: HAMaster | None = None
+        self.ha_slave: HASlave | None = None
+        self.ha_port = config.haListenPort
+        # the master's remoting and HA addresses, from the nameservers' REGISTER_BROKER answers
+        self.master_addr: str | None = None
         self.ns_client = RemotingClient()
         self.stats = BrokerStats()
         # Prometheus (metricsPort): request latency per code, flush latency, the endpoint
@@ -185,6 +198,7 @@ class Broker:
                                           interval_ms=50 if self.sync_flush else cfg.flushIntervalCommitLog,
                                           latency=self.flush_latency)
         self.flush_service.start()
+        await self._start_replication()
         self.ctx = ctx = self._context()
         table = build_processor_table(ctx)
         # timed only when metrics are served: no cost on the request path otherwise
@@ -196,7 +210,11 @@ class Broker:
         self.hold_service.start()
         self.schedule_service = ScheduleService(self.store, self.schedule_cursors, self.delay_levels,
                                                 now_ms=self.now_ms)
-        hold_dispatch, schedule_wake = self.hold_service.on_dispatch, self.schedule_service.wake
+        hold_dispatch = self.hold_service.on_dispatch
+        # a slave delivers no delayed messages and checks no transactions: its master does,
+        # and the records it writes for them arrive here through the HA stream
+        schedule_wake = self.schedule_service.wake if not self.is_slave else _nothing
+        ha_notify = self.ha_master.notify if self.ha_master is not None else _nothing
         if cfg.messageIndexEnable:
             self.index_pump = pump = IndexPump(self.store, self.server.busy_poll)
             index_kick = pump.kick
@@ -206,19 +224,22 @@ class Broker:
                     schedule_wake()
                 hold_dispatch(topic, queue_id, max_offset, tags_code, store_ts)
                 index_kick()
+                ha_notify()
         else:
             def on_dispatch(topic, queue_id, max_offset, tags_code, store_ts):
                 if topic == SCHEDULE_TOPIC:
                     schedule_wake()
                 hold_dispatch(topic, queue_id, max_offset, tags_code, store_ts)
+                ha_notify()
         self.store.on_dispatch = on_dispatch
-        self.schedule_service.start()
-        # Decisions are rebuilt from the op queue before END_TRANSACTION can be served.
-        self.transaction_service = TransactionCheckService(
-            ctx, interval_ms=cfg.transactionCheckInterval, timeout_ms=cfg.transactionTimeOut,
-            check_max=cfg.transactionCheckMax, discard=partial(end_transaction.discard, ctx))
-        self.transaction_service.recover()
-        self.transaction_service.start()
+        if not self.is_slave:
+            self.schedule_service.start()
+            # Decisions are rebuilt from the op queue before END_TRANSACTION can be served.
+            self.transaction_service = TransactionCheckService(
+                ctx, interval_ms=cfg.transactionCheckInterval, timeout_ms=cfg.transactionTimeOut,
+                check_max=cfg.transactionCheckMax, discard=partial(end_transaction.discard, ctx))
+            self.transaction_service.recover()
+            self.transaction_service.start()
         self.stats.boot_timestamp = self.now_ms()
         await self.server.start_serving()
         if cfg.metricsPort:
@@ -233,8 +254,33 @@ class Broker:
                        loop.create_task(self._dispatch_catch_up_loop(), name="dispatch-catch-up")]
         if cfg.namesrvAddr:
             await self.register_all()
+        if self.ha_slave is not None:
+            self.ha_slave.start()
         log.info("The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
                  cfg.brokerName, self.addr, cfg.namesrvAddr)
+        if self.ha_master is not None:
+            log.info("%s (brokerId %d) serves its slaves on HA port %d", cfg.brokerRole.value, cfg.brokerId,
+                     self.ha_port)
+        else:
+            log.info("SLAVE (brokerId %d) of %s follows its master at %s", cfg.brokerId, cfg.brokerName,
+                     self.ha_slave.master_ha_addr or "the address the nameservers give")
+
+    async def _start_replication(self) -> None:
+        cfg = self.config
+        if self.is_slave:
+            self.ha_slave = HASlave(self.store, master_ha_addr=cfg.haMasterAddress or None,
+                                    report_ms=cfg.haSendHeartbeatInterval, housekeeping_ms=cfg.haHousekeepingInterval,
+                                    segment_size=cfg.mappedFileSizeCommitLog)
+            return
+        self.ha_master = HAMaster(self.store, host=self.host, port=cfg.haListenPort,
+                                  batch_bytes=cfg.haTransferBatchSize, heartbeat_ms=cfg.haSendHeartbeatInterval,
+                                  housekeeping_ms=cfg.haHousekeepingInterval, gap_max=cfg.haSlaveFallbehindMax)
+        try:
+            self.ha_port = await self.ha_master.start()
+        except OSError as e:
+            self.ha_master = None
+            raise OSError(e.errno, f"cannot listen on haListenPort {cfg.haListenPort} (the HA port slaves "
+                                   f"replicate from; listenPort + 1 unless set): {e.strerror}") from None
 
     def _context(self) -> BrokerContext:
         cfg = self.config
@@ -250,7 +296,9 @@ class Broker:
             now_ms=self.now_ms, mono_ms=self.mono_ms, is_closing=self.is_closing, wake_hold=self._wake_hold,
             on_topics_changed=self.on_topics_changed, publish_topics=self.publish_topics,
             unpublished_topics=self.unpublished_topics, persist_groups=self.persist_groups,
-            transactions=self.transactions, store_host=self.store_host, config_path=self.config_path)
+            transactions=self.transactions, store_host=self.store_host, config_path=self.config_path,
+            is_slave=self.is_slave, sync_master=cfg.brokerRole is BrokerRole.SYNC_MASTER,
+            replication=self.ha_master)
 
     async def _serve_metrics(self) -> None:
         from prometheus_client import CollectorRegistry
@@ -346,6 +394,10 @@ class Broker:
             await self.hold_service.close()
         if self.index_pump is not None:
             self.index_pump.close()
+        if self.ha_slave is not None:
+            await self.ha_slave.close()
+        if self.ha_master is not None:
+            await self.ha_master.close()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -440,7 +492,7 @@ class Broker:
                       for name, tc in topics.items()}
         body = bodies.encode_register_broker_body(topics, self.topics.data_version)
         ext = {"brokerName": cfg.brokerName, "brokerAddr": self.addr, "clusterName": cfg.brokerClusterName,
-               "haServerAddr": f"{cfg.brokerIP2 or cfg.brokerIP1}:{cfg.haListenPort}",
+               "haServerAddr": f"{cfg.brokerIP2 or cfg.brokerIP1}:{self.ha_port}",
                "brokerId": str(cfg.brokerId), "compressed": "false",
                "bodyCrc32": str(body_crc(body))}
         return RemotingCommand(RequestCode.REGISTER_BROKER, ext_fields=ext, body=body)
@@ -455,9 +507,21 @@ class Broker:
                     resp = await self.ns_client.invoke(addr, self._register_command(), timeout_s)
                 if resp.code != ResponseCode.SUCCESS:
                     log.warning("register to nameserver %s failed: %d %s", addr, resp.code, resp.remark)
+                elif self.is_slave:
+                    self._learn_master(resp.ext_fields or {})
             except Exception as e:
                 log.warning("register to nameserver %s failed: %s: %s", addr, type(e).__name__, e)
         await asyncio.gather(*(one(a) for a in self.ns_client.namesrv_addrs))
+
+    def _learn_master(self, ext: dict) -> None:
+        """A slave's REGISTER_BROKER answer names its live master (Java's RouteInfoManager
+        returns masterAddr and haServerAddr to a broker with brokerId > 0): the HA stream
+        follows it unless haMasterAddress is set, and the metadata sync reads from it."""
+        master, ha = ext.get("masterAddr"), ext.get("haServerAddr")
+        if master:
+            self.master_addr = master
+        if ha and not self.config.haMasterAddress and self.ha_slave is not None:
+            self.ha_slave.set_master(ha)
 
     async def unregister_all(self) -> None:
         cfg = self.config

@@ -13,7 +13,13 @@ Unknown keys and bad values are errors (RocketMQ ignores both silently).
 Where we differ from RocketMQ, on purpose:
 
 * ``haListenPort`` follows ``listenPort + 1`` unless it is set explicitly
-  (RocketMQ always forces ``listenPort + 1`` and ignores the setting).
+  (RocketMQ always forces ``listenPort + 1`` and ignores the setting); ``listenPort=0``
+  (any free port) gives ``haListenPort=0`` too.
+* ``brokerIP2`` (the HA address registered for slaves) follows ``brokerIP1`` when only
+  that is set (RocketMQ takes this host's first address for it either way).
+* ``haSlaveFallbehindMax`` also loads under its 5.x name ``haMaxGapNotInSync``.
+* ``totalPhysicalMemoryBytes`` (pocketmq's own, 0 = this machine's RAM) is what
+  ``accessMessageInMemoryMaxRatio`` is a percentage of.
 * A master (ASYNC_MASTER/SYNC_MASTER) with ``brokerId != 0`` is refused
   (RocketMQ silently resets it to 0, hiding a forgotten ``brokerRole=SLAVE``).
 * ``aclEnable=true`` and ``enableDLegerCommitLog=true`` are refused: pocketmq
@@ -292,7 +298,9 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     haHousekeepingInterval: JavaInt = 20_000
     haTransferBatchSize: JavaInt = 1024 * 32
     haMasterAddress: str | None = None
-    haSlaveFallbehindMax: JavaInt = 1024 * 1024 * 256
+    # 5.x renamed it haMaxGapNotInSync; both spellings load (ALIASES)
+    haSlaveFallbehindMax: JavaInt = Field(
+        1024 * 1024 * 256, validation_alias=AliasChoices("haSlaveFallbehindMax", "haMaxGapNotInSync"))
     brokerRole: Annotated[BrokerRole, Field(strict=False)] = BrokerRole.ASYNC_MASTER
     flushDiskType: Annotated[FlushDiskType, Field(strict=False)] = FlushDiskType.ASYNC_FLUSH
     syncFlushTimeout: PositiveInt = 5000
@@ -325,6 +333,10 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     scheduleAsyncDeliverMaxResendNum2Blocked: JavaInt = 3
 
     # --- pocketmq's own bounds ---------------------------------------------
+    # pocketmq's own: the memory accessMessageInMemoryMaxRatio is a percentage of (0: this
+    # machine's RAM). A consumer further behind the log's end than that reads from disk:
+    # smaller pulls, and with slaveReadEnable the master suggests it pull from a slave.
+    totalPhysicalMemoryBytes: NonNegativeLong = 0
     maxHeldPulls: PositiveInt = 100_000
     # pocketmq's own: the message index is built behind the dispatcher, at most this many
     # records per consume-queue flush (each second) or query, so it never takes more
@@ -361,6 +373,11 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
             listen_port = data.get("listenPort")
             if type(listen_port) is int and 0 < listen_port < 65535:
                 data = {**data, "haListenPort": listen_port + 1}
+            elif listen_port == 0:
+                data = {**data, "haListenPort": 0}     # an ephemeral listen port: an ephemeral HA port
+        if isinstance(data, dict) and "brokerIP2" not in data and "brokerIP1" in data:
+            # the HA address slaves dial: where clients reach this broker unless told otherwise
+            data = {**data, "brokerIP2": data["brokerIP1"]}
         return data
 
     @field_validator("storePathRootDir", "storePathCommitLog")
@@ -504,6 +521,7 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
             "max_transfer_bytes_on_message_in_disk": self.maxTransferBytesOnMessageInDisk,
             "max_transfer_count_on_message_in_disk": self.maxTransferCountOnMessageInDisk,
             "access_message_in_memory_max_ratio": self.accessMessageInMemoryMaxRatio,
+            "total_physical_memory_bytes": self.totalPhysicalMemoryBytes,
             "message_index_enable": self.messageIndexEnable,
             "max_hash_slot_num": self.maxHashSlotNum,
             "max_index_num": self.maxIndexNum,
@@ -533,6 +551,7 @@ def _split_addresses(value: str) -> tuple[str, ...]:
 ALIASES: dict[str, str] = {
     "mapedFileSizeCommitLog": "mappedFileSizeCommitLog",
     "mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue",
+    "haMaxGapNotInSync": "haSlaveFallbehindMax",
 }
 
 LEGACY_IGNORED_KEYS: dict[str, str] = {
@@ -562,6 +581,8 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "enablePropertyFilter", "transactionTimeOut", "transactionCheckMax", "transactionCheckInterval",
     "messageIndexEnable", "maxHashSlotNum", "maxIndexNum", "maxMsgsNumBatch", "defaultQueryMaxNum",
     "indexBuildBatchNums",
+    "haMasterAddress", "haSendHeartbeatInterval", "haHousekeepingInterval", "haTransferBatchSize",
+    "haSlaveFallbehindMax", "slaveTimeout", "slaveReadEnable", "totalPhysicalMemoryBytes",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""
 

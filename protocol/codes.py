@@ -77,6 +77,8 @@ class RequestCode(IntEnum):
     QUERY_CONSUME_QUEUE = 321
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
+    # RocketMQ 5.x: mqadmin haStatus (the master's view of its slaves, the slave's of its master)
+    GET_BROKER_HA_STATUS = 907
 
 
 class ResponseCode(IntEnum):

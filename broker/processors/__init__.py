@@ -66,5 +66,8 @@ def build_processor_table(ctx: BrokerContext) -> dict:
         R.CLEAN_EXPIRED_CONSUMEQUEUE: admin.process_clean_expired_consume_queue,
         R.CLONE_GROUP_OFFSET: admin.process_clone_group_offset,
     }
+    if ctx.is_slave:
+        from pocketmq.broker.processors.slave import SLAVE_OVERRIDES
+        table.update(SLAVE_OVERRIDES)
     return {int(code): partial(fn, ctx) if int(code) in _SEND_CODES else names_checked(partial(fn, ctx))
             for code, fn in table.items()}

@@ -33,6 +33,16 @@ class FlushWaiter(Protocol):
         """True when flushed, False on timeout, None when the store failed."""
 
 
+class ReplicaWaiter(Protocol):
+    """What a SYNC_MASTER send needs of the HA service (services/ha.py HAMaster)."""
+
+    def slave_ok(self, put_end: int) -> bool:
+        """A slave is connected and less than haSlaveFallbehindMax behind `put_end`."""
+
+    def waiter(self, end_offset: int, timeout_s: float):
+        """A future: True once a slave acked `end_offset`, False after `timeout_s`."""
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerContext:
     config: BrokerConfig
@@ -71,3 +81,11 @@ class BrokerContext:
     config_path: str | None = None
     # GET_BROKER_CONFIG's dataVersion: bumped by each UPDATE_BROKER_CONFIG
     config_version: list[DataVersion] = field(default_factory=lambda: [DataVersion()])
+    # replication: a slave serves pulls and refuses writes; a SYNC_MASTER send waits for a
+    # slave's ack through `replication` (the HA master, None on a slave)
+    is_slave: bool = False
+    sync_master: bool = False
+    replication: ReplicaWaiter | None = None
+    # the replication view for GET_BROKER_RUNTIME_INFO, haStatus and metrics (a callable
+    # returning a dict, None when there is none)
+    ha_status: Callable[[], dict] | None = None

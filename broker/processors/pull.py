@@ -6,11 +6,19 @@ the socket as they are (no per-message Python work). A pull that finds
 nothing and carries FLAG_SUSPEND is parked in the held-pull table and
 replayed (with suspension disabled, same opaque) when the reput dispatcher
 stores a matching message or its suspend time runs out.
+
+Master/slave (the seeds' PullMessageProcessor steps 7 and 9): every answer suggests the
+broker id of the group member the next pull should go to (`_suggest`: with
+slaveReadEnable, whichBrokerWhenConsumeSlowly of the group when the pulled messages lie
+further behind the log's end than the in-memory limit, else the group's brokerId; 0
+without it), and a slave never stores the commit offset a pull carries. A slave's held
+pulls are woken by the dispatch of the replicated records, like a master's.
 """
 from __future__ import annotations
 
 from pocketmq.broker.core import sql92
 from pocketmq.broker.core.held_pulls import HeldPull, HoldResult
+from pocketmq.broker.core.replication import suggest_broker_id
 from pocketmq.broker.core.status import pull_status_response
 from pocketmq.protocol.bodies import build_subscription
 from pocketmq.protocol.codes import PermName, PullSysFlag, ResponseCode
@@ -20,9 +28,22 @@ from pocketmq.protocol.headers.typed import decode_pull_header
 SUSPEND_MS_MAX = 60_000
 
 
-def _offsets_ext(next_begin: int, min_offset: int, max_offset: int) -> dict:
-    return {"suggestWhichBrokerId": "0", "nextBeginOffset": str(next_begin),
+def _offsets_ext(next_begin: int, min_offset: int, max_offset: int, suggest: str = "0") -> dict:
+    return {"suggestWhichBrokerId": suggest, "nextBeginOffset": str(next_begin),
             "minOffset": str(min_offset), "maxOffset": str(max_offset)}
+
+
+def _suggest(ctx, gcfg, h, r) -> str:
+    """suggestWhichBrokerId of a pull answer (Java's PullMessageProcessor): only with
+    slaveReadEnable does it name anything but the master."""
+    cfg = ctx.config
+    if not cfg.slaveReadEnable:
+        return "0"
+    # the last message this pull returns (Java: maxPhyOffsetPulling) lies past the memory
+    # limit behind the log's end: the consumer reads from disk
+    slow = (r.message_count > 0
+            and ctx.store.check_in_disk_by_consume_offset(h.topic, h.queue_id, r.next_begin_offset - 1))
+    return str(suggest_broker_id(slow, True, gcfg.whichBrokerWhenConsumeSlowly, gcfg.brokerId))
 
 
 def _fail(cmd, code, remark):
@@ -130,9 +151,9 @@ def pull(ctx, conn, cmd, h, allow_suspend: bool, sub=None):
     tag_filter, record_filter = _filters(sub)
     r = ctx.store.get_message(h.topic, h.queue_id, h.queue_offset, max_nums, tag_filter, record_filter)
     code, status = pull_status_response(r.status, h.queue_offset)
-    if allow_suspend and h.sys_flag & PullSysFlag.COMMIT_OFFSET:
+    if allow_suspend and h.sys_flag & PullSysFlag.COMMIT_OFFSET and not ctx.is_slave:
         ctx.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
-    ext = _offsets_ext(r.next_begin_offset, r.min_offset, r.max_offset)
+    ext = _offsets_ext(r.next_begin_offset, r.min_offset, r.max_offset, _suggest(ctx, gcfg, h, r))
     if code == ResponseCode.SUCCESS:
         ctx.stats.count_get(h.topic, h.consumer_group, r.message_count, r.buffer_total_size)
         return cmd.response(code, status, ext_fields=ext, body=r.buffers)

@@ -10,6 +10,13 @@ after syncFlushTimeout). A prepared transactional message (sysFlag
 TRANSACTION_PREPARED, TRAN_MSG=true) is stored as a half message (`_send_half`).
 Responses always carry MSG_REGION and TRACE_ON, which Java clients read
 unconditionally.
+
+SYNC_MASTER (as Java 4.9's handleHA): after the store (and the flush under SYNC_FLUSH),
+the reply waits until a slave acked an offset at or past the message's end (one waiter per
+request: a batch or a coalesced group waits once); no slave connected, or the best one
+more than haSlaveFallbehindMax behind, answers SLAVE_NOT_AVAILABLE at once, a wait longer
+than slaveTimeout FLUSH_SLAVE_TIMEOUT. The message is stored either way: both answers
+carry its msgId, queueId and queueOffset. A slave refuses every send (`refuse_on_slave`).
 """
 from __future__ import annotations
 
@@ -160,8 +167,8 @@ def process_send(ctx, conn, cmd):
     ext = {"MSG_REGION": region, "TRACE_ON": trace_on, "msgId": result.msg_id, "queueId": str(queue_id),
            "queueOffset": str(result.queue_offset)}
     ctx.stats.count_put(topic, result)
-    if wait and ctx.sync_flush:
-        return _await_flush(ctx, cmd, ext, result.wrote_offset + result.wrote_bytes)
+    if wait and (ctx.sync_flush or ctx.sync_master):
+        return _await_durable(ctx, cmd, ext, result.wrote_offset + result.wrote_bytes)
     return cmd.response(_SUCCESS, None, ext)
 
 
@@ -185,8 +192,8 @@ def _send_half(ctx, cmd, conn, group, topic, queue_id, flag, body, p, sys_flag, 
     ext = {"MSG_REGION": region, "TRACE_ON": trace_on, "msgId": result.msg_id, "queueId": str(queue_id),
            "queueOffset": str(result.queue_offset)}
     ctx.stats.count_put(TRANS_HALF_TOPIC, result)
-    if "WAIT\x01false" not in p and ctx.sync_flush:
-        return _await_flush(ctx, cmd, ext, result.wrote_offset + result.wrote_bytes)
+    if "WAIT\x01false" not in p and (ctx.sync_flush or ctx.sync_master):
+        return _await_durable(ctx, cmd, ext, result.wrote_offset + result.wrote_bytes)
     return cmd.response(_SUCCESS, None, ext)
 
 
@@ -205,11 +212,29 @@ async def _publish_then_send(ctx, conn, cmd, topic):
     return result
 
 
-async def _await_flush(ctx, cmd, ext, end_offset):
-    ok = await ctx.flush_service.wait_flushed(end_offset, ctx.config.syncFlushTimeout / 1000)
-    if ok is None:
-        return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "the store failed to flush; it no longer accepts writes",
-                            ext_fields=_ext_base(ctx))
-    if not ok:
-        return cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT, None, ext_fields=ext)
+async def _await_durable(ctx, cmd, ext, end_offset):
+    """SYNC_FLUSH's and SYNC_MASTER's waits (both when both are set, side by side)."""
+    replicated = None
+    if ctx.sync_master:
+        repl = ctx.replication
+        if not repl.slave_ok(end_offset):
+            return cmd.response(ResponseCode.SLAVE_NOT_AVAILABLE, None, ext_fields=ext)
+        replicated = repl.waiter(end_offset, ctx.config.slaveTimeout / 1000)
+    if ctx.sync_flush:
+        ok = await ctx.flush_service.wait_flushed(end_offset, ctx.config.syncFlushTimeout / 1000)
+        if ok is None:
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                "the store failed to flush; it no longer accepts writes", ext_fields=_ext_base(ctx))
+        if not ok:
+            return cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT, None, ext_fields=ext)
+    if replicated is not None and not await replicated:
+        return cmd.response(ResponseCode.FLUSH_SLAVE_TIMEOUT, None, ext_fields=ext)
     return cmd.response(ResponseCode.SUCCESS, None, ext_fields=ext)
+
+
+def refuse_on_slave(ctx, conn, cmd):
+    """A slave's answer to a send: its log is the master's copy (Java's store answers
+    SERVICE_NOT_AVAILABLE to a put on a slave)."""
+    return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
+                        f"the broker {ctx.config.brokerName} (brokerId {ctx.config.brokerId}) is a slave: "
+                        f"send to its master", ext_fields=_ext_base(ctx))

@@ -16,6 +16,7 @@ in __init__ below (the one place), the parts' methods read and update it:
 | flush.py      | FlushPart     | flush, flush_consume_queues, the checkpoint                   |
 | cleaning.py   | CleaningPart  | clean_expired_files, delete_topics                            |
 | index.py      | IndexPart     | the IndexFile (query by key): catch-up, query_message         |
+| replica.py    | ReplicaPart   | the HA stream's ends: replica_read (master), replica_append   |
 
 Below them: commitlog.py (segments, record checks, recovery scan), consumequeue.py
 (the per-queue index), mapped_file.py (the files), checkpoint.py, api.py (inputs,
@@ -53,6 +54,7 @@ from pocketmq.broker.store.fileops import FileOps
 from pocketmq.broker.store.index import IndexPart, IndexService
 from pocketmq.broker.store.read import ReadPart
 from pocketmq.broker.store.recovery import RecoveryPart
+from pocketmq.broker.store.replica import ReplicaPart
 from pocketmq.broker.store.search import SearchPart
 from pocketmq.broker.store.store_config import StoreConfig
 
@@ -62,7 +64,7 @@ log = logging.getLogger("pocketmq.store")
 
 
 class MessageStore(RecoveryPart, AppendPart, DispatchPart, ReadPart, SearchPart, FlushPart, CleaningPart,
-                   IndexPart):
+                   IndexPart, ReplicaPart):
     def __init__(self, config: StoreConfig, *, file_ops: FileOps | None = None,
                  on_dispatch: DispatchListener | None = None) -> None:
         self.config = config
@@ -99,6 +101,8 @@ class MessageStore(RecoveryPart, AppendPart, DispatchPart, ReadPart, SearchPart,
         # IndexHints of the batches stored column-wise (append._put_uniform), taken by the
         # index instead of reading those records back (deque; None when the index is off)
         self._index_hints = None
+        # a slave's replicated bytes waiting for the rest of their record (replica.py)
+        self._replica_pending = bytearray()
         # the filtered pull's units judged ahead (read._get_matching)
         self._judged: dict = {}
         # lifecycle

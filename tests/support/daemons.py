@@ -132,6 +132,8 @@ class Cluster:
         os.makedirs(root, exist_ok=True)
         self.ns_port = free_port()
         self.broker_port = free_port()
+        # its own free port: listenPort + 1 may be another daemon's
+        self.ha_port = free_port()
         self.broker_args = broker_args or []
         self.namesrv = Daemon("mqnamesrv", [f"--listenPort={self.ns_port}",
                                             f"--kvConfigPath={root}/namesrv/kvConfig.json"],
@@ -140,7 +142,10 @@ class Cluster:
 
     def _broker_daemon(self) -> Daemon:
         args = ["-n", self.namesrv_addr, f"--listenPort={self.broker_port}", "--brokerIP1=127.0.0.1",
-                f"--storePathRootDir={self.root}/store", "--mappedFileSizeCommitLog=67108864"] + self.broker_args
+                f"--storePathRootDir={self.root}/store", "--mappedFileSizeCommitLog=67108864"]
+        if not any(a.startswith("--haListenPort") for a in self.broker_args):
+            args.append(f"--haListenPort={self.ha_port}")
+        args += self.broker_args
         return Daemon("mqbroker", args, READY_BROKER, os.path.join(self.root, "broker.log"))
 
     @property

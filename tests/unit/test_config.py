@@ -464,6 +464,7 @@ def test_store_config_kwargs():
         "max_index_num": 20_000_000,
         "max_msgs_num_batch": 64,
         "index_build_batch": 20_000,
+        "total_physical_memory_bytes": 0,
     }
     assert type(config.store_config_kwargs()["flush_disk_type"]) is str
 

@@ -111,4 +111,4 @@ async def test_answered_waiters_do_not_pile_up_in_the_deadline_heap(service):
     for i in range(1, 200):
         store.appended = i
         assert await svc.wait_flushed(i, 5.0) is True
-    assert len(svc._deadlines) <= 2                          # answered ones dropped as new ones come
+    assert len(svc._waiters._deadlines) <= 2                          # answered ones dropped as new ones come

@@ -1,0 +1,399 @@
+"""The HA stream's asyncio shells: a master's server for its slaves, a slave's client.
+
+Wire format: protocol/ha.py. Rules (where to start, the slave's tail check, the
+SYNC_MASTER gate): broker/core/replication.py. The store's two ends: broker/store/replica.py.
+
+Master (`HAMaster`, on haListenPort): per slave connection one task reads its reports
+(the first is where to start, later ones are acks) and one sends CommitLog bytes from
+there, at most haTransferBatchSize a frame and never across a segment, as fast as the
+slave's socket takes them; while nothing is new it waits for `notify()` (called on every
+dispatch and every SYNC_MASTER wait) and sends a heartbeat each haSendHeartbeatInterval.
+A slave silent for haHousekeepingInterval is dropped. The best ack of all slaves
+(Java's push2SlaveMaxOffset) releases SYNC_MASTER's waiters.
+
+Slave (`HASlave`): connects to its master's HA address (haMasterAddress, or what the
+nameserver's REGISTER_BROKER answer names), asks from its own tail (SlaveStream checks the
+overlap), appends what arrives (the store dispatches it: consume queues, index, held
+pulls woken at once) and reports its write position after every read that appended and at
+least every haSendHeartbeatInterval. A log that diverged from the master's stops the
+stream with one ERROR naming both offsets; the data stays, and the check is repeated
+every DIVERGED_RETRY_S (an operator may replace the master's or the slave's store).
+
+Every buffer is bounded: the master writes one frame and waits for the socket to drain
+before reading the next; the slave reads at most READ_BYTES at a time, and the store's
+pending buffer holds at most one record.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from pocketmq.broker.core.replication import (
+    Diverged,
+    SlaveStream,
+    SlaveView,
+    first_transfer_offset,
+    is_slave_ok,
+)
+from pocketmq.broker.services.waiters import OffsetWaiters
+from pocketmq.broker.store.replica import ReplicaError
+from pocketmq.protocol.ha import FrameDecoder, HAProtocolError, ReportDecoder, encode_frame_head, encode_report
+from pocketmq.remoting.clock import monotonic_ms
+from pocketmq.remoting.tasks import cancel_and_wait
+
+log = logging.getLogger("pocketmq.broker.ha")
+
+READ_BYTES = 256 * 1024
+CONNECT_TIMEOUT_S = 3.0
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"bad HA address {addr!r}; expected host:port")
+    return host, int(port)
+
+
+class _SlaveConn:
+    __slots__ = ("remote", "request_offset", "ack_offset", "transferred", "connected_ms", "last_report_ms",
+                 "first_report", "wake", "writer")
+
+    def __init__(self, remote: str, writer, now_ms: int) -> None:
+        self.remote = remote
+        self.writer = writer
+        self.request_offset = -1
+        self.ack_offset = -1
+        self.transferred = -1
+        self.connected_ms = now_ms
+        self.last_report_ms = now_ms
+        self.first_report = asyncio.Event()
+        self.wake = asyncio.Event()
+
+    def view(self) -> SlaveView:
+        return SlaveView(self.remote, self.request_offset, self.ack_offset, self.transferred,
+                         self.connected_ms, self.last_report_ms)
+
+
+class HAMaster:
+    """The master's end: serves slaves, tracks their acks, answers SYNC_MASTER's waits."""
+
+    def __init__(self, store, *, host: str, port: int, batch_bytes: int = 32 * 1024,
+                 heartbeat_ms: int = 5000, housekeeping_ms: int = 20_000, gap_max: int = 256 << 20,
+                 waiters_max: int = 100_000, mono_ms: Callable[[], int] = monotonic_ms) -> None:
+        self.store = store
+        self.host = host
+        self.port = port
+        self.batch_bytes = max(1, batch_bytes)
+        self.heartbeat_s = max(0.05, heartbeat_ms / 1000)
+        self.housekeeping_s = max(0.1, housekeeping_ms / 1000)
+        self.gap_max = gap_max
+        self.mono_ms = mono_ms
+        self.acked_max = 0          # Java's push2SlaveMaxOffset: the best ack of any slave
+        self._conns: set[_SlaveConn] = set()
+        self._waiters = OffsetWaiters(waiters_max)
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task] = set()
+        # SYNC_MASTER's time waiting for a slave (metrics): count and total seconds
+        self.sync_waits = 0
+        self.sync_wait_seconds = 0.0
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=READ_BYTES)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    # -- what the broker asks ------------------------------------------------------------
+    @property
+    def connections(self) -> int:
+        return len(self._conns)
+
+    def views(self) -> list[SlaveView]:
+        return sorted((c.view() for c in self._conns), key=lambda v: v.remote)
+
+    def notify(self) -> None:
+        """New bytes in the log: wake the senders that wait for them."""
+        for c in self._conns:
+            c.wake.set()
+
+    def slave_ok(self, put_end: int) -> bool:
+        return is_slave_ok(len(self._conns), put_end, self.acked_max, self.gap_max)
+
+    def waiter(self, end_offset: int, timeout_s: float) -> asyncio.Future:
+        """True once a slave acked `end_offset`, False after `timeout_s`."""
+        fut = self._waiters.waiter(end_offset, timeout_s)
+        if not fut.done():
+            self.notify()
+        return fut
+
+    # -- connections ------------------------------------------------------------------------
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        remote = f"{peer[0]}:{peer[1]}" if peer else "?"
+        conn = _SlaveConn(remote, writer, self.mono_ms())
+        self._conns.add(conn)
+        log.info("slave %s connected to the HA service", remote)
+        task = asyncio.current_task()
+        self._tasks.add(task)
+        read_task = asyncio.create_task(self._read_reports(conn, reader), name=f"ha-read-{remote}")
+        try:
+            send_task = asyncio.create_task(self._send(conn), name=f"ha-send-{remote}")
+            done, pending = await asyncio.wait({read_task, send_task}, return_when=asyncio.FIRST_COMPLETED)
+            for t in pending:
+                t.cancel()
+            for t in done | pending:
+                try:
+                    await t
+                except asyncio.CancelledError:
+                    pass
+                except (ConnectionError, HAProtocolError, asyncio.IncompleteReadError, OSError) as e:
+                    log.info("HA connection of slave %s: %s", remote, e)
+                except Exception:
+                    log.exception("HA connection of slave %s failed", remote)
+        finally:
+            read_task.cancel()
+            self._conns.discard(conn)
+            self._tasks.discard(task)
+            writer.close()
+            log.info("slave %s disconnected from the HA service (acked %d)", remote, conn.ack_offset)
+
+    async def _read_reports(self, conn: _SlaveConn, reader: asyncio.StreamReader) -> None:
+        decoder = ReportDecoder()
+        while True:
+            try:
+                async with asyncio.timeout(self.housekeeping_s):
+                    data = await reader.read(READ_BYTES)
+            except TimeoutError:
+                log.warning("slave %s sent nothing for %.0f s: closing", conn.remote, self.housekeeping_s)
+                return
+            if not data:
+                return
+            reports = decoder.feed(data)
+            if not reports:
+                continue
+            conn.last_report_ms = self.mono_ms()
+            offset = reports[-1]       # only the last one matters (Java reads it so too)
+            if conn.request_offset < 0:
+                conn.request_offset = reports[0]
+                conn.first_report.set()
+            if offset > self.store.commit_log_max_offset:
+                log.error("slave %s acked offset %d past this master's end %d: its log is not this master's; "
+                          "closing", conn.remote, offset, self.store.commit_log_max_offset)
+                return
+            if offset > conn.ack_offset:
+                conn.ack_offset = offset
+                if offset > self.acked_max:
+                    self.acked_max = offset
+                    self._waiters.release(offset)
+
+    async def _send(self, conn: _SlaveConn) -> None:
+        writer = conn.writer
+        try:
+            async with asyncio.timeout(self.housekeeping_s):
+                await conn.first_report.wait()
+        except TimeoutError:
+            log.warning("slave %s never reported its offset: closing", conn.remote)
+            return
+        store = self.store
+        nxt = first_transfer_offset(conn.request_offset, store.commit_log_min_offset, store.commit_log_max_offset)
+        if nxt is None:
+            end = store.commit_log_max_offset
+            log.error("slave %s asks for offset %d, past this master's end %d: its log is not a prefix of this "
+                      "master's; refusing it", conn.remote, conn.request_offset, end)
+            # one heartbeat naming our end, so the slave can say why it was refused
+            writer.write(encode_frame_head(end, 0))
+            await writer.drain()
+            return
+        conn.transferred = nxt
+        batch = self.batch_bytes
+        heartbeat_s = self.heartbeat_s
+        wake = conn.wake
+        last_write = time.monotonic()
+        while True:
+            data = store.replica_read(nxt, batch)
+            if data is None:
+                log.error("offset %d that slave %s needs is no longer in this master's log (oldest %d): closing",
+                          nxt, conn.remote, store.commit_log_min_offset)
+                return
+            if data:
+                writer.writelines((encode_frame_head(nxt, len(data)), data))
+                await writer.drain()
+                nxt += len(data)
+                conn.transferred = nxt
+                last_write = time.monotonic()
+                continue
+            wake.clear()
+            if store.commit_log_max_offset > nxt:
+                continue
+            left = heartbeat_s - (time.monotonic() - last_write)
+            if left > 0:
+                try:
+                    async with asyncio.timeout(left):
+                        await wake.wait()
+                    continue
+                except TimeoutError:
+                    pass
+            writer.write(encode_frame_head(nxt, 0))
+            await writer.drain()
+            last_write = time.monotonic()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None    # the connections' tasks are ended below: nothing to wait for
+        for c in list(self._conns):
+            c.writer.close()
+        for t in list(self._tasks):
+            try:
+                await cancel_and_wait(t)
+            except Exception:
+                log.debug("HA connection task ended with an error at close", exc_info=True)
+        self._waiters.fail()
+        self._waiters.close()
+
+
+class HASlave:
+    """The slave's end: keeps one HA connection to the master and appends what it sends."""
+
+    DIVERGED_RETRY_S = 30.0
+    RETRY_S = 1.0
+    RETRY_MAX_S = 5.0
+
+    def __init__(self, store, *, master_ha_addr: str | None = None, report_ms: int = 5000,
+                 housekeeping_ms: int = 20_000, segment_size: int, mono_ms: Callable[[], int] = monotonic_ms) -> None:
+        self.store = store
+        self.master_ha_addr = master_ha_addr
+        self.report_s = max(0.05, report_ms / 1000)
+        self.housekeeping_s = max(0.1, housekeeping_ms / 1000)
+        self.segment_size = segment_size
+        self.mono_ms = mono_ms
+        self.state = "no master address yet"
+        self.error: str | None = None          # the divergence or stream error that stopped it
+        self.connected = False
+        self.reported = -1                     # the last offset reported to the master
+        self.master_offset = -1                # the master's stream position (frames and heartbeats)
+        self.last_frame_ms = 0                 # monotonic ms of the last frame (data or heartbeat)
+        self._addr_changed = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._last_logged: str | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="ha-slave")
+
+    def set_master(self, ha_addr: str | None) -> None:
+        """The master's HA address changed (a REGISTER_BROKER answer): reconnect there."""
+        if ha_addr and ha_addr != self.master_ha_addr:
+            log.info("master HA address is now %s (was %s)", ha_addr, self.master_ha_addr)
+            self.master_ha_addr = ha_addr
+            self._addr_changed.set()
+            if self._writer is not None:
+                self._writer.close()
+
+    def lag_bytes(self) -> int:
+        """How far this slave's log is behind the master's stream position (-1: unknown)."""
+        if self.master_offset < 0:
+            return -1
+        return max(0, self.master_offset - self.store.commit_log_max_offset)
+
+    async def _run(self) -> None:
+        delay = self.RETRY_S
+        while True:
+            addr = self.master_ha_addr
+            if not addr:
+                self.state = "no master address yet"
+                self._addr_changed.clear()
+                await self._addr_changed.wait()
+                continue
+            self._addr_changed.clear()
+            try:
+                await self._session(addr)
+                delay = self.RETRY_S
+            except Diverged as e:
+                self._stopped(f"diverged: {e}", logging.ERROR)
+                delay = self.DIVERGED_RETRY_S
+            except ReplicaError as e:
+                self._stopped(f"refused the master's bytes: {e}", logging.ERROR)
+                delay = self.DIVERGED_RETRY_S
+            except (OSError, asyncio.IncompleteReadError, HAProtocolError, TimeoutError) as e:
+                self._stopped(f"connection to master {addr}: {type(e).__name__}: {e}", logging.WARNING)
+                delay = min(self.RETRY_MAX_S, delay * 2)
+            finally:
+                self.connected = False
+                if self._writer is not None:
+                    self._writer.close()
+                    self._writer = None
+            try:
+                async with asyncio.timeout(delay):
+                    await self._addr_changed.wait()
+            except TimeoutError:
+                pass
+
+    def _stopped(self, why: str, level: int) -> None:
+        self.state = why
+        self.error = why if level >= logging.ERROR else None
+        # once per distinct reason: a dead master is retried every few seconds
+        if why != self._last_logged:
+            log.log(level, "HA replication stopped: %s", why)
+            self._last_logged = why
+
+    async def _session(self, addr: str) -> None:
+        host, port = split_addr(addr)
+        self.state = f"connecting to {addr}"
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(host, port, limit=READ_BYTES)
+        self._writer = writer
+        self.last_frame_ms = self.mono_ms()
+        store = self.store
+        stream = SlaveStream(store.replica_reset(), self.segment_size,
+                             lambda o, n: store.replica_read(o, n) or b"")
+        decoder = FrameDecoder()
+        first = stream.first_report()
+        writer.write(encode_report(first))
+        await writer.drain()
+        self.reported = first
+        last_report = time.monotonic()
+        self.connected = True
+        self.state = f"replicating from {addr}"
+        if self._last_logged is not None:
+            log.info("HA replication from %s resumed at offset %d", addr, first)
+        self._last_logged = None
+        self.error = None
+        while True:
+            try:
+                async with asyncio.timeout(min(self.report_s, self.housekeeping_s)):
+                    data = await reader.read(READ_BYTES)
+            except TimeoutError:
+                data = None
+                if self.mono_ms() - self.last_frame_ms > self.housekeeping_s * 1000:
+                    raise TimeoutError(f"the master sent nothing for {self.housekeeping_s:.0f} s") from None
+            if data is not None:
+                if not data:
+                    raise ConnectionError("the master closed the connection")
+                self.last_frame_ms = self.mono_ms()
+                for offset, body in decoder.feed(data):
+                    self.master_offset = offset + len(body)
+                    out = stream.on_frame(offset, body)
+                    if out is not None:
+                        store.replica_append(*out)
+                    elif store.replica_pending_bytes and not body:
+                        store.replica_append(store.replica_received_end, b"")   # retry a transient failure
+            report = stream.report(store.commit_log_max_offset)
+            now = time.monotonic()
+            if report != self.reported or now - last_report >= self.report_s:
+                writer.write(encode_report(report))
+                await writer.drain()
+                self.reported = report
+                last_report = now
+
+    async def close(self) -> None:
+        if self._task is not None:
+            try:
+                await cancel_and_wait(self._task)
+            except Exception:
+                log.debug("HA slave task ended with an error at close", exc_info=True)
+            self._task = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

@@ -1,0 +1,183 @@
+"""Replication's two ends in the store: reading a byte range for the HA stream (master) and
+appending the master's bytes (slave).
+
+The HA stream (protocol/ha.py) carries raw CommitLog bytes, cut at any byte but never
+across a segment. The slave's log must end up byte-identical to the master's, and its
+CommitLog stays the only truth, rebuilt from after a crash: so the slave never writes a
+partial record into its segments. What arrives is kept in a bounded buffer (`_replica_pending`)
+until a whole unit is there, then written at the same offset the master has it:
+
+| unit at the buffer's head                 | what the slave does                                   |
+|-------------------------------------------|-------------------------------------------------------|
+| a record (MAGICCODE = message)            | waits for TOTALSIZE bytes, writes it into the segment, checks it in place (check_record: PHYSICALOFFSET, lengths, BODYCRC, topic, properties), then makes it part of the log; a bad one is zeroed and refused |
+| a blank marker ([remaining][BLANK magic]) | waits for the segment's remaining bytes (the master's zero tail), writes the marker, the segment is full |
+| anything else                             | refused: the stream is not a commit log at this offset |
+
+The write position therefore stays at a record boundary (recovery, the checkpoint and
+the dispatcher rely on that), and dispatch (consume queues, the index, held pulls woken by
+on_dispatch) runs over the new records at once.
+
+An empty slave starts at the offset of the first bytes it is sent, which must be a segment's
+start (the master sends from its oldest segment; Java's, from its newest).
+"""
+from __future__ import annotations
+
+from pocketmq.broker.store.commitlog import RECORD, check_record
+from pocketmq.broker.store.fileops import NotOpened
+from pocketmq.protocol.message import (
+    BLANK_MAGIC_CODE,
+    BLANK_MARKER_SIZE,
+    MESSAGE_MAGIC_CODE,
+    RECORD_HEAD_MIN,
+    pack_blank_marker,
+    store_timestamp_at,
+    unpack_size_magic,
+)
+
+__all__ = ["ReplicaPart", "ReplicaError"]
+
+
+class ReplicaError(Exception):
+    """Replicated bytes that cannot be appended: the log is left exactly as it was."""
+
+
+class ReplicaPart:
+    """MessageStore's replication methods (a part of the MessageStore class: state in store.py)."""
+
+    # -- master: what the HA stream sends ----------------------------------------------
+
+    def replica_read(self, offset: int, max_bytes: int) -> bytes | None:
+        """Up to `max_bytes` of the commit log from `offset`, never past the end of the
+        segment holding it nor past the write position: b"" when there is nothing yet at
+        `offset` (the end of the log), None when `offset` is not in the log (below the oldest
+        segment, or past the end). A copy: the segment may be deleted while it is sent."""
+        cl = self._commitlog
+        end = cl.wrote_offset
+        if offset == end:
+            return b""
+        if offset > end or offset < cl.min_offset:
+            return None
+        mf = cl.queue.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.start
+        n = min(max_bytes, mf.wrote - pos)
+        if n <= 0:
+            return b""
+        return bytes(mf.view[pos:pos + n])
+
+    # -- slave: appending the master's bytes -----------------------------------------------
+
+    @property
+    def replica_received_end(self) -> int:
+        """The offset the next replicated bytes must start at: the write position plus what
+        waits in the buffer for the rest of its record."""
+        return self._commitlog.wrote_offset + len(self._replica_pending)
+
+    @property
+    def replica_pending_bytes(self) -> int:
+        return len(self._replica_pending)
+
+    def replica_reset(self) -> int:
+        """Drop what waits in the buffer (a new HA connection starts again at the write
+        position); returns the write position."""
+        self._replica_pending.clear()
+        return self._commitlog.wrote_offset
+
+    def replica_append(self, offset: int, data) -> int:
+        """Append the master's bytes `data`, which lie at `offset` in its log. Returns the
+        number of records made part of the log (and dispatched). Raises ReplicaError when
+        `offset` is not where this log continues or the bytes are not a valid continuation
+        (nothing of `data` is then kept). An empty `data` retries what a transient failure
+        (a segment that could not be created) left in the buffer."""
+        if not self._open or self._failed is not None:
+            raise ReplicaError(f"the store is not writable: {self._failed or 'closed'}")
+        cl = self._commitlog
+        pending = self._replica_pending
+        expected = cl.wrote_offset + len(pending)
+        if offset != expected:
+            if not (data and not pending and not cl.queue.files and cl.wrote_offset == 0):
+                raise ReplicaError(f"the master sent bytes at offset {offset}, this log continues at {expected}")
+            if offset % self._file_size:
+                raise ReplicaError(f"an empty log can only start at a segment boundary; the master sent "
+                                   f"offset {offset} (segment size {self._file_size})")
+            cl.wrote_offset = cl.flushed_offset = offset
+            self._reput_from = offset
+        bound = self._max_record + BLANK_MARKER_SIZE + (1 << 20)
+        if len(pending) + len(data) > max(bound, len(data)):
+            raise ReplicaError(f"{len(pending) + len(data)} bytes at {expected} hold no complete record "
+                               f"(records are at most {self._max_record} bytes)")
+        if pending:
+            pending += data
+            buf = pending
+        else:
+            buf = data
+        try:
+            pos, n = self._append_units(buf)
+        except ReplicaError:
+            pending.clear()   # nothing of it is kept: the caller reconnects and asks again
+            raise
+        rest = len(buf) - pos
+        if pending:
+            del pending[:pos]
+        elif rest:
+            pending += memoryview(buf)[pos:]
+        if n:
+            self._reput()
+        return n
+
+    def _append_units(self, buf) -> tuple[int, int]:
+        """Write the whole units at the head of `buf`; (bytes consumed, records)."""
+        cl = self._commitlog
+        size = self._file_size
+        end = len(buf)
+        pos = 0
+        n = 0
+        while end - pos >= BLANK_MARKER_SIZE:
+            phys = cl.wrote_offset
+            in_seg = phys % size
+            remaining = size - in_seg
+            total, magic = unpack_size_magic(buf, pos)
+            if magic == BLANK_MAGIC_CODE:
+                if total != remaining or in_seg == 0:
+                    raise ReplicaError(f"blank marker at {phys} says {total} bytes, the segment has "
+                                       f"{remaining} left")
+                if end - pos < remaining:
+                    break
+                mf = cl.queue.last
+                if mf is None or not mf.start <= phys < mf.end:
+                    raise ReplicaError(f"no segment holds offset {phys}")
+                pack_blank_marker(mf.mm, in_seg, remaining)
+                mf.wrote = mf.size
+                cl.wrote_offset = mf.end
+                pos += remaining
+                continue
+            if magic != MESSAGE_MAGIC_CODE:
+                raise ReplicaError(f"no record at offset {phys}: magic code {magic & 0xFFFFFFFF:#010x}")
+            if total < RECORD_HEAD_MIN or total > remaining - BLANK_MARKER_SIZE or total > self._max_record:
+                raise ReplicaError(f"record at {phys} of {total} bytes does not fit ({remaining} bytes left in "
+                                   f"its segment, records at most {self._max_record})")
+            if end - pos < total:
+                break
+            try:
+                at = cl.reserve(total)
+            except NotOpened as e:
+                self._note_transient("create commit-log segment", e)
+                break      # kept in the buffer; the next frame (or heartbeat) retries
+            if at != phys:
+                raise ReplicaError(f"record at {phys} would be written at {at}")
+            mf = cl.queue.files[-1]
+            p = at - mf.start
+            mf.mm[p:p + total] = buf[pos:pos + total]
+            kind, _size, info = check_record(mf.view, p, mf.size, at, self._delay_levels, full=True,
+                                             dispatch=False)
+            if kind != RECORD:
+                mf.mm[p:p + total] = bytes(total)
+                raise ReplicaError(f"record at {phys} is not valid: {info or kind}")
+            mf.wrote = p + total
+            cl.wrote_offset = at + total
+            # the checkpoint's physicMsgTimestamp, as a put sets it
+            self._last_store_ts = store_timestamp_at(mf.view, p, total)
+            pos += total
+            n += 1
+        return pos, n

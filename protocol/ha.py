@@ -1,0 +1,102 @@
+"""The HA stream between a master and its slaves (RocketMQ 4.x HAService / HAConnection).
+
+PURE module: stdlib only, no I/O, no clock. Raw TCP on the master's ``haListenPort``
+(default listenPort + 1), no remoting framing; all integers big-endian, signed (Java).
+
+| direction       | layout                                             | meaning                                   |
+|-----------------|----------------------------------------------------|-------------------------------------------|
+| slave -> master | [offset int64]                                     | the slave's CommitLog max offset: the     |
+|                 |                                                    | first one is where to start, later ones   |
+|                 |                                                    | are acks (after each append, >= every 5 s)|
+| master -> slave | [phyOffset int64][size int32][size bytes]          | CommitLog bytes at phyOffset: at most     |
+|                 |                                                    | haTransferBatchSize (32 KiB), never across|
+|                 |                                                    | a segment, not record-aligned             |
+| master -> slave | [phyOffset int64][size int32 = 0]                  | heartbeat while idle (phyOffset = where   |
+|                 |                                                    | the next bytes will start)                |
+
+A master reads only the last complete report in what arrived (Java does the same);
+either side closes after haHousekeepingInterval (20 s) of silence. The frame body is a
+byte range of the master's CommitLog: records and blank markers exactly as they lie in
+its segments (protocol/message.py's layout), so a slave that appends them has a
+byte-identical log.
+"""
+from __future__ import annotations
+
+import struct
+
+__all__ = ["REPORT_SIZE", "FRAME_HEAD_SIZE", "FRAME_BODY_MAX", "encode_report", "encode_frame_head",
+           "ReportDecoder", "FrameDecoder", "HAProtocolError"]
+
+_REPORT = struct.Struct(">q")
+_FRAME_HEAD = struct.Struct(">qi")
+REPORT_SIZE = _REPORT.size          # 8
+FRAME_HEAD_SIZE = _FRAME_HEAD.size  # 12
+# A slave cannot know its master's haTransferBatchSize; Java's default is 32 KiB and a
+# master sends at most one segment's remainder. Anything above this bound is a broken
+# or hostile peer, not a frame to buffer.
+FRAME_BODY_MAX = 64 * 1024 * 1024
+
+
+class HAProtocolError(ValueError):
+    """The peer sent something that is not the HA stream (the connection is closed)."""
+
+
+def encode_report(offset: int) -> bytes:
+    return _REPORT.pack(offset)
+
+
+def encode_frame_head(offset: int, size: int) -> bytes:
+    return _FRAME_HEAD.pack(offset, size)
+
+
+class ReportDecoder:
+    """The master's side: the slave's offset reports, 8 bytes each."""
+
+    __slots__ = ("_rest",)
+
+    def __init__(self) -> None:
+        self._rest = b""
+
+    def feed(self, data: bytes) -> list[int]:
+        """Every complete report in `data` (after what was left over), in order."""
+        buf = self._rest + data if self._rest else data
+        n = len(buf) // REPORT_SIZE
+        out = [_REPORT.unpack_from(buf, i * REPORT_SIZE)[0] for i in range(n)]
+        self._rest = bytes(buf[n * REPORT_SIZE:])
+        for offset in out:
+            if offset < 0:
+                raise HAProtocolError(f"negative offset {offset} reported")
+        return out
+
+
+class FrameDecoder:
+    """The slave's side: frames ``(phy_offset, body)``; a heartbeat has an empty body."""
+
+    __slots__ = ("_buf", "_body_max")
+
+    def __init__(self, body_max: int = FRAME_BODY_MAX) -> None:
+        self._buf = bytearray()
+        self._body_max = body_max
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        buf = self._buf
+        buf += data
+        out = []
+        pos = 0
+        end = len(buf)
+        while end - pos >= FRAME_HEAD_SIZE:
+            offset, size = _FRAME_HEAD.unpack_from(buf, pos)
+            if offset < 0 or size < 0 or size > self._body_max:
+                raise HAProtocolError(f"bad frame header: offset {offset}, size {size}")
+            if end - pos - FRAME_HEAD_SIZE < size:
+                break
+            start = pos + FRAME_HEAD_SIZE
+            out.append((offset, bytes(buf[start:start + size])))
+            pos = start + size
+        if pos:
+            del buf[:pos]
+        return out

@@ -1,0 +1,175 @@
+"""The store's replication ends: replica_read (master) and replica_append (slave).
+
+A slave fed the master's bytes in arbitrary cuts ends byte-identical over the replicated
+range, with the same consume queues; bad bytes are refused without touching the log.
+"""
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from pocketmq.broker.store.api import GetMessageStatus as GS
+from pocketmq.broker.store.api import MessageBatchToStore
+from pocketmq.broker.store.replica import ReplicaError
+from tests.unit.test_store import SEG, config, joined, msg, opened, tags
+
+BATCH = 32 * 1024
+
+
+def fill(master, n=200, seed=1):
+    rnd = random.Random(seed)
+    for i in range(n):
+        if i % 17 == 0:
+            bodies = [(b"b%d-%d" % (i, j) * rnd.randint(1, 30)) for j in range(rnd.randint(2, 6))]
+            batch = MessageBatchToStore("TopicB", i % 3, 0, 1000 + i, msg().born_host, 1000 + i,
+                                        [(0, b, tags(j)) for j, b in enumerate(bodies)])
+            assert master.put_messages(batch).status.name == "PUT_OK"
+        else:
+            body = bytes(rnd.getrandbits(8) for _ in range(rnd.randint(1, 700)))
+            r = master.put_message(msg(topic=rnd.choice(["TopicA", "TopicB"]), qid=rnd.randrange(4), body=body,
+                                       props=tags(i), now=1000 + i))
+            assert r.status.name == "PUT_OK"
+
+
+def copy(master, slave, rnd, start=None, chunk_max=BATCH):
+    """The HA stream's work: frames of at most chunk_max, never across a segment."""
+    offset = slave.replica_received_end if start is None else start
+    if offset == 0:
+        offset = master.commit_log_min_offset
+    while True:
+        data = master.replica_read(offset, rnd.randint(1, chunk_max))
+        if not data:
+            return
+        # the network may cut the frame's body again (it is still one frame here)
+        slave.replica_append(offset, data)
+        offset += len(data)
+
+
+def segments(store) -> dict[str, bytes]:
+    d = store.config.commit_log_dir
+    return {name: open(os.path.join(d, name), "rb").read() for name in sorted(os.listdir(d))}
+
+
+def test_slave_is_byte_identical_and_serves_the_same_pulls(tmp_path):
+    master = opened(config(tmp_path / "m"))
+    slave = opened(config(tmp_path / "s", store_host=(bytes([10, 0, 0, 2]), 10911)))
+    fill(master)
+    assert len(master._commitlog.queue.files) > 5      # several segments with blank markers
+    rnd = random.Random(7)
+    copy(master, slave, rnd)
+    assert slave.commit_log_max_offset == master.commit_log_max_offset
+    assert slave.replica_pending_bytes == 0
+    assert segments(slave) == segments(master)
+    for topic in ("TopicA", "TopicB"):
+        for qid in range(4):
+            a = master.get_message(topic, qid, 0, 1000)
+            b = slave.get_message(topic, qid, 0, 1000)
+            assert (a.status, a.next_begin_offset, a.max_offset) == (b.status, b.next_begin_offset, b.max_offset)
+            assert joined(a) == joined(b)
+
+
+def test_one_byte_frames_and_restart_in_the_middle(tmp_path):
+    master = opened(config(tmp_path / "m"))
+    fill(master, n=60, seed=3)
+    scfg = config(tmp_path / "s")
+    slave = opened(scfg)
+    rnd = random.Random(3)
+    half = master.commit_log_max_offset // 2
+    offset = 0
+    while offset < half:
+        data = master.replica_read(offset, rnd.randint(1, 40))
+        slave.replica_append(offset, data)
+        offset += len(data)
+    # a partial record waits in memory only: the log ends at a record boundary
+    stored = slave.commit_log_max_offset
+    assert stored <= offset
+    slave.close()
+    slave = opened(scfg)
+    assert slave.commit_log_max_offset == stored      # restart: what was stored is kept
+    copy(master, slave, rnd)
+    assert segments(slave) == segments(master)
+    fill(master, n=30, seed=4)
+    copy(master, slave, rnd)
+    assert segments(slave) == segments(master)
+
+
+def test_dispatch_listener_sees_replicated_records(tmp_path):
+    master = opened(config(tmp_path / "m"))
+    seen = []
+    slave = opened(config(tmp_path / "s"), on_dispatch=lambda t, q, mo, code, ts: seen.append((t, q, mo)))
+    for i in range(5):
+        master.put_message(msg(qid=1, body=b"x%d" % i, props=tags(i)))
+    copy(master, slave, random.Random(1))
+    assert seen == [("TopicA", 1, i + 1) for i in range(5)]
+
+
+def test_empty_slave_starts_at_the_masters_oldest_segment(tmp_path):
+    master = opened(config(tmp_path / "m"))
+    fill(master, n=120, seed=5)
+    master.clean_expired_files(now_ms=10**15, force=True)
+    start = master.commit_log_min_offset
+    assert start > 0 and start % SEG == 0
+    slave = opened(config(tmp_path / "s"))
+    copy(master, slave, random.Random(2))
+    assert slave.commit_log_min_offset == start
+    assert segments(slave) == {k: v for k, v in segments(master).items()}
+    # queues start past 0 where the oldest records are gone: the same messages from both
+    found = 0
+    for topic in ("TopicA", "TopicB"):
+        for qid in range(4):
+            if qid not in slave.queue_ids(topic):
+                # no record of it is left in the log: the master keeps its old queue file
+                assert master.get_message(topic, qid, 0, 1000).status is not GS.FOUND
+                continue
+            lo = slave.get_min_offset_in_queue(topic, qid)
+            assert lo > 0
+            a, b = master.get_message(topic, qid, lo, 1000), slave.get_message(topic, qid, lo, 1000)
+            assert (a.status, a.next_begin_offset) == (b.status, b.next_begin_offset)
+            assert joined(a) == joined(b)
+            found += a.status is GS.FOUND
+    assert found
+
+
+def test_refuses_a_gap_an_unaligned_start_and_bad_bytes(tmp_path):
+    master = opened(config(tmp_path / "m"))
+    for i in range(20):
+        master.put_message(msg(body=b"y" * 100, props=tags(i)))
+    slave = opened(config(tmp_path / "s"))
+    with pytest.raises(ReplicaError, match="segment boundary"):
+        slave.replica_append(100, master.replica_read(100, 50))
+    data = master.replica_read(0, 1000)
+    slave.replica_append(0, data[:300])
+    end = slave.replica_received_end
+    with pytest.raises(ReplicaError, match=f"continues at {end}"):
+        slave.replica_append(end + 1, data[301:400])
+    assert slave.replica_pending_bytes > 0        # a gap keeps the buffer; a new connection drops it
+    assert slave.replica_reset() == slave.commit_log_max_offset
+    assert slave.replica_pending_bytes == 0
+    # a flipped body byte: BODYCRC catches it; the record is not stored, the log unchanged
+    stored = slave.commit_log_max_offset
+    before = segments(slave)
+    bad = bytearray(master.replica_read(stored, 1000))
+    bad[200] ^= 0xFF
+    with pytest.raises(ReplicaError, match="not valid"):
+        slave.replica_append(stored, bytes(bad))
+    assert slave.commit_log_max_offset == stored and segments(slave) == before
+    assert slave.replica_pending_bytes == 0
+    # garbage where a record should start
+    with pytest.raises(ReplicaError, match="no record"):
+        slave.replica_append(stored, b"\x00\x00\x01\x00" + b"\x12" * 300)
+    # the right bytes still go in afterwards
+    copy(master, slave, random.Random(9))
+    assert segments(slave) == segments(master)
+
+
+def test_replica_read_bounds(tmp_path):
+    master = opened(config(tmp_path / "m"))
+    assert master.replica_read(0, 100) == b""
+    master.put_message(msg())
+    end = master.commit_log_max_offset
+    assert master.replica_read(end, 100) == b""
+    assert master.replica_read(end + 1, 100) is None
+    assert len(master.replica_read(0, 10)) == 10
+    assert master.replica_read(0, 10_000) == master.replica_read(0, end)
