@@ -41,6 +41,7 @@ from pocketmq.broker.services.waiters import OffsetWaiters
 from pocketmq.broker.store.replica import ReplicaError
 from pocketmq.protocol.ha import FrameDecoder, HAProtocolError, ReportDecoder, encode_frame_head, encode_report
 from pocketmq.remoting.clock import monotonic_ms
+from pocketmq.remoting.metrics import LatencyHistogram
 from pocketmq.remoting.tasks import cancel_and_wait
 
 log = logging.getLogger("pocketmq.broker.ha")
@@ -95,9 +96,10 @@ class HAMaster:
         self._waiters = OffsetWaiters(waiters_max)
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task] = set()
-        # SYNC_MASTER's time waiting for a slave (metrics): count and total seconds
-        self.sync_waits = 0
-        self.sync_wait_seconds = 0.0
+        # SYNC_MASTER's time waiting for a slave's ack (metrics), timeouts included
+        self.wait_latency = LatencyHistogram()
+        # bytes sent to all slaves (metrics, haStatus's transfer rate)
+        self.bytes_sent = 0
 
     async def start(self) -> int:
         self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=READ_BYTES)
@@ -123,8 +125,12 @@ class HAMaster:
     def waiter(self, end_offset: int, timeout_s: float) -> asyncio.Future:
         """True once a slave acked `end_offset`, False after `timeout_s`."""
         fut = self._waiters.waiter(end_offset, timeout_s)
-        if not fut.done():
+        if fut.done():
+            self.wait_latency.observe(0.0)
+        else:
             self.notify()
+            t0 = time.perf_counter()
+            fut.add_done_callback(lambda _f: self.wait_latency.observe(time.perf_counter() - t0))
         return fut
 
     # -- connections ------------------------------------------------------------------------
@@ -218,6 +224,7 @@ class HAMaster:
                 return
             if data:
                 writer.writelines((encode_frame_head(nxt, len(data)), data))
+                self.bytes_sent += len(data)
                 await writer.drain()
                 nxt += len(data)
                 conn.transferred = nxt
@@ -274,6 +281,7 @@ class HASlave:
         self.reported = -1                     # the last offset reported to the master
         self.master_offset = -1                # the master's stream position (frames and heartbeats)
         self.last_frame_ms = 0                 # monotonic ms of the last frame (data or heartbeat)
+        self.bytes_received = 0                # commit-log bytes received (metrics, haStatus)
         self._addr_changed = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -374,6 +382,7 @@ class HASlave:
                 self.last_frame_ms = self.mono_ms()
                 for offset, body in decoder.feed(data):
                     self.master_offset = offset + len(body)
+                    self.bytes_received += len(body)
                     out = stream.on_frame(offset, body)
                     if out is not None:
                         store.replica_append(*out)
