@@ -59,7 +59,7 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 class _SlaveConn:
     __slots__ = ("remote", "request_offset", "ack_offset", "transferred", "connected_ms", "last_report_ms",
-                 "first_report", "wake", "writer")
+                 "first_report", "wake", "writer", "tasks")
 
     def __init__(self, remote: str, writer, now_ms: int) -> None:
         self.remote = remote
@@ -71,6 +71,7 @@ class _SlaveConn:
         self.last_report_ms = now_ms
         self.first_report = asyncio.Event()
         self.wake = asyncio.Event()
+        self.tasks: tuple[asyncio.Task, ...] = ()
 
     def view(self) -> SlaveView:
         return SlaveView(self.remote, self.request_offset, self.ack_offset, self.transferred,
@@ -143,8 +144,11 @@ class HAMaster:
         task = asyncio.current_task()
         self._tasks.add(task)
         read_task = asyncio.create_task(self._read_reports(conn, reader), name=f"ha-read-{remote}")
+        send_task = asyncio.create_task(self._send(conn), name=f"ha-send-{remote}")
+        # close() cancels these two, never this task: asyncio's stream server logs a
+        # cancelled connection handler as an error
+        conn.tasks = (read_task, send_task)
         try:
-            send_task = asyncio.create_task(self._send(conn), name=f"ha-send-{remote}")
             done, pending = await asyncio.wait({read_task, send_task}, return_when=asyncio.FIRST_COMPLETED)
             for t in pending:
                 t.cancel()
@@ -159,6 +163,7 @@ class HAMaster:
                     log.exception("HA connection of slave %s failed", remote)
         finally:
             read_task.cancel()
+            send_task.cancel()
             self._conns.discard(conn)
             self._tasks.discard(task)
             writer.close()
@@ -251,10 +256,12 @@ class HAMaster:
             self._server = None    # the connections' tasks are ended below: nothing to wait for
         for c in list(self._conns):
             c.writer.close()
+            for t in c.tasks:
+                t.cancel()
         for t in list(self._tasks):
             try:
-                await cancel_and_wait(t)
-            except Exception:
+                await t
+            except (asyncio.CancelledError, Exception):
                 log.debug("HA connection task ended with an error at close", exc_info=True)
         self._waiters.fail()
         self._waiters.close()
