@@ -739,6 +739,62 @@ def decode_reset_offset_body(body) -> dict:
     return out
 
 
+# --- broker offset tables (GET_ALL_CONSUMER_OFFSET 43, GET_ALL_DELAY_OFFSET 45) -----------------
+#
+# What a slave reads from its master (and a returning master from its slaves). Java writes
+# both with fastjson, integer keys bare ({"offsetTable":{"T@G":{0:12}}}); pocketmq quotes
+# them ({"offsetTable":{"T@G":{"0":12}}}), which fastjson reads back into its Integer keys.
+# Other members (5.x adds dataVersion) are ignored.
+
+def _offset_table(body, what: str) -> dict:
+    d = loads(body)
+    if not isinstance(d, dict):
+        raise BodyError(f"{what} is not an object")
+    table = d.get("offsetTable")
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise BodyError(f"{what}: offsetTable is not an object")
+    return table
+
+
+def _offset(value, what: str) -> int:
+    off = _strict_int(value, what)
+    if off < 0:
+        raise BodyError(f"bad {what}: {off} (negative)")
+    return off
+
+
+def decode_consumer_offset_wrapper(body) -> dict[str, dict[int, int]]:
+    """Java's ConsumerOffsetSerializeWrapper (GET_ALL_CONSUMER_OFFSET's body; consumerOffset.json)
+    -> {"topic@group": {queueId: offset}}. Raises BodyError naming what is malformed: a key
+    that is not a valid `topic@group`, a queue id or offset that is no integer, a negative offset."""
+    out = {}
+    for key, queues in _offset_table(body, "ConsumerOffsetSerializeWrapper").items():
+        if not isinstance(key, str) or "@" not in key:
+            raise BodyError(f"bad consumer offset key {key!r}: expected topic@group")
+        topic, _, group = key.partition("@")
+        check_name(TOPIC, "consumer offset topic", topic)
+        check_name(GROUP, "consumer offset group", group)
+        if not isinstance(queues, dict):
+            raise BodyError(f"consumer offsets of {key} are not an object")
+        out[key] = {_strict_int(q, f"queue id of {key}"): _offset(o, f"offset of {key}")
+                    for q, o in queues.items()}
+    return out
+
+
+def decode_delay_offset_wrapper(body) -> dict[int, int]:
+    """Java's DelayOffsetSerializeWrapper (GET_ALL_DELAY_OFFSET's body; delayOffset.json)
+    -> {delay level: next SCHEDULE_TOPIC_XXXX queue offset}. Raises BodyError when malformed."""
+    out = {}
+    for level, off in _offset_table(body, "DelayOffsetSerializeWrapper").items():
+        level = _strict_int(level, "delay level")
+        if level < 1:
+            raise BodyError(f"bad delay level {level} (levels start at 1)")
+        out[level] = _offset(off, f"delay offset of level {level}")
+    return out
+
+
 # --- consumer running info (GET_CONSUMER_RUNNING_INFO 307, client -> broker -> admin) -----------
 #
 # Java's ConsumerRunningInfo as fastjson writes it (fields sorted, jstack omitted when null):

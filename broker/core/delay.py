@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 from pocketmq.common.constants import SCHEDULE_TOPIC
-from pocketmq.protocol.bodies import loads
+from pocketmq.protocol.bodies import decode_delay_offset_wrapper, loads
 from pocketmq.protocol.message import (DELAY, ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RETRY_TOPIC,
                               WAIT, decode_properties, encode_properties, property_value)
 
@@ -111,3 +111,14 @@ class ScheduleCursors:
     def load(self, data: bytes) -> None:
         d = loads(data)
         self.offsets = {int(k): int(v) for k, v in ((d or {}).get("offsetTable") or {}).items()}
+
+    def adopt(self, body) -> bool:
+        """Take a whole table from another broker (a slave's GET_ALL_DELAY_OFFSET from its
+        master), in memory: True, and dirty to be persisted, when it differs from ours.
+        Raises BodyError for a malformed body, leaving the table as it was."""
+        offsets = decode_delay_offset_wrapper(body)
+        if offsets == self.offsets:
+            return False
+        self.offsets = offsets
+        self.dirty = True
+        return True

@@ -212,6 +212,15 @@ def process_get_all_consumer_offset(ctx, conn, cmd):
     return cmd.response(ResponseCode.SUCCESS, body=ctx.offsets.encode())
 
 
+def process_get_all_delay_offset(ctx, conn, cmd):
+    """GET_ALL_DELAY_OFFSET (45): the delay-level cursors as delayOffset.json holds them (Java's
+    DelayOffsetSerializeWrapper {offsetTable: {level: offset}}), read by a slave's metadata
+    sync (Java's AdminBrokerProcessor.getAllDelayOffset)."""
+    if ctx.schedule_cursors is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, "No delay offset in this broker")
+    return cmd.response(ResponseCode.SUCCESS, body=ctx.schedule_cursors.encode())
+
+
 def process_get_all_subscription_group(ctx, conn, cmd):
     """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): Java's SubscriptionGroupWrapper
     {subscriptionGroupTable: {group: SubscriptionGroupConfig}, dataVersion}."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 from pocketmq.broker.core.clients import ConsumerManager, ProducerManager
+from pocketmq.broker.core.delay import ScheduleCursors
 from pocketmq.broker.core.held_pulls import HeldPullTable
 from pocketmq.broker.core.locks import RebalanceLockManager
 from pocketmq.broker.core.offsets import ConsumerOffsetManager
@@ -89,3 +90,5 @@ class BrokerContext:
     # the replication view for GET_BROKER_RUNTIME_INFO, haStatus and metrics (a callable
     # returning a dict, None when there is none)
     ha_status: Callable[[], dict] | None = None
+    # the delay levels' cursors (delayOffset.json), served by GET_ALL_DELAY_OFFSET
+    schedule_cursors: ScheduleCursors | None = None
