@@ -20,6 +20,8 @@ Where we differ from RocketMQ, on purpose:
 * ``haSlaveFallbehindMax`` also loads under its 5.x name ``haMaxGapNotInSync``.
 * ``totalPhysicalMemoryBytes`` (pocketmq's own, 0 = this machine's RAM) is what
   ``accessMessageInMemoryMaxRatio`` is a percentage of.
+* ``slaveSyncIntervalMillis`` (pocketmq's own, 10 000) is how often a slave copies its
+  master's metadata (RocketMQ's fixed 10 s; broker/services/slave_sync.py).
 * A master (ASYNC_MASTER/SYNC_MASTER) with ``brokerId != 0`` is refused
   (RocketMQ silently resets it to 0, hiding a forgotten ``brokerRole=SLAVE``).
 * ``aclEnable=true`` and ``enableDLegerCommitLog=true`` are refused: pocketmq
@@ -337,6 +339,9 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     # machine's RAM). A consumer further behind the log's end than that reads from disk:
     # smaller pulls, and with slaveReadEnable the master suggests it pull from a slave.
     totalPhysicalMemoryBytes: NonNegativeLong = 0
+    # pocketmq's own: how often a slave copies its master's topics, groups and offsets
+    # (Java's fixed 10 s); the first copy is made min(3 s, this) after start.
+    slaveSyncIntervalMillis: PositiveInt = 10_000
     maxHeldPulls: PositiveInt = 100_000
     # pocketmq's own: the message index is built behind the dispatcher, at most this many
     # records per consume-queue flush (each second) or query, so it never takes more
@@ -583,6 +588,7 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "indexBuildBatchNums",
     "haMasterAddress", "haSendHeartbeatInterval", "haHousekeepingInterval", "haTransferBatchSize",
     "haSlaveFallbehindMax", "slaveTimeout", "slaveReadEnable", "totalPhysicalMemoryBytes",
+    "slaveSyncIntervalMillis",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""
 
