@@ -186,6 +186,22 @@ async def phase_pull(addr, topic, queues, seconds, max_nums=32, inflight=8):
     return n, {"drained": len(done_queues) == queues}
 
 
+def calibrated(run, json_path: str | None = None) -> dict:
+    """`run()` between two calibrations (printed, and kept in the result under
+    calibration_rtt_us), the result written to `json_path` when given."""
+    import json
+    before = loopback_echo_rtt_us()
+    print(f"calibration before: loopback_echo_rtt_us={before:.1f}", flush=True)
+    result = run()
+    after = loopback_echo_rtt_us()
+    print(f"calibration after: loopback_echo_rtt_us={after:.1f}", flush=True)
+    result["calibration_rtt_us"] = {"before": before, "after": after}
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(result, f, indent=2)
+    return result
+
+
 def loopback_echo_rtt_us(seconds: float = 1.0) -> float:
     """Calibration: a bare asyncio round trip between two processes on this machine right
     now (100-byte ping-pong). Shared hosts drift; read the other figures against it."""

@@ -12,7 +12,7 @@ import logging
 from pocketmq.protocol.message import MessageSysFlag
 from pocketmq.broker.store.api import valid_topic
 from pocketmq.broker.store.commitlog import DispatchRequest
-from pocketmq.broker.store.consumequeue import EXISTS
+from pocketmq.broker.store.consumequeue import CQ_UNIT, EXISTS
 from pocketmq.broker.store.fileops import NotOpened
 
 log = logging.getLogger("pocketmq.store")
@@ -62,6 +62,55 @@ class DispatchPart:
         if self.on_dispatch is not None:
             self._notify(req.topic, req.queue_id, cq.max_offset, req.tags_code, req.store_timestamp)
         return 1
+
+    def _dispatch_many(self, reqs: list[DispatchRequest], end: int) -> int:
+        """Dispatch records just appended at reput_from, ending at `end` (the slave's
+        replicated runs): the units a queue gets from the run are written with one put_many
+        when they continue it, and each queue is notified once per distinct tag code with
+        its new end (a held pull wakes if any record matches it, as per-record dispatch
+        would). Pinned to per-record `_dispatch` by tests/unit/test_store_replica.py. Falls
+        back to `_reput` when dispatch is not at the run's start."""
+        if self._reput_from != (reqs[0].commit_log_offset if reqs else end) or self._dispatch_behind:
+            return self._reput()
+        groups: dict = {}
+        for req in reqs:
+            if not _indexed(req.sys_flag):
+                continue
+            g = groups.get((req.topic, req.queue_id))
+            if g is None:
+                groups[(req.topic, req.queue_id)] = [req]
+            else:
+                g.append(req)
+        n = 0
+        try:
+            for (topic, queue_id), rs in groups.items():
+                if not valid_topic(topic):
+                    for req in rs:
+                        n += self._dispatch(req)      # logs and skips it
+                    continue
+                cq = self._cq(topic, queue_id)
+                qo0 = rs[0].queue_offset
+                if cq.max_offset != qo0 or rs[-1].queue_offset != qo0 + len(rs) - 1:
+                    for req in rs:                    # a gap, a repeat: the unit-by-unit rules
+                        n += self._dispatch(req)
+                    continue
+                cq.put_many(qo0, b"".join([CQ_UNIT.pack(r.commit_log_offset, r.size, r.tags_code) for r in rs]))
+                n += len(rs)
+                last = rs[-1]
+                self._dispatched_ts = last.store_timestamp
+                if self.on_dispatch is not None:
+                    for code in {r.tags_code for r in rs}:
+                        self._notify(topic, queue_id, cq.max_offset, code, last.store_timestamp)
+        except NotOpened as e:
+            # the queues dispatched so far are idempotent: reput redoes the run from its start
+            self._dispatch_behind = True
+            self._note_transient("create consume-queue file", e)
+            return n
+        except OSError as e:
+            self._fail(f"consume queue write failed: {e}")
+            return n
+        self._reput_from = end
+        return n
 
     def _notify(self, topic: str, queue_id: int, next_max_offset: int, code: int, store_ts: int) -> None:
         try:

@@ -7,15 +7,18 @@ CommitLog stays the only truth, rebuilt from after a crash: so the slave never w
 partial record into its segments. What arrives is kept in a bounded buffer (`_replica_pending`)
 until a whole unit is there, then written at the same offset the master has it:
 
-| unit at the buffer's head                 | what the slave does                                   |
-|-------------------------------------------|-------------------------------------------------------|
-| a record (MAGICCODE = message)            | waits for TOTALSIZE bytes, writes it into the segment, checks it in place (check_record: PHYSICALOFFSET, lengths, BODYCRC, topic, properties), then makes it part of the log; a bad one is zeroed and refused |
-| a blank marker ([remaining][BLANK magic]) | waits for the segment's remaining bytes (the master's zero tail), writes the marker, the segment is full |
-| anything else                             | refused: the stream is not a commit log at this offset |
+* records (MAGICCODE = message): wait for TOTALSIZE bytes; a run of whole records is written
+  into the segment at once, each checked in place (check_record: PHYSICALOFFSET, lengths,
+  BODYCRC, topic, properties), then made part of the log; the first bad one is zeroed with
+  what follows it and refused;
+* a blank marker ([remaining][BLANK magic]): wait for the segment's remaining bytes (the
+  master's zero tail), write the marker: the segment is full;
+* anything else: refused, the stream is not a commit log at this offset.
 
 The write position therefore stays at a record boundary (recovery, the checkpoint and
 the dispatcher rely on that), and dispatch (consume queues, the index, held pulls woken by
-on_dispatch) runs over the new records at once.
+on_dispatch) runs over the new records at once, from what the check returned
+(DispatchPart._dispatch_many: one put_many per queue and run), so a record is parsed once.
 
 An empty slave starts at the offset of the first bytes it is sent, which must be a segment's
 start (the master sends from its oldest segment; Java's, from its newest).
@@ -30,7 +33,6 @@ from pocketmq.protocol.message import (
     MESSAGE_MAGIC_CODE,
     RECORD_HEAD_MIN,
     pack_blank_marker,
-    store_timestamp_at,
     unpack_size_magic,
 )
 
@@ -115,15 +117,13 @@ class ReplicaPart:
         try:
             pos, n = self._append_units(buf)
         except ReplicaError:
-            pending.clear()   # nothing of it is kept: the caller reconnects and asks again
+            pending.clear()   # what was not stored is dropped: the caller reconnects and asks again
             raise
         rest = len(buf) - pos
         if pending:
             del pending[:pos]
         elif rest:
             pending += memoryview(buf)[pos:]
-        if n:
-            self._reput()
         return n
 
     def _append_units(self, buf) -> tuple[int, int]:
@@ -159,25 +159,47 @@ class ReplicaPart:
                                    f"its segment, records at most {self._max_record})")
             if end - pos < total:
                 break
+            # the run of whole records from here that lie in this segment: copied at once,
+            # then checked in place one by one (each record once: the check also gives what
+            # the dispatcher needs)
+            run_end = pos + total
+            room = remaining - BLANK_MARKER_SIZE - total
+            while end - run_end >= BLANK_MARKER_SIZE:
+                t, m = unpack_size_magic(buf, run_end)
+                if m != MESSAGE_MAGIC_CODE or t < RECORD_HEAD_MIN or t > room or end - run_end < t:
+                    break
+                run_end += t
+                room -= t
+            length = run_end - pos
             try:
-                at = cl.reserve(total)
+                at = cl.reserve(length)
             except NotOpened as e:
                 self._note_transient("create commit-log segment", e)
                 break      # kept in the buffer; the next frame (or heartbeat) retries
             if at != phys:
                 raise ReplicaError(f"record at {phys} would be written at {at}")
             mf = cl.queue.files[-1]
-            p = at - mf.start
-            mf.mm[p:p + total] = buf[pos:pos + total]
-            kind, _size, info = check_record(mf.view, p, mf.size, at, self._delay_levels, full=True,
-                                             dispatch=False)
-            if kind != RECORD:
-                mf.mm[p:p + total] = bytes(total)
-                raise ReplicaError(f"record at {phys} is not valid: {info or kind}")
-            mf.wrote = p + total
-            cl.wrote_offset = at + total
-            # the checkpoint's physicMsgTimestamp, as a put sets it
-            self._last_store_ts = store_timestamp_at(mf.view, p, total)
-            pos += total
-            n += 1
+            p0 = at - mf.start
+            mf.mm[p0:p0 + length] = buf[pos:run_end]
+            view, seg, levels = mf.view, mf.size, self._delay_levels
+            reqs = []
+            p, stop = p0, p0 + length
+            bad = None
+            while p < stop:
+                kind, rsize, info = check_record(view, p, seg, mf.start + p, levels)
+                if kind != RECORD:
+                    bad = f"record at {mf.start + p} is not valid: {info or kind}"
+                    mf.mm[p:stop] = bytes(stop - p)
+                    break
+                reqs.append(info)
+                p += rsize
+            if p > p0:
+                mf.wrote = p
+                cl.wrote_offset = mf.start + p
+                self._last_store_ts = reqs[-1].store_timestamp     # the checkpoint's physicMsgTimestamp
+                self._dispatch_many(reqs, cl.wrote_offset)
+                n += len(reqs)
+            if bad is not None:
+                raise ReplicaError(bad)
+            pos = run_end
         return pos, n

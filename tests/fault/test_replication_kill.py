@@ -39,14 +39,13 @@ from pocketmq.protocol.message import (
     unpack_size_magic,
 )
 from tests.integration.test_client_cluster import create_topic
-from tests.support.daemons import READY_BROKER, READY_NS, Daemon, free_port
+from tests.support.replica_pair import ProcessGroup
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.fault]
 
 SEED = int(os.environ.get("POCKETMQ_HA_KILL_SEED") or random.SystemRandom().randrange(2**32))
 KILLS = int(os.environ.get("POCKETMQ_HA_KILLS", "20"))
 TOPIC, QUEUES = "HaKillTopic", 4
-SEGMENT = 256 * 1024
 
 
 def _body(ident: str, rng: random.Random) -> bytes:
@@ -84,80 +83,6 @@ def _same(acked: tuple[int, int, int], place: tuple[int, int, int]) -> bool:
     return (acked[0] < 0 or acked[0] == place[0]) and acked[1:] == place[1:]
 
 
-class Group:
-    """One nameserver, a master and a slave as processes; the slave's store can become the
-    master's."""
-
-    def __init__(self, root: str, role: str):
-        self.root = root
-        self.role = role
-        self.ns_port, self.m_port, self.m_ha, self.s_port = free_port(), free_port(), free_port(), free_port()
-        self.gen = 0
-        self.ns = Daemon("mqnamesrv", [f"--listenPort={self.ns_port}", f"--kvConfigPath={root}/kv.json"],
-                         READY_NS, os.path.join(root, "ns.log"))
-        self.master: Daemon | None = None
-        self.slave: Daemon | None = None
-        self.master_dir = os.path.join(root, "store-0")
-        self.slave_dir = os.path.join(root, "store-1")
-        self.logs: list[str] = []
-
-    @property
-    def namesrv_addr(self) -> str:
-        return f"127.0.0.1:{self.ns_port}"
-
-    @property
-    def broker_addr(self) -> str:          # create_topic's target: the master
-        return f"127.0.0.1:{self.m_port}"
-
-    def _broker(self, who: str, store: str) -> Daemon:
-        common = ["-n", self.namesrv_addr, "--brokerIP1=127.0.0.1", f"--storePathRootDir={store}",
-                  f"--mappedFileSizeCommitLog={SEGMENT}", "--mappedFileSizeConsumeQueue=4000",
-                  "--registerNameServerPeriod=1000", "--slaveTimeout=5000", "--defaultTopicQueueNums=4"]
-        if who == "m":
-            args = common + [f"--listenPort={self.m_port}", f"--haListenPort={self.m_ha}", f"--brokerRole={self.role}"]
-        else:
-            args = common + [f"--listenPort={self.s_port}", f"--haListenPort={free_port()}", "--brokerRole=SLAVE",
-                             "--brokerId=1", f"--haMasterAddress=127.0.0.1:{self.m_ha}"]
-        log = os.path.join(self.root, f"{who}-{self.gen}.log")
-        self.logs.append(log)
-        return Daemon("mqbroker", args, READY_BROKER, log)
-
-    def start(self) -> None:
-        self.ns.start()
-        self.master = self._broker("m", self.master_dir)
-        self.master.start(30)
-        self.slave = self._broker("s", self.slave_dir)
-        self.slave.start(30)
-
-    def promote_slave_store(self) -> None:
-        """After the master and its store are gone: the slave's store becomes the master's,
-        a new empty slave copies it."""
-        self.slave.stop()
-        self.gen += 1
-        shutil.rmtree(self.master_dir, ignore_errors=True)
-        os.rename(self.slave_dir, self.master_dir)
-        self.master = self._broker("m", self.master_dir)
-        self.master.start(30)
-        self.slave = self._broker("s", self.slave_dir)
-        self.slave.start(30)
-
-    def stop(self) -> None:
-        for d in (self.slave, self.master, self.ns):
-            if d is not None:
-                try:
-                    d.stop()
-                except Exception:
-                    d.kill()
-
-    def tracebacks(self) -> list[str]:
-        out = []
-        for path in self.logs:
-            with open(path, errors="replace") as f:
-                if "Traceback" in f.read():
-                    out.append(path)
-        return out
-
-
 async def _sender(producer, rng, name, acked, stop, counts) -> None:
     seq = 0
     while not stop.is_set():
@@ -185,7 +110,7 @@ async def _sender(producer, rng, name, acked, stop, counts) -> None:
             acked[ident] = (decode_offset_msg_id(ids[i])[2] if len(ids) == n else -1, qid, r.queue_offset + i)
 
 
-async def _load_then_kill(group: Group, rng: random.Random, acked: dict, rnd: int) -> dict:
+async def _load_then_kill(group: ProcessGroup, rng: random.Random, acked: dict, rnd: int) -> dict:
     stop = asyncio.Event()
     counts = {"not_ok": 0}
     producer = Producer("HaKillProducer", group.namesrv_addr, instance_name=f"hakill-{rnd}",
@@ -215,7 +140,7 @@ async def _load_then_kill(group: Group, rng: random.Random, acked: dict, rnd: in
 
 async def test_sync_master_loses_no_acknowledged_message(tmp_path):
     rng = random.Random(SEED)
-    group = Group(str(tmp_path), "SYNC_MASTER")
+    group = ProcessGroup(str(tmp_path), "SYNC_MASTER", ["--defaultTopicQueueNums=4"])
     acked: dict[str, tuple[int, int, int]] = {}
     report = []
     try:
@@ -242,7 +167,7 @@ async def test_sync_master_loses_no_acknowledged_message(tmp_path):
 
 async def test_async_master_loses_at_most_the_lag(tmp_path):
     rng = random.Random(SEED + 1)
-    group = Group(str(tmp_path), "ASYNC_MASTER")
+    group = ProcessGroup(str(tmp_path), "ASYNC_MASTER", ["--defaultTopicQueueNums=4"])
     acked: dict[str, tuple[int, int, int]] = {}
     lost_total = 0
     try:

@@ -1,6 +1,7 @@
 """A master/slave broker group for tests: one nameserver, a master and its slave (one
 brokerName), in-process (`LocalPair`) on fixed free ports so each can be restarted at the
-same address, and helpers that compare the two stores.
+same address, or as processes (`ProcessGroup`, for SIGKILL and for benchmarks), and helpers
+that compare the two stores.
 
     async with LocalPair(tmp_path, role="SYNC_MASTER") as pair:
         pair.master.addr, pair.slave.addr, await pair.restart_master()
@@ -9,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 
 from pocketmq.broker.app import Broker
 from pocketmq.broker.config import parse_args as broker_args
 from pocketmq.nameserver.app import NameServer
 from pocketmq.nameserver.config import parse_args as ns_args
-from tests.support.daemons import free_port
+from tests.support.daemons import READY_BROKER, READY_NS, Daemon, free_port
 
 SEGMENT = 256 * 1024
 
@@ -125,3 +127,79 @@ def commit_log_bytes(store_dir: str, end: int | None = None, start: int = 0) -> 
         if hi > lo:
             out += data[lo - base:hi - base]
     return bytes(out)
+
+
+class ProcessGroup:
+    """One nameserver, a master and a slave as processes; the slave's store can become the
+    master's."""
+
+    def __init__(self, root: str, role: str, extra_args=(), segment: int = 256 * 1024):
+        self.root = root
+        self.role = role
+        self.extra_args = list(extra_args)
+        self.segment = segment
+        self.ns_port, self.m_port, self.m_ha, self.s_port = free_port(), free_port(), free_port(), free_port()
+        self.gen = 0
+        self.ns = Daemon("mqnamesrv", [f"--listenPort={self.ns_port}", f"--kvConfigPath={root}/kv.json"],
+                         READY_NS, os.path.join(root, "ns.log"))
+        self.master: Daemon | None = None
+        self.slave: Daemon | None = None
+        self.master_dir = os.path.join(root, "store-0")
+        self.slave_dir = os.path.join(root, "store-1")
+        self.logs: list[str] = []
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.ns_port}"
+
+    @property
+    def broker_addr(self) -> str:          # create_topic's target: the master
+        return f"127.0.0.1:{self.m_port}"
+
+    def _broker(self, who: str, store: str) -> Daemon:
+        common = ["-n", self.namesrv_addr, "--brokerIP1=127.0.0.1", f"--storePathRootDir={store}",
+                  f"--mappedFileSizeCommitLog={self.segment}", "--mappedFileSizeConsumeQueue=4000",
+                  "--registerNameServerPeriod=1000", "--slaveTimeout=5000"] + self.extra_args
+        if who == "m":
+            args = common + [f"--listenPort={self.m_port}", f"--haListenPort={self.m_ha}", f"--brokerRole={self.role}"]
+        else:
+            args = common + [f"--listenPort={self.s_port}", f"--haListenPort={free_port()}", "--brokerRole=SLAVE",
+                             "--brokerId=1", f"--haMasterAddress=127.0.0.1:{self.m_ha}"]
+        log = os.path.join(self.root, f"{who}-{self.gen}.log")
+        self.logs.append(log)
+        return Daemon("mqbroker", args, READY_BROKER, log)
+
+    def start(self) -> None:
+        self.ns.start()
+        self.master = self._broker("m", self.master_dir)
+        self.master.start(30)
+        self.slave = self._broker("s", self.slave_dir)
+        self.slave.start(30)
+
+    def promote_slave_store(self) -> None:
+        """After the master and its store are gone: the slave's store becomes the master's,
+        a new empty slave copies it."""
+        self.slave.stop()
+        self.gen += 1
+        shutil.rmtree(self.master_dir, ignore_errors=True)
+        os.rename(self.slave_dir, self.master_dir)
+        self.master = self._broker("m", self.master_dir)
+        self.master.start(30)
+        self.slave = self._broker("s", self.slave_dir)
+        self.slave.start(30)
+
+    def stop(self) -> None:
+        for d in (self.slave, self.master, self.ns):
+            if d is not None:
+                try:
+                    d.stop()
+                except Exception:
+                    d.kill()
+
+    def tracebacks(self) -> list[str]:
+        out = []
+        for path in self.logs:
+            with open(path, errors="replace") as f:
+                if "Traceback" in f.read():
+                    out.append(path)
+        return out

@@ -98,11 +98,44 @@ def test_one_byte_frames_and_restart_in_the_middle(tmp_path):
 def test_dispatch_listener_sees_replicated_records(tmp_path):
     master = opened(config(tmp_path / "m"))
     seen = []
-    slave = opened(config(tmp_path / "s"), on_dispatch=lambda t, q, mo, code, ts: seen.append((t, q, mo)))
+    slave = opened(config(tmp_path / "s"), on_dispatch=lambda t, q, mo, code, ts: seen.append((t, q, mo, code)))
     for i in range(5):
         master.put_message(msg(qid=1, body=b"x%d" % i, props=tags(i)))
-    copy(master, slave, random.Random(1))
-    assert seen == [("TopicA", 1, i + 1) for i in range(5)]
+    slave.replica_append(0, master.replica_read(0, 100_000))
+    # one run: the queue is told its new end once per distinct tag code
+    codes = {master.get_message("TopicA", 1, i, 1).buffers and i for i in range(5)}
+    assert {(t, q, mo) for t, q, mo, _c in seen} == {("TopicA", 1, 5)}
+    assert len({c for *_x, c in seen}) == len(codes) == 5
+
+
+def _notified(store_dir, master, chunk, force_plain):
+    """(consume-queue files, per queue: last end told and the tag codes told) of a slave fed
+    the master's log in chunks, dispatching through _dispatch_many or, forced, the per-record
+    reput."""
+    told: dict = {}
+    slave = opened(config(store_dir), on_dispatch=lambda t, q, mo, code, ts: told.setdefault(
+        (t, q), [0, set()]).__setitem__(0, mo) or told[(t, q)][1].add(code))
+    if force_plain:
+        slave._dispatch_many = lambda reqs, end: slave._reput()
+    copy(master, slave, random.Random(chunk), chunk_max=chunk)
+    units = {}
+    for topic in slave.topics():
+        for qid in slave.queue_ids(topic):
+            cq = slave._find_cq(topic, qid)
+            units[(topic, qid)] = [cq.unit(i) for i in range(cq.min_offset, cq.max_offset)]
+    return units, {k: (v[0], v[1]) for k, v in told.items()}
+
+
+@pytest.mark.parametrize("chunk", [97, 4096, 32 * 1024])
+def test_dispatch_many_equals_per_record_dispatch(tmp_path, chunk):
+    master = opened(config(tmp_path / "m"))
+    fill(master, n=150, seed=chunk)
+    fast = _notified(tmp_path / "fast", master, chunk, False)
+    plain = _notified(tmp_path / "plain", master, chunk, True)
+    assert fast[0] == plain[0]
+    # every queue is told its final end, and every tag code it got (a held pull for any of
+    # them wakes): the same as per-record dispatch
+    assert {k: (mo, codes) for k, (mo, codes) in fast[1].items()} == plain[1]
 
 
 def test_empty_slave_starts_at_the_masters_oldest_segment(tmp_path):
