@@ -16,6 +16,7 @@ import logging
 
 from pocketmq.client.errors import (BrokerError, ClientStateError, InvalidArgumentError, MessageNotFoundError,
                                     NoRouteError)
+from pocketmq.client.replica import find_broker_address_in_admin
 from pocketmq.protocol.headers.typed import LONG_MAX, QueryMessageRequestHeader
 from pocketmq.protocol.message import decode_offset_msg_id
 
@@ -27,11 +28,12 @@ DEFAULT_UNIQUE_MAX_NUM = 32      # Java's defaultQueryMaxNum: what a broker answ
 
 
 def _broker_addrs(route) -> list[tuple[str, str]]:
+    """(brokerName, address) per group of the route: reads go to the master, else a slave."""
     out = []
     for bd in sorted(route.broker_datas, key=lambda b: b.broker_name):
-        addr = bd.master_addr() or next(iter(sorted(bd.broker_addrs.items())), (None, None))[1]
-        if addr:
-            out.append((bd.broker_name, addr))
+        found = find_broker_address_in_admin(bd.broker_addrs)
+        if found is not None:
+            out.append((bd.broker_name, found[0]))
     return out
 
 

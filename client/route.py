@@ -3,17 +3,24 @@
 Built from TopicRouteData like Java's MQClientInstance.topicRouteData2TopicPublishInfo
 and topicRouteData2TopicSubscribeInfo: only brokers with a master address,
 writable queues for producers (`writeQueueNums`), readable ones for consumers
-(`readQueueNums`). `orderTopicConf` ("broker-a:8;broker-b:8"), when present,
-overrides the publish queues the way Java does.
+(`readQueueNums`; a group whose master is down stays readable from its slaves).
+`orderTopicConf` ("broker-a:8;broker-b:8"), when present, overrides the publish
+queues the way Java does. Which member of a group a request goes to is
+client.replica's rule; BrokerAddrTable applies it to the members the routes show.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pocketmq.client.replica import (
+    MASTER_ID,
+    BrokerChanges,
+    broker_changes,
+    find_broker_address_in_admin,
+    find_broker_address_in_subscribe,
+)
 from pocketmq.protocol.bodies import MessageQueue, TopicRouteData
 from pocketmq.protocol.codes import PermName
-
-MASTER_ID = 0
 
 
 @dataclass(slots=True)
@@ -81,18 +88,28 @@ class BrokerAddrTable:
     """brokerName -> {brokerId: addr}, merged from every route we have seen."""
     table: dict = field(default_factory=dict)
 
-    def update(self, route: TopicRouteData) -> None:
-        for b in route.broker_datas:
-            self.table[b.broker_name] = dict(b.broker_addrs)
+    def update(self, route: TopicRouteData) -> BrokerChanges:
+        """Take the route's members of each group it names (the newest view wins); returns
+        what changed (client.replica.broker_changes)."""
+        new = {b.broker_name: dict(b.broker_addrs) for b in route.broker_datas}
+        changes = broker_changes(self.table, new)
+        self.table.update(new)
+        return changes
 
     def master(self, broker_name: str) -> str | None:
         return self.table.get(broker_name, {}).get(MASTER_ID)
 
     def any_addr(self, broker_name: str) -> str | None:
-        addrs = self.table.get(broker_name) or {}
-        if MASTER_ID in addrs:
-            return addrs[MASTER_ID]
-        return addrs[min(addrs)] if addrs else None
+        found = find_broker_address_in_admin(self.table.get(broker_name) or {})
+        return None if found is None else found[0]
+
+    def find_broker_address_in_admin(self, broker_name: str) -> tuple[str, int] | None:
+        """(address, broker id) for offsets and queue bounds: the master, else a slave."""
+        return find_broker_address_in_admin(self.table.get(broker_name) or {})
+
+    def find_broker_address_in_subscribe(self, broker_name: str, broker_id: int) -> tuple[str, int] | None:
+        """(address, broker id) to pull from: member `broker_id`, else the master, else a slave."""
+        return find_broker_address_in_subscribe(self.table.get(broker_name) or {}, broker_id)
 
     def all_masters(self) -> dict[str, str]:
         return {n: a[MASTER_ID] for n, a in self.table.items() if MASTER_ID in a}
