@@ -22,7 +22,7 @@ import asyncio
 
 from pocketmq.protocol.command import RemotingCommand, encode_parts
 from pocketmq.remoting.client import RemotingClient
-from pocketmq.remoting.connection import Connection
+from pocketmq.remoting.connection import Connection, ConnectionClosed
 
 
 class ClientConnection(Connection):
@@ -77,6 +77,28 @@ class ClientConnection(Connection):
 
 
 class ClientRemoting(RemotingClient):
-    """RemotingClient whose connections are ClientConnections."""
+    """RemotingClient whose connections are ClientConnections.
+
+    `on_connection_lost(addr)` (set by the ClientInstance) hears of every connection that
+    closed and every dial that failed while the client is open: a broker that went away
+    (a dead master) makes the instance refresh its routes at once, instead of at the 30 s
+    timer, so pulls move to a slave within seconds (client/replica.py)."""
 
     connection_class = ClientConnection
+    on_connection_lost = None
+
+    def _lost(self, addr: str | None) -> None:
+        hook = self.on_connection_lost
+        if hook is not None and addr and not self.closed:
+            hook(addr)
+
+    def _closed(self, conn: Connection) -> None:
+        super()._closed(conn)
+        self._lost(conn.attrs.get("addr"))
+
+    async def connection(self, addr: str) -> Connection:
+        try:
+            return await super().connection(addr)
+        except ConnectionClosed:
+            self._lost(addr)
+            raise

@@ -12,6 +12,12 @@ RebalanceImpl.lock/lockAll/unlock:
   it again. A queue whose local lock is older than REBALANCE_LOCK_MAX_LIVE_MS is neither
   pulled nor consumed until a renewal succeeds. Dropped queues are unlocked by the
   consumer after their last commit (`unlock`), and all of them at shutdown.
+  Locks live on the group's master only (client/replica.py): when the route shows a
+  group without master (`masters_changed`, from the ClientInstance) its queues stop at
+  once (their local lock is dropped: no pull, no consumption, so nothing is consumed
+  out of order meanwhile) but stay held; when the master is back the locks are renewed
+  at once and they go on where they stopped. A renewal that could not reach a broker
+  that still has a master changes nothing: the local lock runs out by itself (Java).
   BROADCASTING: no locks (each member has its own offsets; Java's orderly service only
   locks in CLUSTERING).
 * one consume task per queue; it takes a slot of `consume_concurrency` (the consume
@@ -74,6 +80,7 @@ class OrderlyService:
         self.wakeups: dict[MessageQueue, asyncio.Event] = {}
         self.slots: asyncio.Semaphore | None = None
         self._renew_task: asyncio.Task | None = None
+        self._renew_now = asyncio.Event()     # renew before the timer (a master came back)
         self.now_ms = mono_ms          # injectable for tests of the shell
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -103,20 +110,47 @@ class OrderlyService:
     async def lock(self, mqs) -> set[MessageQueue]:
         """LOCK_BATCH_MQ for `mqs` (one request per broker): the ones now ours. Held queues
         among them get their local lock refreshed."""
+        return (await self._lock(mqs))[0]
+
+    async def _lock(self, mqs) -> tuple[set[MessageQueue], set[str]]:
+        """lock(), and the brokers that could not be asked (no master, or the request failed):
+        their queues were not refused."""
         inst = self.consumer.instance
         ok: set[MessageQueue] = set()
+        unasked: set[str] = set()
         for bn, group_mqs in self._by_broker(mqs).items():
             try:
                 addr = await inst.master_addr_refreshing(bn, group_mqs[0].topic)
                 ok.update(await inst.api.lock_batch(addr, self.group, inst.client_id, group_mqs))
             except MQClientError as e:
+                unasked.add(bn)
                 log.warning("%s: locking %d queues on %s failed: %s", self.group, len(group_mqs), bn, e)
         now = self.now_ms()
         for mq in ok:
             qs = self.consumer.subscription_state.get(mq)
             if qs is not None:
                 qs.pq.set_locked(now)
-        return ok
+        return ok, unasked
+
+    def masters_changed(self, lost, back) -> None:
+        """The route shows the groups `lost` without master and `back` with one again. Queues
+        of a group without master stop now (no pull, no consumption: the lock that orders
+        them cannot be renewed, and a master back from a restart has forgotten it); they
+        stay held and go on once renew() locks them on the master again, which runs at
+        once when one comes back."""
+        if not self.needs_lock:
+            return
+        held = self.consumer.subscription_state.assignment
+        stopped = []
+        for mq, qs in held.items():
+            if mq.broker_name in lost and qs.pq.locked:
+                qs.pq.lose_lock()
+                stopped.append(mq)
+        if stopped:
+            log.warning("%s: %s has no master: orderly queues %s stop until it is back", self.group,
+                        ", ".join(sorted(lost)), [f"{m.broker_name}:{m.queue_id}" for m in sorted(stopped)])
+        if back and any(mq.broker_name in back for mq in held):
+            self._renew_now.set()
 
     async def unlock(self, mqs) -> None:
         """UNLOCK_BATCH_MQ (after the last commit of these queues); errors only logged: the
@@ -131,12 +165,19 @@ class OrderlyService:
 
     async def renew(self) -> None:
         """Renew every held queue's lock; a queue the broker gave to another client is
-        dropped (no commit: the other client owns its offset now)."""
+        dropped (no commit: the other client owns its offset now). Queues of a broker that
+        could not be asked are kept: stopped now when the route has no master for them
+        (masters_changed), else left to their local lock's expiry."""
         held = dict(self.consumer.subscription_state.assignment)
         if not held:
             return
-        ok = await self.lock(list(held))
-        refused = [mq for mq, qs in held.items() if mq not in ok and not qs.dropped]
+        ok, unasked = await self._lock(list(held))
+        brokers = self.consumer.instance.brokers
+        for mq, qs in held.items():
+            if mq.broker_name in unasked and brokers.master(mq.broker_name) is None:
+                qs.pq.lose_lock()
+        refused = [mq for mq, qs in held.items()
+                   if mq not in ok and mq.broker_name not in unasked and not qs.dropped]
         for mq in refused:
             held[mq].pq.lose_lock()
         if refused:
@@ -147,7 +188,12 @@ class OrderlyService:
     async def _renew_loop(self) -> None:
         last = self.now_ms()
         while True:
-            await asyncio.sleep(max(0, next_lock_renewal_ms(last) - self.now_ms()) / 1000)
+            try:
+                async with asyncio.timeout(max(0, next_lock_renewal_ms(last) - self.now_ms()) / 1000):
+                    await self._renew_now.wait()
+            except TimeoutError:
+                pass
+            self._renew_now.clear()
             last = self.now_ms()
             try:
                 await self.renew()
@@ -208,6 +254,10 @@ class OrderlyService:
 
     async def _relock(self, qs: QueueState) -> bool:
         if qs.dropped or self.consumer.state not in ("RUNNING", "DRAINING"):
+            return False
+        if self.consumer.instance.brokers.master(qs.mq.broker_name) is None:
+            # No master in the route: nothing to ask (a request a second per queue would only
+            # fail); renew() locks the queue again as soon as the master is back.
             return False
         return qs.mq in await self.lock([qs.mq])
 

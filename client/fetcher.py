@@ -16,9 +16,15 @@ owns everything about pulling itself:
   msgs/s empties 1,000 messages in ~8 ms) then sat with nothing to consume (measured:
   25k instead of 195k msgs/s, poll cycles of 48 ms at the 99th percentile, pulls of 128,
   docs/client.md);
-* route and broker errors: the master is looked up again on every pull, a failed
-  pull is retried after pull_error_delay_ms, and a subscription error re-sends the
-  heartbeat first. Failures are logged per broker through a FailureLog
+* which member of the queue's broker group to pull from (client/replica.py): the one
+  the last pull of that queue suggested (`suggestWhichBrokerId`, kept per queue in
+  `pull_nodes`), looked up again in the member table on every pull (`find_addr`: the
+  consumers give their instance's subscribe_addr_refreshing), so a dead master's
+  queues go on from a slave once the route drops it; a pull to a slave carries no
+  commit offset. Pulls answered are counted per broker id
+  (`stats["pulls_by_broker_id"]`);
+* route and broker errors: a failed pull is retried after pull_error_delay_ms, and a
+  subscription error re-sends the heartbeat first. Failures are logged per broker through a FailureLog
   (client/log_throttle.py): the first one, a summary every 30 s while they go on,
   the recovery once; not one line per queue per retry;
 * offset moved (PULL_OFFSET_MOVED): jump to the broker's next offset, the handler
@@ -47,6 +53,7 @@ from pocketmq.client.errors import MQClientError, SubscriptionError
 from pocketmq.client.log_throttle import FailureLog
 from pocketmq.client.message import MessageExt
 from pocketmq.client.process_queue import FLOW_CONTROL_DELAY_MS
+from pocketmq.client.replica import MASTER_ID, PullFromWhichNode, member_pull_sys_flag
 from pocketmq.client.subscription_state import QueueState, SubscriptionState
 from pocketmq.protocol.message import decode_messages
 from pocketmq.remoting.clock import monotonic_ms
@@ -128,8 +135,15 @@ class Fetcher:
         # flow-control waits begun, and those that ran the whole FLOW_CONTROL_DELAY_MS (no room made)
         self.stats.setdefault("flow_control_waits", 0)
         self.stats.setdefault("flow_control_timeouts", 0)
+        # pulls answered, by the broker id of the group member that answered (0: master)
+        self.stats.setdefault("pulls_by_broker_id", {})
         self.task_prefix = task_prefix
         self.instance = None        # set by the consumer's start()
+        # (broker_name, topic, broker_id) -> (addr, broker_id) of the member to pull from; set
+        # by the consumer's start() (its instance's subscribe_addr_refreshing). None: the
+        # master only (instance.master_addr_refreshing), for a bare Fetcher.
+        self.find_addr = None
+        self.pull_nodes = PullFromWhichNode()    # the broker id each queue's last pull suggested
         # Per broker: the first failure, periodic summaries, the recovery (not a line per retry).
         self.clock = clock          # ms, for the failure log only
         self.pull_failures = FailureLog("pull")
@@ -150,8 +164,10 @@ class Fetcher:
         self._log_failure(failures.succeeded(mq.broker_name, _item(mq), self.clock()))
 
     def _forget(self, qs: QueueState) -> None:
-        """`qs` is no longer pulled: an episode of failures it was part of may end."""
+        """`qs` is no longer pulled: an episode of failures it was part of may end, and its
+        pull suggestion goes (the table holds the queues being pulled only)."""
         mq, now = qs.mq, self.clock()
+        self.pull_nodes.forget(mq)
         for failures in (self.pull_failures, self.start_offset_failures):
             self._log_failure(failures.forget(mq.broker_name, _item(mq), now))
 
@@ -186,6 +202,9 @@ class Fetcher:
                 tasks.append(qs.task)
                 qs.task = None
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _master_addr(self, broker_name: str, topic: str, broker_id: int) -> tuple[str, int]:
+        return await self.instance.master_addr_refreshing(broker_name, topic), MASTER_ID
 
     # -- the loop -------------------------------------------------------------------------
     async def _start_offset(self, qs: QueueState) -> None:
@@ -231,6 +250,10 @@ class Fetcher:
         delay_s = self.pull_error_delay_ms / 1000
         flow_delay_s = FLOW_CONTROL_DELAY_MS / 1000
         stats = self.stats
+        by_broker_id = stats["pulls_by_broker_id"]
+        nodes = self.pull_nodes
+        find_addr = self.find_addr or self._master_addr
+        topic = mq.topic
         # A restarted task (seek) carries on a failure episode of its queue.
         failures = int(self.pull_failures.failing_item(bn, _item(mq)))
         while not qs.dropped:
@@ -243,8 +266,9 @@ class Fetcher:
             seq = qs.seq
             offset = qs.pull_offset
             try:
-                addr = await inst.master_addr_refreshing(bn, mq.topic)
-                res = await pull(PullRequest(addr, group, mq, offset, batch, pull_sys_flag(commit > 0, True, True),
+                addr, broker_id = await find_addr(bn, topic, nodes.recalculate(mq))
+                res = await pull(PullRequest(addr, group, mq, offset, batch,
+                                             member_pull_sys_flag(pull_sys_flag(commit > 0, True, True), broker_id),
                                              max(commit, 0), suspend_ms, sub.sub_string, sub.sub_version,
                                              timeout_s, sub.expression_type, PULL_BODY))
                 msgs = decode_found(res.body, mq, addr) if res.status == _FOUND else None
@@ -271,8 +295,10 @@ class Fetcher:
                 failures = 0
                 self._recovered(self.pull_failures, mq)
             stats["pulls"] += 1
+            by_broker_id[broker_id] = by_broker_id.get(broker_id, 0) + 1
             if qs.dropped:
-                break
+                break               # (and its suggestion is forgotten: not recorded now)
+            nodes.update(mq, res.suggest_which_broker_id)
             if seq != qs.seq:
                 continue                    # seek() moved the queue while we were pulling
             try:

@@ -10,6 +10,13 @@ Reconnection needs no user action: RemotingClient dials again on the next
 request after a connection dropped, and the first request on a new broker
 connection is preceded by a heartbeat so the broker knows our consumers again.
 
+Master/slave groups (client/replica.py has the rules): a broker connection that
+closes or cannot be dialled makes the instance refresh its routes at once (at most
+one refresh a second), so a dead master leaves the member table within seconds and
+pulls and offset requests go on with a slave; an address a route shows for the first
+time gets a heartbeat at once, in the background; consumers hear when a group's
+master leaves or comes back (orderly consumers stop and resume on it).
+
 Background tasks are created in `start()` and cancelled in `close()`.
 """
 from __future__ import annotations
@@ -74,6 +81,10 @@ DEFAULT_TOPIC = AUTO_CREATE_TOPIC_KEY_TOPIC
 ROUTE_REFRESH_INTERVAL_S = 30.0
 HEARTBEAT_INTERVAL_S = 30.0
 REBALANCE_INTERVAL_S = 20.0
+# A broker connection that failed refreshes the routes at once, then at most this often
+# while failures go on (a dead master failing every pull of every queue must not turn
+# into a nameserver request per pull).
+ROUTE_REFRESH_AFTER_FAILURE_MIN_INTERVAL_S = 1.0
 
 
 def local_ip() -> str:
@@ -150,6 +161,7 @@ class ClientInstance:
                                        serialize_type=SerializeType.JSON,
                                        busy_poll_us=DEFAULT_BUSY_POLL_US if busy_poll_us is None else busy_poll_us)
         self.remoting.set_namesrv_addr(namesrv_addr)
+        self.remoting.on_connection_lost = self._connection_lost
         self.route_refresh_interval_s = route_refresh_interval_s
         self.heartbeat_interval_s = heartbeat_interval_s
         self.rebalance_interval_s = rebalance_interval_s
@@ -167,6 +179,13 @@ class ClientInstance:
         self._start_lock = asyncio.Lock()
         self._route_locks: dict[str, asyncio.Lock] = {}
         self._hb_lock = asyncio.Lock()
+        # Background work started by route updates and connection failures: one task each,
+        # at most; what arrives while it runs joins it (addresses to heartbeat: a subset of
+        # the member table; a refresh wanted: one flag).
+        self._hb_pending: set[str] = set()
+        self._hb_task: asyncio.Task | None = None
+        self._refresh_wanted = False
+        self._refresh_task: asyncio.Task | None = None
         # Every request the client makes to a broker or nameserver goes through this object.
         self.api = ClientAPI(self)
 
@@ -202,9 +221,10 @@ class ClientInstance:
         if self.closed:
             return
         self.closed = True
-        for t in self._tasks + list(self._reset_tasks):
+        background = [t for t in (self._hb_task, self._refresh_task) if t is not None]
+        for t in self._tasks + list(self._reset_tasks) + background:
             t.cancel()
-        for t in self._tasks + list(self._reset_tasks):
+        for t in self._tasks + list(self._reset_tasks) + background:
             try:
                 await t
             except BaseException:
@@ -390,7 +410,7 @@ class ClientInstance:
             if route is None or not route.queue_datas:
                 return None
             self.routes[topic] = route
-            self.brokers.update(route)
+            self._update_brokers(route)
             info = publish_info(topic, route)
             old = self.publish.get(topic)
             if old is not None:
@@ -411,7 +431,7 @@ class ClientInstance:
         default = await self.fetch_route(DEFAULT_TOPIC)
         if default is None:
             raise NoRouteError(f"No route info of this topic: {topic}")
-        self.brokers.update(default)
+        self._update_brokers(default)
         for qd in default.queue_datas:
             n = min(DEFAULT_TOPIC_QUEUE_NUMS, qd.read_queue_nums)
             qd.read_queue_nums = n
@@ -455,6 +475,97 @@ class ClientInstance:
             except MQClientError as e:
                 log.warning("%s: could not check the %s subscription of %s with %s: %s",
                             group, sub.expression_type, sub.topic, addrs[0], e)
+
+    # -- master/slave groups ----------------------------------------------------------------
+    def _update_brokers(self, route: TopicRouteData) -> None:
+        """Take a route's members; act on what changed (never waiting: the route update
+        must not block on a heartbeat or a consumer)."""
+        changes = self.brokers.update(route)
+        if not changes:
+            return
+        if changes.new_addrs:
+            self._heartbeat_soon(changes.new_addrs)
+        if changes.masters_lost or changes.masters_back:
+            if changes.masters_lost:
+                log.warning("%s: no master in the route of %s; reading from slaves", self.client_id,
+                            ", ".join(sorted(changes.masters_lost)))
+            if changes.masters_back:
+                log.info("%s: the master of %s is back", self.client_id, ", ".join(sorted(changes.masters_back)))
+            for consumer in list(self.consumers.values()):
+                consumer.masters_changed(changes.masters_lost, changes.masters_back)
+
+    def _heartbeat_soon(self, addrs) -> None:
+        """Heartbeat addresses a route showed for the first time now, in the background
+        (Java waits for the 30 s timer: until then a new master cannot check our
+        transactions and a new slave does not know our consumers). One task at most;
+        addresses arriving while it runs are sent by it too."""
+        if not self.started or self.closed or not (self.producers or self.consumers):
+            return
+        self._hb_pending.update(addrs)
+        if self._hb_task is None or self._hb_task.done():
+            self._hb_task = asyncio.get_running_loop().create_task(self._heartbeat_pending(),
+                                                                   name=f"{self.client_id}:heartbeat-new")
+
+    async def _heartbeat_pending(self) -> None:
+        while self._hb_pending:
+            addrs = self._hb_pending
+            self._hb_pending = set()
+            data = self.heartbeat_data()
+            if not data.producer_groups and not data.consumer_data_set:
+                return
+            if not data.consumer_data_set:
+                # producers only: masters only, like heartbeat_all (a slave takes no sends)
+                masters = set(self.brokers.all_masters().values())
+                addrs = addrs & masters
+            body = dumps(data.to_json())
+            await asyncio.gather(*(self._heartbeat(a, body) for a in sorted(addrs)))
+
+    def _connection_lost(self, addr: str) -> None:
+        """ClientRemoting: a connection to `addr` closed or could not be made. For a broker,
+        refresh the routes now: the nameserver drops a dead master at once, and the 30 s
+        timer would leave pulls failing against it meanwhile."""
+        if not self.started or self.closed or addr in self.remoting.namesrv_addrs:
+            return
+        if not any(addr in addrs.values() for addrs in self.brokers.table.values()):
+            return
+        self._refresh_wanted = True
+        if self._refresh_task is None or self._refresh_task.done():
+            self._refresh_task = asyncio.get_running_loop().create_task(self._refresh_after_failures(),
+                                                                        name=f"{self.client_id}:routes-now")
+
+    async def _refresh_after_failures(self) -> None:
+        while self._refresh_wanted:
+            self._refresh_wanted = False
+            try:
+                await self.refresh_routes()
+            except Exception as e:        # refresh_routes logs per topic; this is a bug
+                log.warning("%s: route refresh after a broker failure failed: %r", self.client_id, e)
+            await asyncio.sleep(ROUTE_REFRESH_AFTER_FAILURE_MIN_INTERVAL_S)
+
+    async def subscribe_addr_refreshing(self, broker_name: str, topic: str, broker_id: int) -> tuple[str, int]:
+        """(address, broker id) to pull `broker_name`'s queue from: member `broker_id`, else
+        the master, else a slave (client.replica); the route is fetched again when the
+        group is not known."""
+        found = self.brokers.find_broker_address_in_subscribe(broker_name, broker_id)
+        if found is not None:       # (every pull: no coroutine layer more than before)
+            return found
+        return await self._find_after_refresh(self.brokers.find_broker_address_in_subscribe, topic,
+                                              broker_name, broker_id)
+
+    async def admin_addr_refreshing(self, broker_name: str, topic: str) -> tuple[str, int]:
+        """(address, broker id) for offsets and queue bounds (commit, query, min/max, search):
+        the master, else a slave (Java's findBrokerAddressInAdmin)."""
+        found = self.brokers.find_broker_address_in_admin(broker_name)
+        if found is not None:
+            return found
+        return await self._find_after_refresh(self.brokers.find_broker_address_in_admin, topic, broker_name)
+
+    async def _find_after_refresh(self, find, topic: str, broker_name: str, *args) -> tuple[str, int]:
+        await self.update_route(topic)
+        found = find(broker_name, *args)
+        if found is None:
+            raise NoRouteError(f"broker {broker_name} not found in the route of {topic}")
+        return found
 
     def all_broker_addrs(self) -> list[str]:
         out = []

@@ -131,6 +131,11 @@ class LitePullConsumer(QueryMixin):
     def assignment(self) -> set[MessageQueue]:
         return set(self.subscription_state.assignment)
 
+    def masters_changed(self, lost, back) -> None:
+        """ClientInstance: groups whose master left or came back. Nothing to do here: pulls
+        and offsets find the member to use at each request, and a lite consumer holds no
+        queue locks."""
+
     def consumer_data(self) -> ConsumerData | None:
         if self.state != "RUNNING" or self.subscription_state.manual:
             return None
@@ -144,8 +149,9 @@ class LitePullConsumer(QueryMixin):
         inst = await acquire_consumer_instance(self)
         self.instance = inst
         self.fetcher.instance = inst
+        self.fetcher.find_addr = inst.subscribe_addr_refreshing     # master or slave (client/replica.py)
         self.rebalancer.instance = inst
-        self.offset_store = RemoteOffsetStore(inst, self.group)
+        self.offset_store = RemoteOffsetStore(inst, self.group, find_addr=inst.admin_addr_refreshing)
         self.state = "RUNNING"
         if self.auto_commit:
             self._commit_task = asyncio.create_task(self._auto_commit_loop(), name=f"{self.group}:autocommit")
@@ -358,23 +364,25 @@ class LitePullConsumer(QueryMixin):
         if moved:
             await self.commit(moved)
 
-    async def _master(self, mq: MessageQueue) -> str:
-        return await self.instance.master_addr_refreshing(mq.broker_name, mq.topic)
+    async def _admin_addr(self, mq: MessageQueue) -> str:
+        """Where queue bounds and offsets are read: the master, else a slave (client/replica.py)."""
+        addr, _ = await self.instance.admin_addr_refreshing(mq.broker_name, mq.topic)
+        return addr
 
     async def seek_to_begin(self, mq: MessageQueue) -> None:
-        self.seek(mq, await self.instance.api.min_offset(await self._master(mq), mq))
+        self.seek(mq, await self.instance.api.min_offset(await self._admin_addr(mq), mq))
 
     async def seek_to_end(self, mq: MessageQueue) -> None:
-        self.seek(mq, await self.instance.api.max_offset(await self._master(mq), mq))
+        self.seek(mq, await self.instance.api.max_offset(await self._admin_addr(mq), mq))
 
     async def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
         self._check_running()
-        return await self.instance.api.search_offset(await self._master(mq), mq, timestamp_ms)
+        return await self.instance.api.search_offset(await self._admin_addr(mq), mq, timestamp_ms)
 
     async def committed(self, mq: MessageQueue) -> int:
         """The offset stored at the broker for this group (-1 if none)."""
         self._check_running()
-        return await self.instance.api.query_consumer_offset(await self._master(mq), self.group, mq)
+        return await self.instance.api.query_consumer_offset(await self._admin_addr(mq), self.group, mq)
 
     def position(self, mq: MessageQueue) -> int:
         return self._state(mq).consume_offset

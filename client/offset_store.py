@@ -4,7 +4,12 @@ RemoteOffsetStore (clustering): the broker keeps the group's offsets
 (QUERY_CONSUMER_OFFSET / UPDATE_CONSUMER_OFFSET); the client keeps the
 latest local value per queue and pushes the changed ones every 5 s, when a
 queue is removed, and at shutdown. The stored value is the **next** offset to
-consume.
+consume. Offsets go to the group's master, or to a slave while the route has no
+master (`find_addr`, client/replica.py): a 4.x slave takes them, so progress made
+while the master is down is kept. An offset that landed on a slave stays dirty
+until it lands on the master: a master coming back has its old offsets, and its
+slaves copy them over theirs (Java re-sends every offset every 5 s, so it gets there
+too; this store sends only changed ones, and those).
 
 LocalOffsetStore (broadcasting): the same table persisted in a JSON file
 (tmp -> fsync -> replace), since broadcasting offsets are per client.
@@ -18,6 +23,7 @@ import os
 
 from pocketmq.client.errors import MQClientError
 from pocketmq.client.log_throttle import FailureLog
+from pocketmq.client.replica import MASTER_ID
 from pocketmq.protocol.bodies import MessageQueue
 from pocketmq.remoting.clock import monotonic_ms
 
@@ -67,9 +73,13 @@ class OffsetTable:
 
 
 class RemoteOffsetStore:
-    def __init__(self, instance, group: str, clock=monotonic_ms):
+    def __init__(self, instance, group: str, clock=monotonic_ms, *, find_addr=None):
         self.instance = instance
         self.group = group
+        # (broker_name, topic) -> (addr, broker_id) of the member that takes offsets: the
+        # consumers give their instance's admin_addr_refreshing (the master, else a slave);
+        # None: the master only (instance.master_addr_refreshing).
+        self.find_addr = find_addr or self._master_addr
         self.table = OffsetTable()
         # while a broker is down every commit round fails for each of its queues: log the
         # first failure, a summary now and then, and the recovery (client/log_throttle.py)
@@ -79,6 +89,9 @@ class RemoteOffsetStore:
     def _log(self, line) -> None:
         if line is not None:
             log.log(line[0], "%s: %s", self.group, line[1])
+
+    async def _master_addr(self, broker_name: str, topic: str) -> tuple[str, int]:
+        return await self.instance.master_addr_refreshing(broker_name, topic), MASTER_ID
 
     async def load(self) -> None:
         return None
@@ -91,9 +104,8 @@ class RemoteOffsetStore:
 
     async def read_store(self, mq: MessageQueue) -> int:
         """Broker's stored offset (-1 when none), also cached locally."""
-        inst = self.instance
-        addr = await inst.master_addr_refreshing(mq.broker_name, mq.topic)
-        off = await inst.api.query_consumer_offset(addr, self.group, mq)
+        addr, _ = await self.find_addr(mq.broker_name, mq.topic)
+        off = await self.instance.api.query_consumer_offset(addr, self.group, mq)
         if off >= 0:
             self.table.offsets[mq] = off
         return off
@@ -119,13 +131,15 @@ class RemoteOffsetStore:
         bn = mq.broker_name
         failures = self.commit_failures
         try:
-            addr = await inst.master_addr_refreshing(bn, mq.topic)
+            addr, broker_id = await self.find_addr(bn, mq.topic)
             await inst.api.update_consumer_offset(addr, self.group, mq, off, oneway=oneway)
         except MQClientError as e:
             self._log(failures.failed(bn, _item(mq), f"{e} (offset {off})", type(e).__name__, self.clock()))
             if self.table.offsets.get(mq) == off:
                 self.table.dirty.add(mq)
             return 0
+        if broker_id != MASTER_ID and self.table.offsets.get(mq) == off:
+            self.table.dirty.add(mq)        # on a slave: again until the master has it
         if failures.failing(bn):        # (succeeded() is None without an episode)
             self._log(failures.succeeded(bn, _item(mq), self.clock()))
         return 1

@@ -218,6 +218,13 @@ class PushConsumer(QueryMixin):
     def client_id(self) -> str:
         return self.instance.client_id if self.instance else ""
 
+    def masters_changed(self, lost, back) -> None:
+        """ClientInstance: the groups (broker names) whose master left the route or came
+        back. Pulls and offsets find their member at each request; orderly queues stop
+        and resume (their locks live on the master: client/consume_orderly.py)."""
+        if self.orderly_service is not None and self.state in ("RUNNING", "DRAINING"):
+            self.orderly_service.masters_changed(lost, back)
+
     def consumer_data(self) -> ConsumerData | None:
         if self.state not in ("RUNNING", "DRAINING"):
             return None
@@ -296,9 +303,10 @@ class PushConsumer(QueryMixin):
             raise
         self.instance = inst
         self.fetcher.instance = inst
+        self.fetcher.find_addr = inst.subscribe_addr_refreshing     # master or slave (client/replica.py)
         self.rebalancer.instance = inst
         if self.message_model == "CLUSTERING":
-            self.offset_store = RemoteOffsetStore(inst, self.group)
+            self.offset_store = RemoteOffsetStore(inst, self.group, find_addr=inst.admin_addr_refreshing)
         else:
             self.offset_store = LocalOffsetStore(inst, self.group, self.broadcast_offset_dir,
                                                  self.instance_name)

@@ -66,7 +66,8 @@ class RouteRetry:
 async def compute_pull_from_where(instance, offset_store, mq: MessageQueue,
                                   consume_from_where: str, consume_timestamp_ms: int) -> int:
     """Java RebalancePushImpl.computePullFromWhere: the broker's offset if the group has
-    one, else LAST (max offset; 0 for retry topics) / FIRST (0) / TIMESTAMP (search)."""
+    one, else LAST (max offset; 0 for retry topics) / FIRST (0) / TIMESTAMP (search). The
+    queue bounds are read from the master, else a slave (they replicate the same queue)."""
     last = await offset_store.read_store(mq)
     if last >= 0:
         return last
@@ -74,7 +75,7 @@ async def compute_pull_from_where(instance, offset_store, mq: MessageQueue,
         return 0
     if consume_from_where == "FIRST_OFFSET":
         return 0
-    addr = await instance.master_addr_refreshing(mq.broker_name, mq.topic)
+    addr, _ = await instance.admin_addr_refreshing(mq.broker_name, mq.topic)
     if consume_from_where == "TIMESTAMP":
         return await instance.api.search_offset(addr, mq, consume_timestamp_ms)
     return await instance.api.max_offset(addr, mq)

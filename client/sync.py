@@ -153,7 +153,20 @@ class TransactionProducer(Producer):
         return run(self._impl.send_in_transaction(msg, _in_thread(local_executor), arg, **kwargs))
 
 
-class PushConsumer(_Facade):
+def _stats_snapshot(stats: dict) -> dict:
+    """A copy of a consumer's `stats` (nested tables too, e.g. pulls_by_broker_id), taken on
+    the consumer's loop: the counters change there while the caller reads its copy."""
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in stats.items()}
+
+
+class _ConsumerFacade(_Facade):
+    @property
+    def stats(self) -> dict:
+        """The async consumer's counters (`consumer.stats`: pulls, pulls_by_broker_id, ...)."""
+        return run(_on_loop(_stats_snapshot, self._impl.stats))
+
+
+class PushConsumer(_ConsumerFacade):
     _async_cls = _AsyncPush
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
@@ -180,7 +193,7 @@ async def _on_loop(fn, *args):
     return fn(*args)
 
 
-class LitePullConsumer(_Facade):
+class LitePullConsumer(_ConsumerFacade):
     _async_cls = _AsyncLite
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
