@@ -13,6 +13,21 @@ answer sends with), `broker.refuse_batches` (the same for batch sends
 only), `broker.stop()` / `broker.start()` to simulate a restart
 on the same port (offsets and messages survive, client registrations do not).
 
+Master/slave groups (`FakeCluster(slaves=1)`, or `await cluster.add_slave(i)`): a
+slave is a FakeBroker with the master's brokerName, `broker_id` 1.., sharing the
+master's topics and stored messages (replication without delay: a message stored by
+the master is at once readable, and wakes long polls, on its slaves). Like a 4.x
+slave it refuses sends and send-backs (SERVICE_NOT_AVAILABLE), serves pulls without
+storing the commit offset a pull carries, and keeps offsets of its own
+(UPDATE/QUERY_CONSUMER_OFFSET). The nameserver lists the running members of a group
+of several (a stopped master leaves the route at once, its queues kept while a member
+runs); a lone broker stays listed while stopped, as before. Hooks: `broker.suggest`
+(the `suggestWhichBrokerId` of its pull answers: an int, or a function of the pull
+header), `broker.store_status` (store sends but answer with that code, e.g. 11
+SLAVE_NOT_AVAILABLE / 12 FLUSH_SLAVE_TIMEOUT as a SYNC_MASTER does), `broker.pulls`
+(the headers of the last pulls). Queue locks (LOCK/UNLOCK_BATCH_MQ) are a plain table
+that lives as long as the broker runs.
+
 It is not the pocketmq broker: it exists so client logic can be tested
 without the daemons.
 """
@@ -23,12 +38,16 @@ import itertools
 import time
 
 from pocketmq.protocol import message as msgcodec
+from collections import deque
+
 from pocketmq.protocol.bodies import (
     BrokerData,
     QueueData,
     TopicRouteData,
     build_subscription,
+    decode_lock_body,
     dumps,
+    encode_mq_set,
     parse_heartbeat,
 )
 from pocketmq.protocol.codes import RequestCode, ResponseCode
@@ -55,12 +74,19 @@ class FakeNameServer:
         self.route_requests += 1
         topic = cmd.ext_fields.get("topic", "")
         qds, bds = [], []
+        groups: dict[str, list[FakeBroker]] = {}
         for b in self.brokers:
-            nums = b.topics.get(topic)
-            if nums is None:
+            groups.setdefault(b.name, []).append(b)
+        for name, members in groups.items():
+            nums = members[0].topics.get(topic)        # (the members share their topics)
+            # the nameserver drops a member whose connection closed; a lone broker stays
+            # listed while stopped (the fake's restart tests rely on it)
+            listed = [m for m in members if m.running] if len(members) > 1 else members
+            if nums is None or not listed:
                 continue
-            qds.append(QueueData(b.name, nums, nums, b.perm))
-            bds.append(BrokerData("FakeCluster", b.name, {0: b.addr}))
+            perm = next((m.perm for m in listed if m.broker_id == 0), listed[0].perm)
+            qds.append(QueueData(name, nums, nums, perm))
+            bds.append(BrokerData("FakeCluster", name, {m.broker_id: m.addr for m in listed}))
         if not qds:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
                                 f"No topic route info in name server for the topic: {topic}")
@@ -68,8 +94,17 @@ class FakeNameServer:
 
 
 class FakeBroker:
-    def __init__(self, name: str, default_queue_nums: int = 8, version_desc: str = "pocketmq-fake"):
+    def __init__(self, name: str, default_queue_nums: int = 8, version_desc: str = "pocketmq-fake",
+                 broker_id: int = 0):
         self.name = name
+        self.broker_id = broker_id          # 0 master, > 0 slave (replica_of)
+        self.replicas: list[FakeBroker] = []     # a master's slaves: their long polls wake on its stores
+        self.running = False
+        self.suggest = None                 # suggestWhichBrokerId: None (0), an int, or fn(pull header)
+        self.store_status: int | None = None     # store sends, answer this code (10, 11, 12)
+        self.pulls: deque = deque(maxlen=1000)   # the headers of the last pulls
+        self.locks: dict[tuple, str] = {}   # (group, topic, queueId) -> clientId
+        self.producer_groups: set[str] = set()   # producer groups heartbeats named
         self.version_desc = version_desc    # "pocketmq..." makes our clients switch to msgpack headers
         self.default_queue_nums = default_queue_nums
         self.topics: dict[str, int] = {"TBW102": default_queue_nums}
@@ -96,6 +131,22 @@ class FakeBroker:
     def addr(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @classmethod
+    def replica_of(cls, master: FakeBroker, broker_id: int) -> FakeBroker:
+        """A slave of `master`: same brokerName, the master's topics and stored messages
+        (shared), offsets of its own."""
+        slave = cls(master.name, master.default_queue_nums, master.version_desc, broker_id)
+        slave.topics = master.topics
+        slave.queues = master.queues
+        slave.commit_log = master.commit_log
+        slave._phys = master._phys
+        master.replicas.append(slave)
+        return slave
+
+    @property
+    def is_slave(self) -> bool:
+        return self.broker_id != 0
+
     async def start(self) -> None:
         procs = {
             RequestCode.HEART_BEAT: self._heartbeat,
@@ -112,14 +163,19 @@ class FakeBroker:
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self._consumer_list,
             RequestCode.CONSUMER_SEND_MSG_BACK: self._send_back,
             RequestCode.GET_BROKER_RUNTIME_INFO: self._runtime_info,
+            RequestCode.LOCK_BATCH_MQ: self._lock_batch,
+            RequestCode.UNLOCK_BATCH_MQ: self._unlock_batch,
         }
         procs = {code: self._notifying(fn) for code, fn in procs.items()}
         self.server = RemotingServer(procs, host="127.0.0.1", port=self.port, name=f"fake-{self.name}",
                                      on_connection_close=self._conn_closed)
         self.port = await self.server.start()
         self._tick = asyncio.create_task(self._expire_held())
+        self.running = True
 
     async def stop(self) -> None:
+        self.running = False        # out of the route from now on (when it has a replica)
+        self.locks.clear()
         if self._tick is not None:
             self._tick.cancel()
             await asyncio.gather(self._tick, return_exceptions=True)
@@ -154,6 +210,7 @@ class FakeBroker:
     def _heartbeat(self, conn, cmd):
         self.requests.append(cmd.code)
         hb = parse_heartbeat(cmd.body)
+        self.producer_groups.update(hb.producer_groups)
         for cd in hb.consumer_data_set:
             members = self.groups.setdefault(cd.group_name, {})
             is_new = members.get(hb.client_id) is not conn
@@ -199,8 +256,16 @@ class FakeBroker:
                                      reconsume, 0, len(q), phys, _now())
         q.append(rec)
         self.commit_log[phys] = rec
-        self._wake(topic, qid)
+        for member in [self, *self.replicas]:
+            if member.running:
+                member._wake(topic, qid)
         return len(q) - 1, phys
+
+    def store(self, topic: str, qid: int, body: bytes, tags: str | None = None) -> int:
+        """Store a message as if it had been sent (on a slave: as if replicated before its
+        master died); returns its queue offset."""
+        props = msgcodec.encode_properties({"TAGS": tags} if tags else {})
+        return self._append(topic, qid, 0, body, props, 0, _now())[0]
 
     def _send(self, conn, cmd):
         self.requests.append(cmd.code)
@@ -208,6 +273,8 @@ class FakeBroker:
         self.sends += 1
         h = decode_send_header(cmd.code, cmd.ext_fields)
         ext = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        if self.is_slave:
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "slave: no sends", ext_fields=ext)
         if self.fail_sends is not None:
             return cmd.response(self.fail_sends, "injected failure", ext_fields=ext)
         if self.refuse_batches is not None and cmd.code == RequestCode.SEND_BATCH_MESSAGE:
@@ -236,9 +303,12 @@ class FakeBroker:
                                      h.reconsume_times)
             ext.update(msgId=msgcodec.offset_msg_id(b"\x7f\x00\x00\x01", self.port, phys),
                        queueId=str(qid), queueOffset=str(off))
-        return cmd.response(ResponseCode.SUCCESS, ext_fields=ext)
+        return cmd.response(ResponseCode.SUCCESS if self.store_status is None else self.store_status,
+                            ext_fields=ext)
 
     def _send_back(self, conn, cmd):
+        if self.is_slave:
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "slave: no sends")
         ext = cmd.ext_fields
         rec = self.commit_log.get(int(ext["offset"]))
         if rec is None:
@@ -259,7 +329,9 @@ class FakeBroker:
     def _pull_once(self, h):
         q = self.queues.get((h.topic, h.queue_id), [])
         mx = len(q)
-        ext = {"suggestWhichBrokerId": "0", "minOffset": "0", "maxOffset": str(mx)}
+        s = self.suggest
+        suggest = 0 if s is None else s(h) if callable(s) else s
+        ext = {"suggestWhichBrokerId": str(suggest), "minOffset": "0", "maxOffset": str(mx)}
         off = h.queue_offset
         if off < 0 or off > mx:
             ext["nextBeginOffset"] = str(mx if off > mx else 0)
@@ -286,9 +358,10 @@ class FakeBroker:
     def _pull(self, conn, cmd):
         self.requests.append(cmd.code)
         h = decode_pull_header(cmd.ext_fields)
+        self.pulls.append(h)
         if h.topic not in self.topics:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist")
-        if h.sys_flag & 1:
+        if h.sys_flag & 1 and not self.is_slave:     # a slave never stores a pull's commit offset
             self.offsets[(h.consumer_group, h.topic, h.queue_id)] = h.commit_offset
         code, ext, body = self._pull_once(h)
         if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & 2:
@@ -351,6 +424,25 @@ class FakeBroker:
                 return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": str(i)})
         return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": str(len(q))})
 
+    # -- queue locks (orderly consumers) ----------------------------------------------------
+    def _lock_batch(self, conn, cmd):
+        group, client_id, mqs = decode_lock_body(cmd.body)
+        ok = []
+        for mq in mqs:
+            key = (group, mq.topic, mq.queue_id)
+            if self.locks.get(key, client_id) == client_id:
+                self.locks[key] = client_id
+                ok.append(mq)
+        return cmd.response(ResponseCode.SUCCESS, body=encode_mq_set("lockOKMQSet", ok))
+
+    def _unlock_batch(self, conn, cmd):
+        group, client_id, mqs = decode_lock_body(cmd.body)
+        for mq in mqs:
+            key = (group, mq.topic, mq.queue_id)
+            if self.locks.get(key) == client_id:
+                del self.locks[key]
+        return cmd.response(ResponseCode.SUCCESS)
+
     # -- helpers for tests -------------------------------------------------------------------
     def committed(self, group: str, topic: str) -> dict[int, int]:
         return {qid: off for (g, t, qid), off in self.offsets.items() if g == group and t == topic}
@@ -367,10 +459,30 @@ class FakeBroker:
 
 
 class FakeCluster:
-    def __init__(self, brokers: int = 1, queues: int = 8, version_desc: str = "pocketmq-fake"):
+    """`brokers` masters (`cluster.brokers`), each with `slaves` slaves (`cluster.slaves`,
+    grouped per master in `cluster.replicas[i]`)."""
+
+    def __init__(self, brokers: int = 1, queues: int = 8, version_desc: str = "pocketmq-fake",
+                 slaves: int = 0):
         self.namesrv = FakeNameServer()
         self.brokers = [FakeBroker(f"broker-{chr(ord('a') + i)}", queues, version_desc) for i in range(brokers)]
-        self.namesrv.brokers = self.brokers
+        self.replicas = [[FakeBroker.replica_of(m, i + 1) for i in range(slaves)] for m in self.brokers]
+        self.namesrv.brokers = list(self.brokers)
+        for group in self.replicas:
+            self.namesrv.brokers.extend(group)
+
+    @property
+    def slaves(self) -> list[FakeBroker]:
+        return [s for group in self.replicas for s in group]
+
+    async def add_slave(self, i: int = 0) -> FakeBroker:
+        """Start one more slave of master `i` and list it with the nameserver."""
+        master = self.brokers[i]
+        slave = FakeBroker.replica_of(master, len(self.replicas[i]) + 1)
+        self.replicas[i].append(slave)
+        await slave.start()
+        self.namesrv.brokers.append(slave)
+        return slave
 
     @property
     def namesrv_addr(self) -> str:
@@ -382,12 +494,12 @@ class FakeCluster:
 
     async def start(self) -> FakeCluster:
         await self.namesrv.server.start()
-        for b in self.brokers:
+        for b in self.namesrv.brokers:
             await b.start()
         return self
 
     async def close(self) -> None:
-        for b in self.brokers:
+        for b in self.namesrv.brokers:
             await b.stop()
         await self.namesrv.server.close()
 
