@@ -50,6 +50,33 @@ READ_BYTES = 256 * 1024
 CONNECT_TIMEOUT_S = 3.0
 
 
+class SecondRate:
+    """Bytes in the last whole second (Java's transferredByteInSecond), counted as they pass
+    in one-second buckets of the monotonic clock: no timer, one clock read per add."""
+
+    __slots__ = ("mono_ms", "_sec", "_cur", "_last")
+
+    def __init__(self, mono_ms: Callable[[], int] = monotonic_ms) -> None:
+        self.mono_ms = mono_ms
+        self._sec = -2
+        self._cur = 0
+        self._last = 0
+
+    def add(self, n: int) -> None:
+        sec = self.mono_ms() // 1000
+        if sec != self._sec:
+            self._last = self._cur if sec == self._sec + 1 else 0
+            self._sec = sec
+            self._cur = 0
+        self._cur += n
+
+    def per_second(self) -> int:
+        sec = self.mono_ms() // 1000
+        if sec == self._sec:
+            return self._last
+        return self._cur if sec == self._sec + 1 else 0
+
+
 def split_addr(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
     if not host or not port.isdigit():
@@ -59,7 +86,7 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 class _SlaveConn:
     __slots__ = ("remote", "request_offset", "ack_offset", "transferred", "connected_ms", "last_report_ms",
-                 "first_report", "wake", "writer", "tasks")
+                 "first_report", "wake", "writer", "tasks", "rate")
 
     def __init__(self, remote: str, writer, now_ms: int) -> None:
         self.remote = remote
@@ -72,6 +99,7 @@ class _SlaveConn:
         self.first_report = asyncio.Event()
         self.wake = asyncio.Event()
         self.tasks: tuple[asyncio.Task, ...] = ()
+        self.rate: SecondRate | None = None     # bytes sent to it in the last second (haStatus)
 
     def view(self) -> SlaveView:
         return SlaveView(self.remote, self.request_offset, self.ack_offset, self.transferred,
@@ -115,6 +143,10 @@ class HAMaster:
     def views(self) -> list[SlaveView]:
         return sorted((c.view() for c in self._conns), key=lambda v: v.remote)
 
+    def transfer_rates(self) -> dict[str, int]:
+        """Bytes sent in the last second, per slave connection (by its remote address)."""
+        return {c.remote: c.rate.per_second() if c.rate is not None else 0 for c in self._conns}
+
     def notify(self) -> None:
         """New bytes in the log: wake the senders that wait for them."""
         for c in self._conns:
@@ -139,6 +171,7 @@ class HAMaster:
         peer = writer.get_extra_info("peername")
         remote = f"{peer[0]}:{peer[1]}" if peer else "?"
         conn = _SlaveConn(remote, writer, self.mono_ms())
+        conn.rate = SecondRate(self.mono_ms)
         self._conns.add(conn)
         log.info("slave %s connected to the HA service", remote)
         task = asyncio.current_task()
@@ -230,6 +263,7 @@ class HAMaster:
             if data:
                 writer.writelines((encode_frame_head(nxt, len(data)), data))
                 self.bytes_sent += len(data)
+                conn.rate.add(len(data))
                 await writer.drain()
                 nxt += len(data)
                 conn.transferred = nxt
@@ -289,6 +323,9 @@ class HASlave:
         self.master_offset = -1                # the master's stream position (frames and heartbeats)
         self.last_frame_ms = 0                 # monotonic ms of the last frame (data or heartbeat)
         self.bytes_received = 0                # commit-log bytes received (metrics, haStatus)
+        self.receive_rate = SecondRate(mono_ms)
+        self.last_report_ms = 0                # monotonic ms of the last report written (haStatus)
+        self.local_addr: str | None = None     # this end of the HA connection, as the master sees it
         self._addr_changed = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -359,6 +396,8 @@ class HASlave:
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
             reader, writer = await asyncio.open_connection(host, port, limit=READ_BYTES)
         self._writer = writer
+        sock = writer.get_extra_info("sockname")
+        self.local_addr = f"{sock[0]}:{sock[1]}" if sock else None
         self.last_frame_ms = self.mono_ms()
         store = self.store
         stream = SlaveStream(store.replica_reset(), self.segment_size,
@@ -368,6 +407,7 @@ class HASlave:
         writer.write(encode_report(first))
         await writer.drain()
         self.reported = first
+        self.last_report_ms = self.mono_ms()
         last_report = time.monotonic()
         self.connected = True
         self.state = f"replicating from {addr}"
@@ -390,6 +430,7 @@ class HASlave:
                 for offset, body in decoder.feed(data):
                     self.master_offset = offset + len(body)
                     self.bytes_received += len(body)
+                    self.receive_rate.add(len(body))
                     out = stream.on_frame(offset, body)
                     if out is not None:
                         store.replica_append(*out)
@@ -401,6 +442,7 @@ class HASlave:
                 writer.write(encode_report(report))
                 await writer.drain()
                 self.reported = report
+                self.last_report_ms = self.mono_ms()
                 last_report = now
 
     async def close(self) -> None:
