@@ -37,6 +37,7 @@ registered).
 | topic_stats                 | GET_TOPIC_STATS_INFO                  |
 | broker_runtime_info         | GET_BROKER_RUNTIME_INFO               |
 | view_broker_stats_data      | VIEW_BROKER_STATS_DATA                |
+| broker_ha_status            | GET_BROKER_HA_STATUS                  |
 | query_topic_consume_by_who  | QUERY_TOPIC_CONSUME_BY_WHO            |
 | consume_stats               | GET_CONSUME_STATS                     |
 | consumer_connection_list    | GET_CONSUMER_CONNECTION_LIST          |
@@ -625,6 +626,12 @@ class ClientAPI:
         resp = await self._ok(addr, RequestCode.VIEW_BROKER_STATS_DATA,
                               {"statsName": stats_name, "statsKey": stats_key})
         return self._json(resp, addr, "broker stats data")
+
+    async def broker_ha_status(self, addr: str) -> dict:
+        """GET_BROKER_HA_STATUS: RocketMQ 5's HARuntimeInfo as parsed JSON (`master`,
+        `haConnectionInfo` on a master, `haClientRuntimeInfo` on a slave; pocketmq's fields:
+        broker/processors/ha_status.py)."""
+        return self._json(await self._ok(addr, RequestCode.GET_BROKER_HA_STATUS), addr, "HA status")
 
     async def query_topic_consume_by_who(self, addr: str, topic: str) -> list[str]:
         """QUERY_TOPIC_CONSUME_BY_WHO: the groups that consume `topic` on the broker at `addr`

@@ -3,7 +3,8 @@
 The counters and windows are broker/core/stats.py's; this module reads them together
 with the store's offsets into Java's shapes: the runtime info is a flat
 {"table": {key: str(value)}} with AdminBrokerProcessor.prepareRuntimeInfo's key names
-(only those we can compute honestly), the stats data a BrokerStatsData
+(only those we can compute honestly) plus pocketmq's own (heldPulls, and the replication
+keys of processors/ha_status.py `runtime_keys`), the stats data a BrokerStatsData
 {statsMinute, statsHour, statsDay: {sum, tps, avgpt}}.
 """
 from __future__ import annotations
@@ -12,10 +13,15 @@ import os
 import shutil
 
 from pocketmq.broker.processors.admin import VERSION_DESC
+# GET_BROKER_HA_STATUS is registered through this module (processors/__init__.py)
+from pocketmq.broker.processors.ha_status import process_get_broker_ha_status, runtime_keys
 from pocketmq.protocol import bodies
 from pocketmq.protocol.codes import ResponseCode
 from pocketmq.protocol.headers.typed import req_str
 from pocketmq.protocol.message import store_timestamp_at
+
+__all__ = ["commit_log_dir", "disk_used_ratio", "earliest_message_time", "format_runtime", "runtime_info",
+           "process_get_broker_runtime_info", "process_view_broker_stats_data", "process_get_broker_ha_status"]
 
 
 def disk_used_ratio(path: str) -> float:
@@ -60,6 +66,8 @@ def runtime_info(ctx) -> dict:
             "remainHowManyDataToFlush": max(0, max_offset - st.flushed_offset),
             "heldPulls": ctx.held_pulls.count, "flushDiskType": ctx.config.flushDiskType}
     info.update(stats.runtime_counts())
+    if ctx.ha_status is not None:
+        info.update(runtime_keys(ctx.ha_status()))
     return info
 
 
