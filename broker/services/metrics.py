@@ -100,6 +100,7 @@ class BrokerCollector:
                                       labels=["cluster", "broker"])
         flush.add_metric([cluster, name], h.buckets(), h.sum)
         yield flush
+        yield from self._replication(cluster, name)
         yield from self.latency.collect()
 
     def _offsets(self, cluster, name, store):
@@ -139,3 +140,68 @@ class BrokerCollector:
             diff.add_metric([group, topic, str(online), model], total_lag)
             consumed.add_metric([cluster, name, topic, group], total_offset)
         yield from (diff, queue_lag, consumed)
+
+    def _replication(self, cluster, name):
+        """Replication, from the one HA view (broker/processors/ha_status.py): per slave on a
+        master, the slave's own view on a slave; SYNC_MASTER's waits; bytes replicated."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+        b = self.broker
+        if b.ctx is None or b.ctx.ha_status is None:
+            return
+        info = b.ctx.ha_status()
+        bl = ["cluster", "broker"]
+        if info["master"]:
+            sl = bl + ["slave"]
+            lag_bytes = GaugeMetricFamily("pocketmq_ha_slave_lag_bytes", "Commit-log bytes a slave has not "
+                                          "acknowledged (master's max offset - its ack), per slave connection",
+                                          labels=sl)
+            lag_s = GaugeMetricFamily("pocketmq_ha_slave_lag_seconds", "Age of the oldest message a slave does "
+                                      "not have (0: it has everything; -1: no ack yet)", labels=sl)
+            in_sync = GaugeMetricFamily("pocketmq_ha_slave_in_sync", "1 when the slave is less than "
+                                        "haMaxGapNotInSync behind", labels=sl)
+            for c in info["haConnectionInfo"]:
+                lv = [cluster, name, c["addr"]]
+                lag_bytes.add_metric(lv, c["diff"])
+                lag_s.add_metric(lv, c["lagMillis"] / 1000 if c["lagMillis"] >= 0 else -1)
+                in_sync.add_metric(lv, 1 if c["inSync"] else 0)
+            yield from (lag_bytes, lag_s, in_sync)
+            yield from _broker_gauges(cluster, name, (
+                ("pocketmq_ha_slaves", "Slaves connected to the HA port", len(info["haConnectionInfo"])),
+                ("pocketmq_ha_in_sync_slaves", "Slaves less than haMaxGapNotInSync behind",
+                 info["inSyncSlaveNums"]),
+                ("pocketmq_ha_unreplicated_bytes", "Commit-log bytes no slave has acknowledged (Java's "
+                 "slaveFallBehindMuch)", info.get("slaveFallBehindMuch", 0))))
+            sent = CounterMetricFamily("pocketmq_ha_sent_bytes", "Commit-log bytes sent to slaves", labels=bl)
+            sent.add_metric([cluster, name], info.get("bytesSent", 0))
+            yield sent
+            if b.ha_master is not None:
+                h = b.ha_master.wait_latency
+                wait = HistogramMetricFamily("pocketmq_ha_sync_wait_seconds", "Time a SYNC_MASTER send waited "
+                                             "for a slave's ack (timeouts included)", labels=bl)
+                wait.add_metric([cluster, name], h.buckets(), h.sum)
+                yield wait
+        else:
+            hc = info["haClientRuntimeInfo"]
+            lag_ms = hc["lagMillis"]
+            yield from _broker_gauges(cluster, name, (
+                ("pocketmq_ha_lag_bytes", "This slave's lag behind the master's stream position it has seen "
+                 "(-1: none seen yet)", hc["lagBytes"]),
+                ("pocketmq_ha_lag_seconds", "0 while this slave is connected, at its master's stream "
+                 "position and heard from it within two heartbeats, else the time since the last frame "
+                 "from its master (-1: none yet)",
+                 lag_ms / 1000 if lag_ms >= 0 else -1),
+                ("pocketmq_ha_connected", "1 while this slave's HA connection to its master is up",
+                 1 if hc["isActivated"] else 0)))
+            got = CounterMetricFamily("pocketmq_ha_received_bytes", "Commit-log bytes received from the master",
+                                      labels=bl)
+            got.add_metric([cluster, name], hc["bytesReceived"])
+            yield got
+
+
+def _broker_gauges(cluster: str, name: str, items):
+    """One gauge family labelled (cluster, broker) per (metric, doc, value)."""
+    from prometheus_client.core import GaugeMetricFamily
+    for metric, doc, value in items:
+        f = GaugeMetricFamily(metric, doc, labels=["cluster", "broker"])
+        f.add_metric([cluster, name], value)
+        yield f
