@@ -10,7 +10,7 @@ ClientAPI), never a second client:
     errors.py     AdminError/UsageError, exit codes, transport reasons
     topic.py      updateTopic, deleteTopic, topicList, topicRoute, topicStatus, updateTopicPerm,
                   topicClusterList
-    cluster.py    clusterList
+    cluster.py    clusterList, haStatus
     stats.py      brokerStatus, statsAll
     broker.py     getBrokerConfig, updateBrokerConfig, cleanExpiredCQ
     namesrv.py    wipeWritePerm, addWritePerm, updateKvConfig, deleteKvConfig, getNamesrvConfig
