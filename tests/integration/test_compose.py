@@ -5,7 +5,10 @@ tests/support/compose_runner.py maps the containers onto free local ports
 copies), starts the services in depends_on order and waits for each one's
 healthcheck, as `docker compose up` does. Here: both brokers register with both
 nameservers, a message sent through ns1's route is consumed through ns2's, every
-healthcheck passes while the cluster runs and a broker's fails once it stops.
+healthcheck passes while the cluster runs and a broker's fails once it stops. With the
+`replicas` profile (`docker compose --profile replicas up -d`): each brokerName has its
+slave as brokerId 1 on both nameservers, what is sent to a master is pulled from its
+slave, and mqadmin haStatus / clusterList show the slaves in sync.
 """
 from __future__ import annotations
 
@@ -17,13 +20,17 @@ import sys
 import pytest
 
 from pocketmq.client import LitePullConsumer, Message, Producer
+from pocketmq.client.api import PullRequest, PullResult, pull_sys_flag
+from pocketmq.client.errors import TopicNotExistError
 from pocketmq.client.instance import ClientInstance
+from pocketmq.protocol.bodies import MessageQueue
 from pocketmq.protocol.message import decode_offset_msg_id
 from tests.support.compose_runner import ComposeRunner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMPOSE = os.path.join(ROOT, "docker-compose.yml")
 BROKERS = {"broker-a": 10911, "broker-b": 10921}
+SLAVES = {"broker-a-s": ("broker-a", 10915), "broker-b-s": ("broker-b", 10925)}
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +126,91 @@ def test_broker_ip_override_and_host_names(tmp_path):
     finally:
         runner.down()
 
+
+
+# ------------------------------------------------------------------ profile replicas
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory):
+    runner = ComposeRunner(COMPOSE, str(tmp_path_factory.mktemp("compose-replicas")), profiles=["replicas"])
+    runner.up()
+    yield runner
+    runner.down()
+
+
+async def members_of(namesrv_addr: str) -> dict[str, dict[int, str]]:
+    inst = ClientInstance(f"127.0.0.1@compose-replicas-{os.getpid()}", namesrv_addr)
+    try:
+        brokers, _ = await inst.api.cluster_info(namesrv_addr)
+    finally:
+        await inst.close()
+    return {name: dict(bd.broker_addrs) for name, bd in brokers.items()}
+
+
+def test_each_broker_name_has_its_slave_on_both_nameservers(replicas):
+    expected = {master: {0: replicas.address(master, BROKERS[master]), 1: replicas.address(slave, port)}
+                for slave, (master, port) in SLAVES.items()}
+    for ns in ("ns1", "ns2"):
+        assert asyncio.run(members_of(replicas.address(ns, 9876))) == expected, ns
+    for name in SLAVES:
+        check = replicas.run_healthcheck(name)
+        assert check.returncode == 0, f"{name}: {check.stdout}{check.stderr}"
+
+
+async def _pull_from(inst: ClientInstance, addr: str, mq: MessageQueue, offset: int, timeout_s: float = 30.0):
+    """Pull `mq` at `offset` from the broker at `addr` until the message is there (the slave
+    copies the log asynchronously and learns a new topic from its master's metadata a little
+    later: bounded polling, there is nothing to wait on from outside)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        try:
+            r = await inst.api.pull_message(PullRequest(addr, "ComposeSlaveReaders", mq, offset, 1,
+                                                        pull_sys_flag(False, False, True), 0, 0, "*", 0, 5.0))
+            if r.status == PullResult.FOUND:
+                return r.records[0]
+        except TopicNotExistError:
+            pass
+        assert asyncio.get_running_loop().time() < deadline, f"offset {offset} of {mq} never reached {addr}"
+        await asyncio.sleep(0.1)
+
+
+def test_sent_to_a_master_is_pulled_from_its_slave(replicas):
+    ns1 = replicas.address("ns1", 9876)
+    slave_of = {master: replicas.address(slave, port) for slave, (master, port) in SLAVES.items()}
+
+    async def run():
+        async with Producer("ComposeReplicaProducer", ns1) as producer:
+            results = [await producer.send(Message("ComposeReplicated", f"r{i}".encode())) for i in range(6)]
+        inst = ClientInstance(f"127.0.0.1@compose-slave-reader-{os.getpid()}", ns1)
+        try:
+            return results, [await _pull_from(inst, slave_of[r.queue.broker_name], r.queue, r.queue_offset)
+                             for r in results]
+        finally:
+            await inst.close()
+
+    results, copies = asyncio.run(run())
+    assert {r.queue.broker_name for r in results} == set(BROKERS)     # both masters took some
+    assert [m.body for m in copies] == [f"r{i}".encode() for i in range(6)]
+    assert [m.offset_msg_id for m in copies] == [r.offset_msg_id for r in results]   # the same record
+
+
+def test_ha_status_and_cluster_list_show_the_slaves(replicas):
+    ns1 = replicas.address("ns1", 9876)
+    r = mqadmin("haStatus", "-c", "DefaultCluster", "-n", ns1)
+    assert r.returncode == 0, r.stderr
+    blocks = r.stdout.split("\n\n")
+    assert len(blocks) == 4
+    for slave, (master, port) in SLAVES.items():
+        master_block = next(b for b in blocks if b.splitlines()[0].split() == [
+            "#BrokerAddr", replicas.address(master, BROKERS[master])])
+        assert "#SlaveNum" in master_block and "OK" in master_block, master_block
+        slave_block = next(b for b in blocks if b.splitlines()[0].split() == [
+            "#BrokerAddr", replicas.address(slave, port)])
+        assert "SLAVE" in slave_block and "replicating from" in slave_block, slave_block
+    r = mqadmin("clusterList", "-n", ns1)
+    assert r.returncode == 0, r.stderr
+    header = r.stdout.splitlines()[0].split()
+    assert header[:8] == ["#Cluster", "Name", "#Broker", "Name", "#BID", "#Addr", "#Role", "#LagBytes"]
+    roles = {(row.split()[1], row.split()[2]): row.split()[4] for row in r.stdout.splitlines()[1:]}
+    assert roles == {("broker-a", "0"): "ASYNC_MASTER", ("broker-a", "1"): "SLAVE",
+                     ("broker-b", "0"): "ASYNC_MASTER", ("broker-b", "1"): "SLAVE"}

@@ -7,14 +7,18 @@ service's ``environment``, and waits for its ``healthcheck`` to pass before
 starting the services that depend on it (``condition: service_healthy``).
 What a container would see is mapped onto this machine:
 
-* service names resolve to 127.0.0.1; each published container port P of a
+* only the services of the active profiles run (``profiles=`` or COMPOSE_PROFILES,
+  as ``docker compose --profile``): a service without ``profiles`` always, one with
+  them when one is active;
+* service names resolve to 127.0.0.1; each published (``ports``) or exposed
+  (``expose``: reachable from the other services only) container port P of a
   service S listens on a free local port L(S, P) instead;
 * an address ``S:P`` (in a command, an environment value, a healthcheck or a
   mounted config file) becomes ``127.0.0.1:L(S, P)``; ``127.0.0.1:P`` and
   ``localhost:P`` inside S's own command or healthcheck mean S's own port;
-* a listen port setting ``listenPort=P`` (a mounted file's line or a
-  ``--listenPort=P`` flag) becomes ``listenPort=L(S, P)``; a service that
-  publishes a port without setting it is refused (the runner could not move it);
+* a listen port setting ``listenPort=P`` or ``haListenPort=P`` (a mounted file's
+  line or a ``--listenPort=P`` flag) becomes ``listenPort=L(S, P)``; a service that
+  publishes or exposes a port without setting it is refused (the runner could not move it);
 * ``brokerIP1`` / ``brokerIP2`` set to a service name (how a broker advertises
   itself on the compose network) become 127.0.0.1;
 * a named volume becomes a fresh directory, a bind mount of a file a rewritten
@@ -155,7 +159,7 @@ class Service:
     name: str
     command: list[str]
     environment: dict[str, str]
-    ports: list[int]                       # container ports published
+    ports: list[int]                       # container ports published or exposed
     mounts: list[Mount]
     healthcheck: list[str] | None          # the command, CMD/CMD-SHELL resolved
     depends_on: list[str]
@@ -179,20 +183,32 @@ def _healthcheck(spec) -> list[str] | None:
     return list(rest)
 
 
-def services_of(doc: dict, project_dir: str) -> dict[str, Service]:
+def active_profiles(profiles, env: Mapping[str, str]) -> set[str]:
+    """The profiles given, else COMPOSE_PROFILES (comma-separated), as docker compose reads them."""
+    if profiles is None:
+        profiles = [p.strip() for p in env.get("COMPOSE_PROFILES", "").split(",")]
+    return {p for p in profiles if p}
+
+
+def services_of(doc: dict, project_dir: str, profiles: set[str] | frozenset = frozenset()) -> dict[str, Service]:
+    """The services that run with `profiles` active."""
     out = {}
     for name, spec in doc["services"].items():
+        if spec.get("profiles") and not set(spec["profiles"]) & set(profiles):
+            continue
         if not spec.get("command"):
             raise ComposeError(f"service {name} has no command (the runner does not read the image's CMD)")
         deps = spec.get("depends_on") or []
         out[name] = Service(name, _as_list(spec["command"]), _environment(spec.get("environment")),
-                            [_container_port(p) for p in spec.get("ports") or []],
+                            [_container_port(p) for p in spec.get("ports") or []]
+                            + [int(str(p).split("/")[0]) for p in spec.get("expose") or []],
                             _mounts(spec.get("volumes"), project_dir), _healthcheck(spec.get("healthcheck")),
                             list(deps) if isinstance(deps, list) else list(deps))
     for s in out.values():
         for d in s.depends_on:
             if d not in out:
-                raise ComposeError(f"service {s.name} depends on unknown service {d}")
+                what = f"service {d} of an inactive profile" if d in doc["services"] else f"unknown service {d}"
+                raise ComposeError(f"service {s.name} depends on {what}")
     return out
 
 
@@ -237,7 +253,7 @@ def rewrite_text(text: str, own: Service, services: Mapping[str, Service]) -> st
         return f"{m.group('key')}{LOCALHOST}"
 
     text = re.sub(rf"(?<![\w.-])(?P<host>{names}|127\.0\.0\.1|localhost):(?P<port>\d+)(?!\d)", address, text)
-    text = re.sub(r"(?<!\w)(?P<key>listenPort\s*[=:]\s*)(?P<port>\d+)", listen, text)
+    text = re.sub(r"(?<!\w)(?P<key>(?:listenPort|haListenPort)\s*[=:]\s*)(?P<port>\d+)", listen, text)
     keys = "|".join(HOST_KEYS)
     text = re.sub(rf"(?<!\w)(?P<key>(?:{keys})\s*[=:]\s*)(?:{names})(?![\w.-])", host_key, text)
     for target in sorted(own.local_paths, key=len, reverse=True):
@@ -262,11 +278,12 @@ def _executable(argv: list[str]) -> list[str]:
 
 class ComposeRunner:
     def __init__(self, path: str, workdir: str, *, env: Mapping[str, str] | None = None,
-                 health_timeout_s: float = 60.0):
+                 profiles=None, health_timeout_s: float = 60.0):
         self.path = os.path.abspath(path)
         self.workdir = workdir
         self.doc = load_compose(self.path, env)
-        self.services = services_of(self.doc, os.path.dirname(self.path))
+        self.profiles = active_profiles(profiles, os.environ if env is None else env)
+        self.services = services_of(self.doc, os.path.dirname(self.path), self.profiles)
         self.health_timeout_s = health_timeout_s
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, str] = {}
@@ -296,7 +313,8 @@ class ComposeRunner:
     def _check_listen_ports(self, s: Service) -> None:
         texts = list(s.command)
         texts += [open(m.source).read() for m in s.mounts if not m.named and os.path.isfile(m.source)]
-        set_ports = {int(p) for t in texts for p in re.findall(r"(?<!\w)listenPort\s*[=:]\s*(\d+)", t)}
+        set_ports = {int(p) for t in texts
+                     for p in re.findall(r"(?<!\w)(?:listenPort|haListenPort)\s*[=:]\s*(\d+)", t)}
         for port in s.ports:
             if port not in set_ports:
                 raise ComposeError(f"service {s.name} publishes {port} but sets no listenPort={port}: "

@@ -27,6 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 COMPOSE = os.path.join(ROOT, "docker-compose.yml")
 SCHEMA = os.path.join(ROOT, "tests", "support", "compose-spec.json")
 BROKERS = {"broker-a": 10911, "broker-b": 10921}
+SLAVES = {"broker-a-s": ("broker-a", 10915), "broker-b-s": ("broker-b", 10925)}   # profile replicas
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +67,9 @@ def test_the_schema_catches_a_broken_file(validator, doc, mutate):
 
 
 def test_two_nameservers_two_brokers_one_image(doc):
-    services = doc["services"]
+    services = {n: s for n, s in doc["services"].items() if not s.get("profiles")}
     assert set(services) == {"ns1", "ns2", *BROKERS}
-    for name, s in services.items():
+    for name, s in doc["services"].items():
         assert s["build"] == "." and s["image"] == "pocketmq:local", name
         assert s["healthcheck"]["test"][0] == "CMD", name
         assert s["command"][0] == ("mqnamesrv" if name.startswith("ns") else "mqbroker")
@@ -81,7 +82,44 @@ def test_two_nameservers_two_brokers_one_image(doc):
         assert s["depends_on"] == {"ns1": {"condition": "service_healthy"},
                                    "ns2": {"condition": "service_healthy"}}
         assert f"--brokerIP1={name}" in s["command"]    # POCKETMQ_BROKER_IP unset
-    assert set(doc["volumes"]) == {"ns1-kv", "ns2-kv", "broker-a-store", "broker-b-store"}
+    assert set(doc["volumes"]) == {"ns1-kv", "ns2-kv", "broker-a-store", "broker-b-store",
+                                   "broker-a-s-store", "broker-b-s-store"}
+
+
+def test_the_replicas_profile_adds_one_slave_per_broker(doc):
+    services = doc["services"]
+    assert {n for n, s in services.items() if s.get("profiles")} == set(SLAVES)
+    for name, (master, port) in SLAVES.items():
+        s = services[name]
+        assert s["profiles"] == ["replicas"]
+        assert s["ports"] == [f"{port}:{port}"]
+        assert f"{name}-store:/home/pocketmq/store" in s["volumes"]
+        assert f"./conf/{name}.conf:/etc/pocketmq/broker.conf:ro" in s["volumes"]
+        assert s["depends_on"] == {"ns1": {"condition": "service_healthy"}, "ns2": {"condition": "service_healthy"},
+                                   master: {"condition": "service_healthy"}}
+        assert f"--brokerIP1={name}" in s["command"]
+        assert s["healthcheck"]["test"][:4] == ["CMD", "mqadmin", "haStatus", "-b"]
+        assert s["healthcheck"]["test"][4] == f"127.0.0.1:{port}"
+    for master, port in BROKERS.items():      # the HA port: on the compose network, not published
+        assert services[master]["expose"] == [str(port + 1)]
+
+
+@pytest.mark.parametrize("name", sorted(SLAVES))
+def test_slave_conf_follows_its_master(name):
+    """conf/broker-X-s.conf: a SLAVE (brokerId 1) of broker-X's brokerName and cluster, its own
+    port, the master's segment size (its commit log is a byte copy); the master registers
+    its HA port under its service name (brokerIP2), whatever brokerIP1 the host override sets."""
+    master_name, port = SLAVES[name]
+    slave, report = broker_config.load_config(os.path.join(ROOT, "conf", f"{name}.conf"))
+    master, _ = broker_config.load_config(os.path.join(ROOT, "conf", f"{master_name}.conf"))
+    assert report.unused_keys == ()
+    assert slave.brokerRole == broker_config.BrokerRole.SLAVE and slave.brokerId == 1
+    assert (slave.brokerName, slave.brokerClusterName) == (master.brokerName, master.brokerClusterName)
+    assert slave.namesrvAddr == master.namesrvAddr and slave.brokerIP1 == name
+    assert slave.listenPort == port and slave.storePathRootDir == master.storePathRootDir
+    assert slave.mappedFileSizeCommitLog == master.mappedFileSizeCommitLog
+    assert slave.haMasterAddress is None      # learnt from the nameservers
+    assert master.haListenPort == master.listenPort + 1 and master.brokerIP2 == master_name
 
 
 @pytest.mark.parametrize("name", sorted(BROKERS))
@@ -129,6 +167,39 @@ def test_runner_maps_addresses_ports_volumes_and_the_broker_ip_override(tmp_path
     assert "brokerIP1=127.0.0.1\n" in conf and "brokerName=broker-a\n" in conf
     override = ComposeRunner(COMPOSE, str(tmp_path / "o"), env={"POCKETMQ_BROKER_IP": "127.0.0.1"})
     assert override.local_command("broker-b")[-1] == "--brokerIP1=127.0.0.1"
+
+
+def test_runner_runs_a_profile_only_when_it_is_active(tmp_path):
+    assert not set(SLAVES) & set(ComposeRunner(COMPOSE, str(tmp_path / "d")).services)
+    for runner in (ComposeRunner(COMPOSE, str(tmp_path / "p"), profiles=["replicas"]),
+                   ComposeRunner(COMPOSE, str(tmp_path / "e"), env={"COMPOSE_PROFILES": "other,replicas"})):
+        assert set(runner.services) == {"ns1", "ns2", *BROKERS, *SLAVES}
+        order = start_order(runner.services)
+        assert order.index("broker-a") < order.index("broker-a-s")
+        assert order.index("broker-b") < order.index("broker-b-s")
+
+
+def test_runner_maps_the_ha_port_and_the_slave(tmp_path):
+    runner = ComposeRunner(COMPOSE, str(tmp_path), profiles=["replicas"])
+    ha = runner.services["broker-a"].local_ports[10912]      # exposed: mapped like a published port
+    runner._materialise_mounts(runner.services["broker-a"])
+    conf = open(runner.local_command("broker-a")[2]).read()
+    assert f"haListenPort={ha}\n" in conf and "brokerIP2=127.0.0.1\n" in conf
+    runner._materialise_mounts(runner.services["broker-a-s"])
+    conf = open(runner.local_command("broker-a-s")[2]).read()
+    assert f"listenPort={runner.services['broker-a-s'].local_ports[10915]}\n" in conf
+    assert "brokerIP1=127.0.0.1\n" in conf and "brokerRole=SLAVE\n" in conf
+    assert f"storePathRootDir={tmp_path}/volumes/broker-a-s-store\n" in conf
+    assert runner.local_healthcheck("broker-a-s")[1:4] == ["haStatus", "-b", runner.address("broker-a-s", 10915)]
+
+
+def test_runner_refuses_a_dependency_on_an_inactive_profile(tmp_path):
+    compose = tmp_path / "docker-compose.yml"
+    compose.write_text("services:\n  a:\n    command: [x]\n    profiles: [p]\n"
+                       "  b:\n    command: [x]\n    depends_on: [a]\n")
+    with pytest.raises(ComposeError, match="service a of an inactive profile"):
+        ComposeRunner(str(compose), str(tmp_path))
+    assert set(ComposeRunner(str(compose), str(tmp_path / "p"), profiles=["p"]).services) == {"a", "b"}
 
 
 def test_runner_refuses_a_port_it_cannot_move(tmp_path):
