@@ -538,7 +538,9 @@ class ClientInstance:
             self._refresh_wanted = False
             try:
                 await self.refresh_routes()
-            except Exception as e:        # refresh_routes logs per topic; this is a bug
+            except Exception as e:
+                # refresh_routes handles the expected failures per topic; anything else is a
+                # bug, logged so that later failures still get their refresh
                 log.warning("%s: route refresh after a broker failure failed: %r", self.client_id, e)
             await asyncio.sleep(ROUTE_REFRESH_AFTER_FAILURE_MIN_INTERVAL_S)
 
