@@ -38,6 +38,7 @@ from pocketmq.broker.processors.client_manage import (
 )
 from pocketmq.broker.processors import end_transaction
 from pocketmq.broker.processors.context import BrokerContext, BrokerStats
+from pocketmq.broker.processors.ha_status import ha_runtime_info
 from pocketmq.broker.processors.pull import replay
 from pocketmq.broker.config import BrokerRole
 from pocketmq.broker.services.flush import FlushService
@@ -45,6 +46,7 @@ from pocketmq.broker.services.ha import HAMaster, HASlave
 from pocketmq.broker.services.hold import HoldService
 from pocketmq.broker.services.index_pump import IndexPump
 from pocketmq.broker.services.schedule import ScheduleService
+from pocketmq.broker.services.slave_sync import SlaveSyncService, take_back_offsets
 from pocketmq.broker.services.stats import run_stats_ticks
 from pocketmq.broker.services.transaction_check import TransactionCheckService
 from pocketmq.common.constants import SCHEDULE_TOPIC
@@ -133,6 +135,8 @@ class Broker:
         self.ha_port = config.haListenPort
         # the master's remoting and HA addresses, from the nameservers' REGISTER_BROKER answers
         self.master_addr: str | None = None
+        # a slave's copy of its master's topics, groups and offsets (services/slave_sync.py)
+        self.slave_sync: SlaveSyncService | None = None
         self.ns_client = RemotingClient()
         self.stats = BrokerStats()
         # Prometheus (metricsPort): request latency per code, flush latency, the endpoint
@@ -240,6 +244,10 @@ class Broker:
                 check_max=cfg.transactionCheckMax, discard=partial(end_transaction.discard, ctx))
             self.transaction_service.recover()
             self.transaction_service.start()
+        if not self.is_slave and cfg.namesrvAddr:
+            # before serving: offsets consumers committed to a slave while this master was away
+            if await take_back_offsets(cfg.namesrvAddr, cfg.brokerName, self.addr, self.offsets):
+                await self._persist_async()
         self.stats.boot_timestamp = self.now_ms()
         await self.server.start_serving()
         if cfg.metricsPort:
@@ -256,6 +264,11 @@ class Broker:
             await self.register_all()
         if self.ha_slave is not None:
             self.ha_slave.start()
+            self.slave_sync = SlaveSyncService(
+                master_addr=lambda: self.master_addr, own_addr=self.addr, topics=self.topics, groups=self.groups,
+                offsets=self.offsets, cursors=self.schedule_cursors, persist=self._persist_async,
+                period_ms=cfg.slaveSyncIntervalMillis, first_delay_ms=min(3000, cfg.slaveSyncIntervalMillis))
+            self.slave_sync.start()
         log.info("The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
                  cfg.brokerName, self.addr, cfg.namesrvAddr)
         if self.ha_master is not None:
@@ -298,7 +311,8 @@ class Broker:
             unpublished_topics=self.unpublished_topics, persist_groups=self.persist_groups,
             transactions=self.transactions, store_host=self.store_host, config_path=self.config_path,
             is_slave=self.is_slave, sync_master=cfg.brokerRole is BrokerRole.SYNC_MASTER,
-            replication=self.ha_master)
+            replication=self.ha_master, schedule_cursors=self.schedule_cursors,
+            ha_status=partial(ha_runtime_info, self.store, cfg, self.ha_master, self.ha_slave, self.now_ms))
 
     async def _serve_metrics(self) -> None:
         from prometheus_client import CollectorRegistry
@@ -396,6 +410,8 @@ class Broker:
             self.index_pump.close()
         if self.ha_slave is not None:
             await self.ha_slave.close()
+        if self.slave_sync is not None:
+            await self.slave_sync.close()
         if self.ha_master is not None:
             await self.ha_master.close()
         for t in self._tasks:
