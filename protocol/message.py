@@ -62,6 +62,7 @@ from operator import sub as _sub
 from pocketmq.protocol.bodies import MessageQueue
 
 __all__ = [
+    "record_struct",
     "MESSAGE_MAGIC_CODE", "BLANK_MAGIC_CODE", "MessageSysFlag",
     "MessageExt", "java_string_hash", "tags_code", "encode_properties",
     "decode_properties", "encode_record", "encode_record_into", "patch_record",
@@ -556,6 +557,18 @@ def record_starts(buf) -> tuple[list[int], list[int]] | None:
 def head_struct(sys_flag: int) -> struct.Struct:
     """The Struct of a record's fixed head (TOTALSIZE .. BODYLENGTH) for its host sizes."""
     return _HEADS_BY_BITS[(sys_flag >> _HOST_BITS_SHIFT) & 3]
+
+
+@lru_cache(maxsize=256)
+def record_struct(host_bits: int, body_length: int, topic_length: int, properties_length: int) -> struct.Struct:
+    """A whole stored record of these lengths as one Struct (`host_bits`: (sys_flag >> 4) & 3):
+    the fixed head's fields as head_struct's, then BODY, TOPICLENGTH, TOPIC,
+    PROPERTIESLENGTH, PROPERTIES (22 fields: _HEAD_FIELDS' 17, then body, topic length, topic,
+    properties length, properties). Its iter_unpack reads a
+    run of records of one layout column by column (a slave checking what it replicates)."""
+    return struct.Struct(">" + _FIRST_FMT + _MIDDLE_FMT % _ADDR_LENS_BY_BITS[host_bits]
+                         + f"i{body_length}sb{topic_length}sh{properties_length}s")
+
 
 
 def head_struct_at(buf, pos: int) -> struct.Struct:

@@ -444,6 +444,12 @@ class HASlave:
                 self.reported = report
                 self.last_report_ms = self.mono_ms()
                 last_report = now
+            if data:
+                # A read of buffered bytes does not suspend: without this turn of the loop the
+                # callbacks the appends scheduled (held pulls woken, the index pump's step,
+                # taking the IndexHints while they are fresh) would wait for the stream to
+                # run dry.
+                await asyncio.sleep(0)
 
     async def close(self) -> None:
         if self._task is not None:

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import logging
 import os
+from itertools import repeat
+from operator import itemgetter
 from typing import NamedTuple
 
 from pocketmq.broker.store.api import schedule_tags_code, valid_topic_bytes
@@ -42,13 +44,16 @@ from pocketmq.protocol.message import (
     TOPIC_LENGTH_BYTES_MAX,
     head_struct_at,
     pack_blank_marker,
+    record_struct,
+    sys_flag_at,
     tags_code_of_properties,
+    tags_codes_of_properties,
     unpack_size_magic,
 )
 from pocketmq.protocol.message import body_crc as _body_crc
 
-__all__ = ["CommitLog", "DispatchRequest", "check_record", "RECORD", "BLANK", "END", "CORRUPT",
-           "BLANK_MARKER_SIZE"]
+__all__ = ["CommitLog", "DispatchRequest", "UniformRun", "check_record", "check_uniform_run", "RECORD", "BLANK",
+           "END", "CORRUPT", "BLANK_MARKER_SIZE"]
 
 log = logging.getLogger("pocketmq.store")
 
@@ -148,6 +153,111 @@ def check_record(view, pos: int, file_size: int, phys: int, delay_levels_ms: tup
                                           queue_offset, sys_flag)
 
 
+_LAST_BYTE = itemgetter(-1)
+_PORTS_OK = range(PORT_MAX + 1)
+
+
+class UniformRun(NamedTuple):
+    """What check_uniform_run found: `count` records checked, their DispatchRequests and
+    properties as stored; `one_queue` when they are consecutive units of one queue (one
+    topic, queue id and sys flag, queue offsets counting up by one)."""
+    requests: list
+    properties: tuple
+    count: int
+    one_queue: bool
+
+
+def _agree(col, value, k: int) -> int:
+    """How many of the first k values of `col` equal `value` before the first that does not."""
+    head = col[:k] if k < len(col) else col
+    if head.count(value) == k:
+        return k
+    return list(map(value.__ne__, head)).index(True)
+
+
+def check_uniform_run(view, pos: int, size: int, m: int, phys: int,
+                      delay_levels_ms: tuple[int, ...]) -> UniformRun | None:
+    """check_record(full=True) of records of `size` bytes laid back to back at view[pos:]
+    (phys: the first one's offset; at most `m`, which the caller has checked lie in one
+    segment with room for a marker after them), as many as share the first one's layout
+    (TOTALSIZE, magic code, host sizes, body, topic and properties lengths) in a row, read
+    column by column (record_struct's iter_unpack) instead of a record at a time. None when
+    fewer than two do, or any check of them fails: the caller then checks one record at a
+    time, which names a bad one. Pinned to check_record by tests/unit/test_store_replica.py."""
+    if m < 2:
+        return None
+    bits = (sys_flag_at(view, pos) >> 4) & 3
+    hs = head_struct_at(view, pos).size
+    if size < hs + 3:
+        return None
+    bl = int.from_bytes(view[pos + hs - 4:pos + hs], "big", signed=True)
+    if bl < 0 or hs + bl + 3 > size:
+        return None
+    tl = view[pos + hs + bl]
+    pl = size - hs - bl - 3 - tl
+    if not 0 < tl <= TOPIC_LENGTH_BYTES_MAX or not 0 <= pl <= PROPERTIES_LENGTH_BYTES_MAX:
+        return None
+    st = record_struct(bits, bl, tl, pl)
+    if st.size != size:
+        return None
+    cols = list(zip(*st.iter_unpack(view[pos:pos + m * size])))
+    # the records past the first of another layout are not this Struct's: cut there
+    k = m
+    for i, value in ((0, size), (1, MESSAGE_MAGIC_CODE), (16, bl), (18, tl), (20, pl)):
+        k = _agree(cols[i], value, k)
+    k = min(k, _agree(list(map(_host_bits, cols[7])), bits, k))
+    if k < 2:
+        return None
+    if k < m:
+        cols = [c[:k] for c in cols]
+    (_totals, _magics, crcs, qids, _flags, qoffs, physs, sys_flags, borns, _bh, born_ports, stores, _sh,
+     store_ports, reconsumes, prepareds, _bls, bodies, _tls, topics, _pls, props) = cols
+    if (list(physs) != list(range(phys, phys + k * size, size))
+            or min(qids) < 0 or min(qoffs) < 0 or min(borns) < 0 or min(stores) < 0 or min(reconsumes) < 0
+            or min(prepareds) < 0 or not (min(born_ports) in _PORTS_OK and max(born_ports) in _PORTS_OK)
+            or not (min(store_ports) in _PORTS_OK and max(store_ports) in _PORTS_OK)):
+        return None
+    names = {}
+    for topic_b in set(topics):
+        topic = _TOPICS.get(topic_b)
+        if topic is None:
+            if not valid_topic_bytes(topic_b):
+                return None
+            topic = topic_b.decode("ascii")
+            if len(_TOPICS) >= 10_000:
+                _TOPICS.clear()
+            _TOPICS[topic_b] = topic
+        names[topic_b] = topic
+    if list(map(_body_crc, bodies)) != list(crcs):
+        return None
+    if pl:
+        if 0 in bytes(map(_LAST_BYTE, props)):
+            return None
+        try:
+            str(b"\x02".join(props), "utf-8")     # valid joined <=> each valid: \x02 is ASCII
+        except UnicodeDecodeError:
+            return None
+    if len(names) == 1:
+        topic = next(iter(names.values()))
+        topic_names = [topic] * k
+    else:
+        topic = None
+        topic_names = list(map(names.__getitem__, topics))
+    if SCHEDULE_TOPIC in names.values():
+        codes = [schedule_tags_code(q, ts, delay_levels_ms) if t == SCHEDULE_TOPIC else tags_code_of_properties(pr)
+                 for t, q, ts, pr in zip(topic_names, qids, stores, props)]
+    else:
+        codes = tags_codes_of_properties(props)
+    one_queue = (topic is not None and qids.count(qids[0]) == k and sys_flags.count(sys_flags[0]) == k
+                 and list(qoffs) == list(range(qoffs[0], qoffs[0] + k)))
+    reqs = list(map(DispatchRequest, topic_names, qids, physs, repeat(size), codes, stores, qoffs, sys_flags))
+    return UniformRun(reqs, props, k, one_queue)
+
+
+def _host_bits(sys_flag: int) -> int:
+    return (sys_flag >> 4) & 3
+
+
 def _zero(view, start: int, end: int) -> None:
     step = len(_ZERO_CHUNK)
     while start < end:
@@ -223,6 +333,18 @@ class CommitLog:
         mf.mm[pos:end] = data
         mf.wrote = end
         self.wrote_offset = mf.start + end
+
+    def write_ahead(self, phys: int, data) -> None:
+        """Write `data` at `phys`, at or past the write position inside the active segment,
+        without making it part of the log (the write position does not move; readers never
+        look past it): a slave's replicated bytes, checked in place before they count. A
+        system call, not a copy into the mapping: the pages a large write touches for the
+        first time would each cost a page fault (FileOps.pwrite)."""
+        mf = self.queue.files[-1]
+        pos = phys - mf.start
+        if pos < mf.wrote or pos + len(data) > mf.size:
+            raise ValueError(f"write of {len(data)} bytes at {phys} outside the active segment's free part")
+        self.queue.ops.pwrite(mf.fd, data, pos)
 
     # ------------------------------------------------------------------ read
 

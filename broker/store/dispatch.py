@@ -8,6 +8,7 @@ walks the commit log from reput_from (CommitLog.iter_dispatch) and writes the un
 from __future__ import annotations
 
 import logging
+from operator import attrgetter
 
 from pocketmq.protocol.message import MessageSysFlag
 from pocketmq.broker.store.api import valid_topic
@@ -18,6 +19,8 @@ from pocketmq.broker.store.fileops import NotOpened
 log = logging.getLogger("pocketmq.store")
 
 _indexed = MessageSysFlag.indexed
+_pack_unit = CQ_UNIT.pack
+_PHYS, _SIZE, _CODE = attrgetter("commit_log_offset"), attrgetter("size"), attrgetter("tags_code")
 
 
 class DispatchPart:
@@ -63,24 +66,37 @@ class DispatchPart:
             self._notify(req.topic, req.queue_id, cq.max_offset, req.tags_code, req.store_timestamp)
         return 1
 
-    def _dispatch_many(self, reqs: list[DispatchRequest], end: int) -> int:
-        """Dispatch records just appended at reput_from, ending at `end` (the slave's
-        replicated runs): the units a queue gets from the run are written with one put_many
-        when they continue it, and each queue is notified once per distinct tag code with
-        its new end (a held pull wakes if any record matches it, as per-record dispatch
-        would). Pinned to per-record `_dispatch` by tests/unit/test_store_replica.py. Falls
-        back to `_reput` when dispatch is not at the run's start."""
-        if self._reput_from != (reqs[0].commit_log_offset if reqs else end) or self._dispatch_behind:
+    def _dispatch_many(self, runs: list, start: int, end: int) -> int:
+        """Dispatch records just appended from `start` (reput_from) to `end` (the slave's
+        replicated runs), given as runs of (DispatchRequests, one_queue): the units a queue
+        gets are written with one put_many when they continue it, and each queue is
+        notified once per distinct tag code with its new end (a held pull wakes if any
+        record matches it, as per-record dispatch would). A run marked one_queue (one topic,
+        queue and sys flag, consecutive queue offsets: check_uniform_run's verdict) skips the
+        grouping. Pinned to per-record `_dispatch` by tests/unit/test_store_replica.py. Falls
+        back to `_reput` when dispatch is not at `start`."""
+        if self._reput_from != start or self._dispatch_behind:
             return self._reput()
         groups: dict = {}
-        for req in reqs:
-            if not _indexed(req.sys_flag):
+        for reqs, one_queue in runs:
+            if one_queue:
+                key = (reqs[0].topic, reqs[0].queue_id)
+                if not _indexed(reqs[0].sys_flag):
+                    continue
+                g = groups.get(key)
+                if g is None:
+                    groups[key] = list(reqs)
+                else:
+                    g += reqs
                 continue
-            g = groups.get((req.topic, req.queue_id))
-            if g is None:
-                groups[(req.topic, req.queue_id)] = [req]
-            else:
-                g.append(req)
+            for req in reqs:
+                if not _indexed(req.sys_flag):
+                    continue
+                g = groups.get((req.topic, req.queue_id))
+                if g is None:
+                    groups[(req.topic, req.queue_id)] = [req]
+                else:
+                    g.append(req)
         n = 0
         try:
             for (topic, queue_id), rs in groups.items():
@@ -94,12 +110,12 @@ class DispatchPart:
                     for req in rs:                    # a gap, a repeat: the unit-by-unit rules
                         n += self._dispatch(req)
                     continue
-                cq.put_many(qo0, b"".join([CQ_UNIT.pack(r.commit_log_offset, r.size, r.tags_code) for r in rs]))
+                cq.put_many(qo0, b"".join(list(map(_pack_unit, map(_PHYS, rs), map(_SIZE, rs), map(_CODE, rs)))))
                 n += len(rs)
                 last = rs[-1]
                 self._dispatched_ts = last.store_timestamp
                 if self.on_dispatch is not None:
-                    for code in {r.tags_code for r in rs}:
+                    for code in set(map(_CODE, rs)):
                         self._notify(topic, queue_id, cq.max_offset, code, last.store_timestamp)
         except NotOpened as e:
             # the queues dispatched so far are idempotent: reput redoes the run from its start

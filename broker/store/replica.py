@@ -25,18 +25,29 @@ start (the master sends from its oldest segment; Java's, from its newest).
 """
 from __future__ import annotations
 
-from pocketmq.broker.store.commitlog import RECORD, check_record
+from itertools import groupby
+from operator import attrgetter
+
+from pocketmq.broker.store.commitlog import RECORD, check_record, check_uniform_run
+from pocketmq.broker.store.index import INDEX_HINT_BYTES_MAX
 from pocketmq.broker.store.fileops import NotOpened
 from pocketmq.protocol.message import (
     BLANK_MAGIC_CODE,
     BLANK_MARKER_SIZE,
+    HOST_V6_FLAGS,
     MESSAGE_MAGIC_CODE,
+    MessageSysFlag,
     RECORD_HEAD_MIN,
     pack_blank_marker,
     unpack_size_magic,
 )
 
 __all__ = ["ReplicaPart", "ReplicaError"]
+
+
+_TOPIC_TS = attrgetter("topic", "store_timestamp")
+# no IndexHint for transaction halves nor records with IPv6 hosts (append.py's rule)
+_NOT_HINTED = MessageSysFlag.TRANSACTION_PREPARED_TYPE | HOST_V6_FLAGS
 
 
 class ReplicaError(Exception):
@@ -109,22 +120,39 @@ class ReplicaPart:
         if len(pending) + len(data) > max(bound, len(data)):
             raise ReplicaError(f"{len(pending) + len(data)} bytes at {expected} hold no complete record "
                                f"(records are at most {self._max_record} bytes)")
-        if pending:
+        buffered = bool(pending)
+        if buffered:
             pending += data
-            buf = pending
-        else:
-            buf = data
+        # slices of a memoryview are not copies (records reach the segment with one copy)
+        buf = memoryview(pending) if buffered else memoryview(data)
         try:
             pos, n = self._append_units(buf)
         except ReplicaError:
+            buf.release()
             pending.clear()   # what was not stored is dropped: the caller reconnects and asks again
             raise
         rest = len(buf) - pos
-        if pending:
+        if buffered:
+            buf.release()     # (a bytearray with an exported view cannot be resized)
             del pending[:pos]
         elif rest:
-            pending += memoryview(buf)[pos:]
+            pending += buf[pos:]
         return n
+
+    def _hint_index(self, reqs, props, size: int) -> None:
+        """IndexHints for a checked run of records of one size: one per stretch of one topic
+        and store time (a master's batch), so the index takes their keys from these columns
+        instead of reading the records back, as after a master's column-wise put (index.py,
+        IndexHint; its walk checks each hint's first and last record)."""
+        hints = self._index_hints
+        if hints is None or reqs[0].sys_flag & _NOT_HINTED:
+            return
+        i = 0
+        for (topic, ts), group in groupby(map(_TOPIC_TS, reqs)):
+            j = i + sum(1 for _ in group)
+            if j - i > 1 and len(props[i]) * (j - i) <= INDEX_HINT_BYTES_MAX:
+                hints.append((reqs[i].commit_log_offset, size, j - i, topic.encode(), list(props[i:j]), ts))
+            i = j
 
     def _append_units(self, buf) -> tuple[int, int]:
         """Write the whole units at the head of `buf`; (bytes consumed, records)."""
@@ -159,20 +187,12 @@ class ReplicaPart:
                                    f"its segment, records at most {self._max_record})")
             if end - pos < total:
                 break
-            # the run of whole records from here that lie in this segment: copied at once,
-            # then checked in place one by one (each record once: the check also gives what
-            # the dispatcher needs)
-            run_end = pos + total
-            room = remaining - BLANK_MARKER_SIZE - total
-            while end - run_end >= BLANK_MARKER_SIZE:
-                t, m = unpack_size_magic(buf, run_end)
-                if m != MESSAGE_MAGIC_CODE or t < RECORD_HEAD_MIN or t > room or end - run_end < t:
-                    break
-                run_end += t
-                room -= t
-            length = run_end - pos
+            # The records from here that lie in this segment: the bytes that can be theirs are
+            # copied at once past the write position (invisible until it moves), then checked
+            # in place (each record once: the check also gives what the dispatcher needs); what
+            # is left past the last whole good record is zeroed again and stays in the buffer.
             try:
-                at = cl.reserve(length)
+                at = cl.reserve(total)      # the segment exists (it fits: never a roll here)
             except NotOpened as e:
                 self._note_transient("create commit-log segment", e)
                 break      # kept in the buffer; the next frame (or heartbeat) retries
@@ -180,26 +200,51 @@ class ReplicaPart:
                 raise ReplicaError(f"record at {phys} would be written at {at}")
             mf = cl.queue.files[-1]
             p0 = at - mf.start
-            mf.mm[p0:p0 + length] = buf[pos:run_end]
+            avail = min(end - pos, remaining - BLANK_MARKER_SIZE)
+            cl.write_ahead(at, buf[pos:pos + avail])      # a memoryview slice: no copy
             view, seg, levels = mf.view, mf.size, self._delay_levels
-            reqs = []
-            p, stop = p0, p0 + length
+            runs = []           # (DispatchRequests, one queue): what _dispatch_many takes
+            singles = []
+            p, stop = p0, p0 + avail
             bad = None
-            while p < stop:
+            count = 0
+            while stop - p >= BLANK_MARKER_SIZE:
+                rsize, magic = unpack_size_magic(view, p)
+                if magic != MESSAGE_MAGIC_CODE or rsize < RECORD_HEAD_MIN or p + rsize > stop:
+                    break       # a marker, a record not all here yet, or junk: the outer loop decides
+                # records of one layout in a row (a batch, or sends of one shape) are checked
+                # column by column; any doubt, and the others, one at a time
+                run = check_uniform_run(view, p, rsize, (stop - p) // rsize, mf.start + p, levels) \
+                    if rsize * 2 <= stop - p else None
+                if run is not None:
+                    if singles:
+                        runs.append((singles, False))
+                        singles = []
+                    runs.append((run.requests, run.one_queue))
+                    self._hint_index(run.requests, run.properties, rsize)
+                    p += run.count * rsize
+                    count += run.count
+                    continue
                 kind, rsize, info = check_record(view, p, seg, mf.start + p, levels)
                 if kind != RECORD:
                     bad = f"record at {mf.start + p} is not valid: {info or kind}"
-                    mf.mm[p:stop] = bytes(stop - p)
                     break
-                reqs.append(info)
+                singles.append(info)
+                count += 1
                 p += rsize
+            if p < stop:
+                mf.mm[p:stop] = bytes(stop - p)       # (pages the write above just touched)
+            if singles:
+                runs.append((singles, False))
             if p > p0:
                 mf.wrote = p
                 cl.wrote_offset = mf.start + p
-                self._last_store_ts = reqs[-1].store_timestamp     # the checkpoint's physicMsgTimestamp
-                self._dispatch_many(reqs, cl.wrote_offset)
-                n += len(reqs)
+                self._last_store_ts = runs[-1][0][-1].store_timestamp     # the checkpoint's physicMsgTimestamp
+                self._dispatch_many(runs, mf.start + p0, cl.wrote_offset)
+                n += count
             if bad is not None:
                 raise ReplicaError(bad)
-            pos = run_end
+            if p == p0:
+                break           # the first record is not whole yet (checked above: cannot be)
+            pos += p - p0
         return pos, n

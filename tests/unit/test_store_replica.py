@@ -116,7 +116,7 @@ def _notified(store_dir, master, chunk, force_plain):
     slave = opened(config(store_dir), on_dispatch=lambda t, q, mo, code, ts: told.setdefault(
         (t, q), [0, set()]).__setitem__(0, mo) or told[(t, q)][1].add(code))
     if force_plain:
-        slave._dispatch_many = lambda reqs, end: slave._reput()
+        slave._dispatch_many = lambda runs, start, end: slave._reput()
     copy(master, slave, random.Random(chunk), chunk_max=chunk)
     units = {}
     for topic in slave.topics():
@@ -206,3 +206,73 @@ def test_replica_read_bounds(tmp_path):
     assert master.replica_read(end + 1, 100) is None
     assert len(master.replica_read(0, 10)) == 10
     assert master.replica_read(0, 10_000) == master.replica_read(0, end)
+
+
+def _segment_with(tmp_path, batches, seed):
+    """A master store holding `batches` (lists of (topic, qid, body, props)) put as batches;
+    returns (the active segment's view, its records' (pos, size) in order)."""
+    master = opened(config(tmp_path / f"m{seed}", mapped_file_size_commit_log=1 << 20))
+    for i, b in enumerate(batches):
+        topic, qid = b[0][0], b[0][1]
+        r = master.put_messages(MessageBatchToStore(topic, qid, 0, 1000 + i, msg().born_host, 5000 + i,
+                                                    [(0, body, props) for _t, _q, body, props in b]))
+        assert r.status.name == "PUT_OK"
+    mf = master._commitlog.queue.files[-1]
+    from pocketmq.protocol.message import unpack_size_magic
+    recs, pos = [], 0
+    while pos < mf.wrote:
+        size = unpack_size_magic(mf.view, pos)[0]
+        recs.append((pos, size))
+        pos += size
+    return master, mf, recs
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_uniform_run_check_equals_check_record(tmp_path, seed):
+    """check_uniform_run gives, for the records it takes, exactly check_record's requests;
+    it stops at the first record of another layout, and refuses (None) a run holding a bad
+    record (which check_record then names)."""
+    from pocketmq.broker.store.commitlog import RECORD, check_record, check_uniform_run
+    rnd = random.Random(seed)
+    batches = []
+    for _ in range(12):
+        n = rnd.randint(1, 9)
+        same = rnd.random() < 0.7
+        blen = rnd.randint(1, 40)
+        batches.append([("TopicU" if rnd.random() < 0.8 else "TopicV", rnd.randrange(2),
+                         bytes(rnd.getrandbits(8) for _ in range(blen if same else rnd.randint(1, 40))),
+                         tags(rnd.randrange(3)) if same else tags(rnd.randrange(30)))
+                        for _ in range(n)])
+    master, mf, recs = _segment_with(tmp_path, batches, seed)
+    levels = master._delay_levels
+    view = mf.view
+    i = 0
+    while i < len(recs):
+        pos, size = recs[i]
+        m = sum(1 for _ in recs[i:])
+        run = check_uniform_run(view, pos, size, m, mf.start + pos, levels) \
+            if all(s == size for _p, s in recs[i:i + 2]) and len(recs) - i >= 2 else None
+        if run is None:
+            kind, _s, info = check_record(view, pos, mf.size, mf.start + pos, levels)
+            assert kind == RECORD
+            i += 1
+            continue
+        expect = [check_record(view, p, mf.size, mf.start + p, levels)[2] for p, _s in recs[i:i + run.count]]
+        assert run.requests == expect
+        assert all(s == size for _p, s in recs[i:i + run.count])
+        if i + run.count < len(recs):
+            # it stopped at a record of another size or layout, never before one of the same
+            nxt_pos, nxt_size = recs[i + run.count]
+            assert nxt_size != size or check_uniform_run(view, nxt_pos - size, size, 2, mf.start + nxt_pos - size,
+                                                         levels) is None
+        i += run.count
+    # a flipped body byte inside a run: the run is refused and check_record names it
+    pos, size = recs[0]
+    k = next(j for j in range(1, len(recs)) if recs[j][1] != size) if any(s != size for _p, s in recs) else len(recs)
+    if k >= 3:
+        p_bad = recs[1][0] + 88        # the body's first byte (IPv4 hosts): BODYCRC covers it
+        old = mf.mm[p_bad]
+        mf.mm[p_bad] = old ^ 0x55
+        assert check_uniform_run(view, pos, size, k, mf.start + pos, levels) is None
+        assert check_record(view, recs[1][0], mf.size, mf.start + recs[1][0], levels)[0] != RECORD
+        mf.mm[p_bad] = old
