@@ -32,13 +32,19 @@ writes its logs under ~/logs).
         (the wheel's Producer(compress_level=, max_message_size=); C++ 1.2.x compresses a
         single message's body of 4096 bytes or more with zlib at that level (default 5) and
         refuses bodies over max_message_size itself (default 128 KiB))
-    A send that raises (sync/oneway/orderly modes) is reported as {"event": "error", "idx",
-    "error_type", "error"} and the run goes on with the next message.
+    A send that raises (sync/oneway/orderly/batch modes) is reported as {"event": "error", "idx",
+    "error_type", "error", "t0", "t1"} (batch: `idx` is the batch's list) and the run goes on
+    with the next message.
     python cpp_agent.py push|pull ... --body-head 32
         (a delivery's `body` is cut to its first 32 characters; every `msg` event carries the
         body's `len` and `sha256` anyway: of the bytes GetMessageBody gives, a C string, so a
         body is cut at its first NUL on the C++ receiving side)
     python cpp_agent.py push ... --batch-max 8   (set_message_batch_max_size(8))
+    python cpp_agent.py push ... --gate-file PATH --max-cache 20
+        (the callback waits while PATH exists, before it records the message; each queue caches
+        at most 20 messages (plus one pull's batch) before the C++ consumer stops pulling it:
+        setMaxCacheMsgSizePerQueue, not in the C API, called on the consumer's handle)
+    python cpp_agent.py push ... --log-level fatal   (the C++ client's own log, ~/logs/rocketmq-cpp)
 """
 from __future__ import annotations
 
@@ -142,8 +148,15 @@ def produce(args):
         if args.mode == "batch":
             for start in range(0, args.count, args.batch_size):
                 idx = list(range(start, min(args.count, start + args.batch_size)))
-                r = p.send_batch([_message(args.topic, i, args) for i in idx])
-                emit(event="sent", mode="batch", idx=idx, status=int(r.status), msg_id=r.msg_id, offset=r.offset)
+                t0 = time.time()
+                try:
+                    r = p.send_batch([_message(args.topic, i, args) for i in idx])
+                except Exception as e:   # reported as the other modes report theirs, not fatal
+                    emit(event="error", mode="batch", idx=idx, error_type=type(e).__name__, error=str(e),
+                         t0=t0, t1=time.time())
+                    continue
+                emit(event="sent", mode="batch", idx=idx, status=int(r.status), msg_id=r.msg_id, offset=r.offset,
+                     t0=t0, t1=time.time())
         elif args.mode == "async":
             done = threading.Semaphore(0)
             results = []
@@ -189,7 +202,8 @@ def produce(args):
                             r = None
                         sel = {"arg": arg, "mq_size": chosen[-1][0], "queue": chosen[-1][1]}
                 except Exception as e:   # the wheel's ProducerSend*Failed: reported, not fatal
-                    emit(event="error", mode=args.mode, idx=i, error_type=type(e).__name__, error=str(e))
+                    emit(event="error", mode=args.mode, idx=i, error_type=type(e).__name__, error=str(e),
+                         t0=t0, t1=time.time())
                     continue
                 t1 = time.time()
                 res = {} if r is None else {"status": int(r.status), "msg_id": r.msg_id, "offset": r.offset}
@@ -226,10 +240,17 @@ def push_main(args):
     c.set_thread_count(2)
     if args.batch_max:
         c.set_message_batch_max_size(args.batch_max)
+    if args.max_cache:
+        _set_max_cache(c, args.max_cache)
+    if args.log_level:
+        from rocketmq.ffi import _CLogLevel, dll
+        dll.SetPushConsumerLogLevel(c._handle, getattr(_CLogLevel, args.log_level.upper()))
     lock = threading.Lock()
     state = {"n": 0, "last": time.monotonic()}
 
     def on_msg(msg):
+        while args.gate_file and _exists(args.gate_file):
+            time.sleep(0.005)
         rec = _recv(msg, args.body_head)
         failing = args.fail_until < 0 or rec["reconsume_times"] < args.fail_until
         rec["failed"] = failing
@@ -278,6 +299,21 @@ def push_main(args):
     finally:
         c.shutdown()
     emit(event="done", count=state["n"])
+
+
+def _set_max_cache(consumer, n):
+    """DefaultMQPushConsumer::setMaxCacheMsgSizePerQueue (default 1000), which the wheel's C API
+    does not expose: C++ 1.2.x's CreatePushConsumer returns the DefaultMQPushConsumer itself as the
+    handle, so the member function is called on it (`this` first); read back to be sure."""
+    import ctypes
+    from rocketmq.ffi import dll
+    set_ = dll._ZN8rocketmq21DefaultMQPushConsumer26setMaxCacheMsgSizePerQueueEi
+    set_.argtypes, set_.restype = [ctypes.c_void_p, ctypes.c_int], None
+    get = dll._ZNK8rocketmq21DefaultMQPushConsumer26getMaxCacheMsgSizePerQueueEv
+    get.argtypes, get.restype = [ctypes.c_void_p], ctypes.c_int
+    set_(consumer._handle, n)
+    if get(consumer._handle) != n:
+        raise RuntimeError(f"setMaxCacheMsgSizePerQueue({n}) did not take: {get(consumer._handle)}")
 
 
 def _exists(path):
@@ -333,6 +369,11 @@ def main():
     p.add_argument("--body-head", type=int, default=0,
                    help="push/pull: emit only this many characters of each body (0: all)")
     p.add_argument("--batch-max", type=int, default=0, help="push: set_message_batch_max_size")
+    p.add_argument("--log-level", default="", choices=["", "fatal", "error", "warn", "info", "debug"],
+                   help="push: the C++ client's log level (~/logs/rocketmq-cpp; default info)")
+    p.add_argument("--gate-file", default="", help="push: the callback waits while this file exists")
+    p.add_argument("--max-cache", type=int, default=0,
+                   help="push: messages a queue may cache before the consumer stops pulling it (C++ default 1000)")
     p.add_argument("--fail-until", type=int, default=0,
                    help="push: fail while reconsume_times < N (-1: always fail)")
     p.add_argument("--fail-how", default="status", choices=["status", "raise"])
