@@ -1,0 +1,137 @@
+"""Consumers and replication, end to end with pocketmq's client and brokers:
+
+* slave reads (the seeds' suggestion): with slaveReadEnable and a consumer further behind the
+  log's end than the in-memory limit (totalPhysicalMemoryBytes set small), the master tells
+  it to pull from the slave, it does (pulls counted on the slave's side too), and once caught
+  up it is sent back; with slaveReadEnable=false it never is;
+* a dead master (SIGKILL, real processes): a push consumer goes on from the slave within 5 s,
+  commits there, and after the master returns (taking the slave's newer offsets back before
+  it serves) a new consumer of the group starts where the old one stopped: nothing is
+  delivered twice beyond what was in flight at the kill (counted).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from pocketmq.client import CONSUME_SUCCESS, Message, Producer, PushConsumer
+from pocketmq.client.instance import ClientInstance
+from pocketmq.client.process_queue import FlowLimits
+from pocketmq.protocol.bodies import TopicConfig
+from tests.integration.test_client_cluster import create_topic
+from tests.support.events import Sink
+from tests.support.replica_pair import LocalPair, ProcessGroup
+
+pytestmark = pytest.mark.asyncio
+
+
+async def _route_members(ns: str, topic: str, members: int) -> None:
+    admin = ClientInstance("127.0.0.1@route-wait", ns)
+    try:
+        while True:
+            route = await admin.api.get_route(topic)
+            if route is not None and route.broker_datas and len(route.broker_datas[0].broker_addrs) >= members:
+                return
+            await asyncio.sleep(0.05)
+    finally:
+        await admin.close()
+
+
+async def _slave_read_run(tmp_path, slave_read: bool) -> tuple[dict, int, int]:
+    common = ["--slaveSyncIntervalMillis=200", "--totalPhysicalMemoryBytes=262144",
+              "--accessMessageInMemoryMaxRatio=40", f"--slaveReadEnable={str(slave_read).lower()}"]
+    async with asyncio.timeout(60), LocalPair(tmp_path, common_args=common) as pair:
+        admin = ClientInstance("127.0.0.1@slave-read", pair.namesrv_addr)
+        try:
+            await admin.api.create_topic(pair.master.addr, TopicConfig("SlaveReadT", 1, 1), "TBW102")
+        finally:
+            await admin.close()
+        await _route_members(pair.namesrv_addr, "SlaveReadT", 2)
+        async with Producer("SRP", pair.namesrv_addr, instance_name="srp") as p:
+            # ~1 MiB: far more than the 100 KiB the master keeps "in memory"
+            for _ in range(40):
+                await p.send_batch([b"r" * 1000] * 25, topic="SlaveReadT")
+        await pair.caught_up()
+        while pair.slave.topics.get("SlaveReadT") is None:
+            await asyncio.sleep(0.05)
+        seen = Sink()
+
+        async def listener(msg):
+            seen.append(msg.queue_offset)
+            return CONSUME_SUCCESS
+        c = PushConsumer("SRG", pair.namesrv_addr, listener=listener, instance_name="src",
+                         consume_from_where="FIRST_OFFSET", pull_batch_size=32)
+        c.subscribe("SlaveReadT")
+        async with c:
+            await seen.until(lambda s: len(s) >= 1000)
+        slave_gets = pair.slave.stats.get_nums if hasattr(pair.slave.stats, "get_nums") else None
+        return dict(c.stats["pulls_by_broker_id"]), len(set(seen)), slave_gets
+
+
+async def test_a_lagging_consumer_is_sent_to_the_slave_and_back(tmp_path):
+    pulls, unique, _ = await _slave_read_run(tmp_path / "on", True)
+    assert unique == 1000
+    assert pulls.get(1, 0) > 0, pulls        # told to read from the slave while far behind
+    assert pulls.get(0, 0) > 0, pulls        # and back to the master once caught up
+    pulls, unique, _ = await _slave_read_run(tmp_path / "off", False)
+    assert unique == 1000
+    assert set(pulls) == {0}, pulls          # slaveReadEnable=false: never
+
+
+async def test_dead_master_consumption_from_the_slave_and_back(tmp_path):
+    g = ProcessGroup(str(tmp_path), "ASYNC_MASTER", ["--slaveSyncIntervalMillis=200", "--defaultTopicQueueNums=4"])
+    topic, n1, n2 = "DeadT", 600, 50
+    await asyncio.to_thread(g.start)
+    try:
+        await create_topic(g, topic, 4)
+        async with Producer("DP", g.namesrv_addr, instance_name="dp") as p:
+            for i in range(n1):
+                assert (await p.send(Message(topic, b"a%d" % i))).ok
+        delivered = Sink()
+        times: list[float] = []
+
+        async def slow(msg):
+            await asyncio.sleep(0.004)          # ~250/s: the kill lands mid-stream
+            delivered.append(msg.body)
+            times.append(time.monotonic())
+            return CONSUME_SUCCESS
+        c = PushConsumer("DG", g.namesrv_addr, listener=slow, instance_name="dc1", consume_from_where="FIRST_OFFSET",
+                         persist_interval_s=0.5, consume_concurrency=1, pull_batch_size=8,
+                         flow_limits=FlowLimits(pull_threshold_for_queue=16))
+        c.subscribe(topic)
+        async with c:
+            await delivered.until(lambda s: len(s) >= n1 // 3)
+            g.master.kill()
+            t_kill = time.monotonic()
+            at_kill = len(delivered)
+            # in flight at the kill: what was delivered in the last two commit intervals
+            in_flight = sum(1 for t in times if t > t_kill - 1.0)
+            async with asyncio.timeout(5 + 30):
+                await delivered.until(lambda s: len(set(s)) >= n1)
+            # past what the consumer had cached at the kill (4 queues x (16 + a pull of 8)):
+            # pulled after it, from the slave
+            resumed_s = times[at_kill + 4 * (16 + 8)] - t_kill
+            assert c.stats["pulls_by_broker_id"].get(1, 0) > 0
+            # the master comes back on its own store; it takes the slave's newer offsets back
+            g.master = g._broker("m", g.master_dir)
+            await asyncio.to_thread(g.master.start, 30)
+            await _route_members(g.namesrv_addr, topic, 2)
+        # a new member of the group starts from the group's offsets: at the master
+        async with Producer("DP", g.namesrv_addr, instance_name="dp2") as p:
+            for i in range(n2):
+                assert (await p.send(Message(topic, b"b%d" % i))).ok
+        c2 = PushConsumer("DG", g.namesrv_addr, listener=slow, instance_name="dc2", persist_interval_s=0.5)
+        c2.subscribe(topic)
+        async with c2:
+            await delivered.until(lambda s: sum(1 for b in s if b.startswith(b"b")) >= n2)
+            await asyncio.sleep(1.0)            # anything replayed from old offsets would arrive now
+        dupes = len(delivered) - len(set(delivered))
+        print(f"\nresumed from the slave {resumed_s:.2f} s after the kill; duplicates {dupes} "
+              f"(in flight at the kill: {in_flight})")
+        assert resumed_s < 5.0
+        assert len(set(delivered)) == n1 + n2
+        assert dupes <= in_flight
+    finally:
+        g.stop()
