@@ -768,7 +768,9 @@ def _offset(value, what: str) -> int:
 def decode_consumer_offset_wrapper(body) -> dict[str, dict[int, int]]:
     """Java's ConsumerOffsetSerializeWrapper (GET_ALL_CONSUMER_OFFSET's body; consumerOffset.json)
     -> {"topic@group": {queueId: offset}}. Raises BodyError naming what is malformed: a key
-    that is not a valid `topic@group`, a queue id or offset that is no integer, a negative offset."""
+    that is not a valid `topic@group`, a queue id or offset that is no integer. A negative
+    offset is left out: it is what a broker stores when a client commits -1 for a queue it
+    holds no position in (ali-ons does, for a queue at offset 0), and means "no offset"."""
     out = {}
     for key, queues in _offset_table(body, "ConsumerOffsetSerializeWrapper").items():
         if not isinstance(key, str) or "@" not in key:
@@ -778,8 +780,9 @@ def decode_consumer_offset_wrapper(body) -> dict[str, dict[int, int]]:
         check_name(GROUP, "consumer offset group", group)
         if not isinstance(queues, dict):
             raise BodyError(f"consumer offsets of {key} are not an object")
-        out[key] = {_strict_int(q, f"queue id of {key}"): _offset(o, f"offset of {key}")
-                    for q, o in queues.items()}
+        offsets = {_strict_int(q, f"queue id of {key}"): _strict_int(o, f"offset of {key}")
+                   for q, o in queues.items()}
+        out[key] = {q: o for q, o in offsets.items() if o >= 0}
     return out
 
 

@@ -22,10 +22,9 @@ lib/store/remote_broker.js) and pinned here:
 * it commits offsets every 5 s (oneway) to the master, else the first slave listed
   (findBrokerAddressInAdmin);
 * its periodic commit sends -1 for a queue whose offset is 0 (`offsetTable.get(key) || -1`),
-  e.g. its %RETRY% queue when nothing was retried. pocketmq's brokers store that -1, and a
-  table holding one is refused whole by the strict decoder of GET_ALL_CONSUMER_OFFSET bodies:
-  the restarted master does not take the slave's offsets back (and a slave stops copying its
-  master's). That test is marked xfail (strict) until the broker side is fixed.
+  e.g. its %RETRY% queue when nothing was retried. pocketmq's brokers store that -1 (as Java's
+  do), and the decoder of GET_ALL_CONSUMER_OFFSET bodies reads such an entry as "no offset"
+  (it used to refuse the whole table, so a restarted master took nothing back).
 """
 from __future__ import annotations
 
@@ -171,8 +170,6 @@ def test_ons_commits_minus_one_for_a_queue_at_offset_zero(ons_dead_master):
     assert any(e["offset"] == -1 for e in commits), commits[:10]
 
 
-@pytest.mark.xfail(strict=True, reason="an ali-ons -1 commit in the slave's offset table makes the restarted "
-                   "master's take-back fail whole (BodyError: bad offset ... -1 (negative)); see the module docstring")
 def test_ons_offsets_committed_to_the_slave_are_taken_back_and_nothing_is_consumed_twice(ons_dead_master):
     run = ons_dead_master
     print(f"\nali-ons: offsets for everything on the slave {run.slave_offsets_at:.2f} s after the kill; the "

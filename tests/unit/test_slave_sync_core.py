@@ -13,6 +13,7 @@ from pocketmq.broker.core.delay import ScheduleCursors
 from pocketmq.broker.core.metadata_sync import (SyncLog, adopt_groups, adopt_offsets, adopt_topics, group_slaves,
                                                 take_back)
 from pocketmq.broker.core.offsets import ConsumerOffsetManager
+from pocketmq.protocol.bodies import decode_consumer_offset_wrapper
 from pocketmq.broker.core.subscription_groups import SubscriptionGroupManager
 from pocketmq.broker.core.topics import TopicConfigManager
 from pocketmq.broker.processors.admin import (
@@ -141,9 +142,21 @@ def test_slave_parses_a_java_masters_answers():
     assert cursors.adopt(JAVA_DELAY) and cursors.offsets == {1: 17, 2: 0, 18: 4}
 
 
+def test_a_minus_one_offset_means_none_and_never_lowers_an_offset():
+    """-1 is what a broker stores when a client (ali-ons) commits it for a queue it holds no
+    position in: such an entry is no offset; the rest of the table is taken."""
+    offsets = ConsumerOffsetManager()
+    offsets.commit("G", "T", 0, 5)
+    assert take_back(offsets, decode_consumer_offset_wrapper(b'{"offsetTable":{"T@G":{"0":-1,"1":9}}}')) \
+        == {("T@G", 1)}
+    assert offsets.table == {"T@G": {0: 5, 1: 9}}
+    slave = ConsumerOffsetManager()
+    assert adopt_offsets(slave, b'{"offsetTable":{"T@G":{"0":-1,"1":7}}}') == 1
+    assert slave.table == {"T@G": {1: 7}}
+
+
 @pytest.mark.parametrize("body", [b"", b"not json", b"[]", b'{"offsetTable":[]}', b'{"offsetTable":{"T":{"0":1}}}',
-                                  b'{"offsetTable":{"T@G":{"x":1}}}', b'{"offsetTable":{"T@G":{"0":-1}}}',
-                                  b'{"offsetTable":{"T@G":{"0":true}}}', b'{"offsetTable":{"T@G":[1]}}',
+                                  b'{"offsetTable":{"T@G":{"x":1}}}', b'{"offsetTable":{"T@G":{"0":true}}}', b'{"offsetTable":{"T@G":[1]}}',
                                   b'{"offsetTable":{"bad topic@G":{"0":1}}}'])
 def test_a_bad_offset_body_changes_nothing(body):
     offsets = ConsumerOffsetManager()
