@@ -283,7 +283,7 @@ class Broker:
         if self.is_slave:
             self.ha_slave = HASlave(self.store, master_ha_addr=cfg.haMasterAddress or None,
                                     report_ms=cfg.haSendHeartbeatInterval, housekeeping_ms=cfg.haHousekeepingInterval,
-                                    segment_size=cfg.mappedFileSizeCommitLog)
+                                    segment_size=cfg.mappedFileSizeCommitLog, busy_poll=self.server.busy_poll)
             return
         self.ha_master = HAMaster(self.store, host=self.host, port=cfg.haListenPort,
                                   batch_bytes=cfg.haTransferBatchSize, heartbeat_ms=cfg.haSendHeartbeatInterval,

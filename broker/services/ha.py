@@ -309,8 +309,14 @@ class HASlave:
     RETRY_MAX_S = 5.0
 
     def __init__(self, store, *, master_ha_addr: str | None = None, report_ms: int = 5000,
-                 housekeeping_ms: int = 20_000, segment_size: int, mono_ms: Callable[[], int] = monotonic_ms) -> None:
+                 housekeeping_ms: int = 20_000, segment_size: int, mono_ms: Callable[[], int] = monotonic_ms,
+                 busy_poll=None) -> None:
         self.store = store
+        # the broker's BusyPoll (remoting/busy_poll.py) or None: a frame read is activity, so
+        # the loop polls a moment for the next one instead of sleeping (a SYNC_MASTER's
+        # sends wait for each round trip through here; the poller's own rules stop spinning
+        # when it does not pay or when the CPU is shared)
+        self.busy_poll = busy_poll
         self.master_ha_addr = master_ha_addr
         self.report_s = max(0.05, report_ms / 1000)
         self.housekeeping_s = max(0.1, housekeeping_ms / 1000)
@@ -426,6 +432,7 @@ class HASlave:
             if data is not None:
                 if not data:
                     raise ConnectionError("the master closed the connection")
+                t_read = time.perf_counter()
                 self.last_frame_ms = self.mono_ms()
                 for offset, body in decoder.feed(data):
                     self.master_offset = offset + len(body)
@@ -444,6 +451,8 @@ class HASlave:
                 self.reported = report
                 self.last_report_ms = self.mono_ms()
                 last_report = now
+            if data and self.busy_poll is not None:
+                self.busy_poll.kick(time.perf_counter() - t_read)
             if data:
                 # A read of buffered bytes does not suspend: without this turn of the loop the
                 # callbacks the appends scheduled (held pulls woken, the index pump's step,
