@@ -220,7 +220,11 @@ class Broker:
         schedule_wake = self.schedule_service.wake if not self.is_slave else _nothing
         ha_notify = self.ha_master.notify if self.ha_master is not None else _nothing
         if cfg.messageIndexEnable:
-            self.index_pump = pump = IndexPump(self.store, self.server.busy_poll)
+            # a slave behind its master copies first, indexes once caught up
+            hold = (lambda: self.ha_slave.behind) if self.ha_slave is not None else None
+            self.index_pump = pump = IndexPump(self.store, self.server.busy_poll, hold)
+            if self.ha_slave is not None:
+                self.ha_slave.on_caught_up = pump.kick
             index_kick = pump.kick
 
             def on_dispatch(topic, queue_id, max_offset, tags_code, store_ts):

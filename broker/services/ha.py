@@ -47,6 +47,8 @@ from pocketmq.remoting.tasks import cancel_and_wait
 log = logging.getLogger("pocketmq.broker.ha")
 
 READ_BYTES = 256 * 1024
+# a read this full means more was queued behind it: the slave is behind its master
+BEHIND_READ_BYTES = READ_BYTES // 2
 CONNECT_TIMEOUT_S = 3.0
 
 
@@ -317,6 +319,10 @@ class HASlave:
         # sends wait for each round trip through here; the poller's own rules stop spinning
         # when it does not pay or when the CPU is shared)
         self.busy_poll = busy_poll
+        # True while the reads come back full (the master has more than one read's worth
+        # queued for us): the index pump waits (services/index_pump.py `hold`)
+        self.behind = False
+        self.on_caught_up: Callable[[], None] | None = None     # the index pump's kick
         self.master_ha_addr = master_ha_addr
         self.report_s = max(0.05, report_ms / 1000)
         self.housekeeping_s = max(0.1, housekeeping_ms / 1000)
@@ -434,6 +440,8 @@ class HASlave:
                     raise ConnectionError("the master closed the connection")
                 t_read = time.perf_counter()
                 self.last_frame_ms = self.mono_ms()
+                was_behind = self.behind
+                self.behind = len(data) >= BEHIND_READ_BYTES
                 for offset, body in decoder.feed(data):
                     self.master_offset = offset + len(body)
                     self.bytes_received += len(body)
@@ -451,6 +459,8 @@ class HASlave:
                 self.reported = report
                 self.last_report_ms = self.mono_ms()
                 last_report = now
+            if data is not None and was_behind and not self.behind and self.on_caught_up is not None:
+                self.on_caught_up()
             if data and self.busy_poll is not None:
                 self.busy_poll.kick(time.perf_counter() - t_read)
             if data:

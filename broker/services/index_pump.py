@@ -19,6 +19,12 @@ message is then paid by the broker while it stores such messages, and the tail
 below `backlog_bytes` is left to the flush thread's pass and to queries (which catch
 up first). A long catch-up (after a stall) is spread over loop turns so requests
 interleave with it instead of waiting behind it; no lock is held across steps.
+
+On a slave that is behind its master (`hold`: HASlave.behind), the pump leaves the index
+alone: on one host a slave that also indexes everything it copies costs about what its
+master costs a message, and falls further behind the master's ingest the longer it lasts
+(bench_replication, docs/benchmarks.md); copying comes first. The flush thread's pass and
+queries go on indexing, and the slave kicks the pump when it has caught up.
 """
 from __future__ import annotations
 
@@ -56,8 +62,12 @@ class IndexPump:
     # flush thread behind, a long stall) takes more than one callback.
     step_budget_s = 0.010
 
-    def __init__(self, store, busy_poll=None) -> None:
+    def __init__(self, store, busy_poll=None, hold=None) -> None:
         self.store = store
+        # a callable, True while the pump should leave the backlog alone (a slave behind its
+        # master: replication first; the flush thread's pass and queries still index, and
+        # the slave kicks the pump once it has caught up). None: never.
+        self.hold = hold
         # the server's BusyPoll (remoting/busy_poll.py), whose `sharing` says whether a
         # runnable peer shares our CPU; None (busy polling off): groups always
         self.busy_poll = busy_poll
@@ -69,7 +79,7 @@ class IndexPump:
 
     def kick(self) -> None:
         """Called after a dispatch (on the loop): schedule a step if enough waits."""
-        if self._scheduled or self._closed:
+        if self._scheduled or self._closed or (self.hold is not None and self.hold()):
             return
         bp = self.busy_poll
         threshold = self.backlog_bytes if bp is None or bp.sharing else self.backlog_bytes_alone
@@ -103,6 +113,8 @@ class IndexPump:
             self.steps += 1
             self.records += n
             if not n or store.index_backlog_bytes() < threshold:
+                return
+            if self.hold is not None and self.hold():
                 return
             if perf_counter() >= deadline:
                 break

@@ -216,3 +216,30 @@ async def test_pump_steps_after_every_dispatch_while_the_cpu_is_its_own(s):
     put(s, i)
     plain.kick()
     assert not plain._scheduled
+
+
+async def test_hold_leaves_the_backlog_until_released(s):
+    """A slave behind its master (hold true) copies first: kicks do nothing, a step that is
+    already running stops; once hold is false the next kick indexes everything."""
+    behind = [True]
+    pump = pump_over(s, 200, step_records=32, backlog_bytes=1)
+    pump.hold = lambda: behind[0]
+    pump.kick()
+    await _settle(pump)
+    assert pump.records == 0 and s.index_backlog_bytes() > 0
+    behind[0] = False
+    pump.kick()
+    await _settle(pump)
+    assert pump.records == 200 and s.index_backlog_bytes() == 0
+    # a step running when the slave falls behind stops after its sub-step
+    for i in range(200, 400):
+        put(s, i)
+    calls = [0]
+
+    def hold():
+        calls[0] += 1
+        return calls[0] > 1          # free at the kick, behind from the first sub-step on
+    pump.hold = hold
+    pump.kick()
+    await _settle(pump)
+    assert pump.records == 200 + 32
