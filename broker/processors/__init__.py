@@ -68,7 +68,7 @@ def build_processor_table(ctx: BrokerContext) -> dict:
         R.CLEAN_EXPIRED_CONSUMEQUEUE: admin.process_clean_expired_consume_queue,
         R.CLONE_GROUP_OFFSET: admin.process_clone_group_offset,
     }
-    if ctx.is_slave:
+    if ctx is not None and ctx.is_slave:   # (None: a caller that only wants the codes)
         from pocketmq.broker.processors.slave import SLAVE_OVERRIDES
         table.update(SLAVE_OVERRIDES)
     return {int(code): partial(fn, ctx) if int(code) in _SEND_CODES else names_checked(partial(fn, ctx))
