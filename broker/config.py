@@ -587,7 +587,7 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "messageIndexEnable", "maxHashSlotNum", "maxIndexNum", "maxMsgsNumBatch", "defaultQueryMaxNum",
     "indexBuildBatchNums",
     "haMasterAddress", "haSendHeartbeatInterval", "haHousekeepingInterval", "haTransferBatchSize",
-    "haSlaveFallbehindMax", "slaveTimeout", "slaveReadEnable", "totalPhysicalMemoryBytes",
+    "haSlaveFallbehindMax", "slaveTimeout", "slaveReadEnable", "totalPhysicalMemoryBytes", "offsetCheckInSlave",
     "slaveSyncIntervalMillis",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""

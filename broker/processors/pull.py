@@ -12,7 +12,11 @@ broker id of the group member the next pull should go to (`_suggest`: with
 slaveReadEnable, whichBrokerWhenConsumeSlowly of the group when the pulled messages lie
 further behind the log's end than the in-memory limit, else the group's brokerId; 0
 without it), and a slave never stores the commit offset a pull carries. A slave's held
-pulls are woken by the dispatch of the replicated records, like a master's.
+pulls are woken by the dispatch of the replicated records, like a master's. A pull past a
+slave's end (a consumer that read from the master what the slave has not copied) keeps its
+offset and waits for the copy, unless offsetCheckInSlave: a slave behind its master never
+moves a consumer back (Java's nextOffsetCorrection; without it the consumer would read the
+whole queue again).
 """
 from __future__ import annotations
 
@@ -20,12 +24,14 @@ from pocketmq.broker.core import sql92
 from pocketmq.broker.core.held_pulls import HeldPull, HoldResult
 from pocketmq.broker.core.replication import suggest_broker_id
 from pocketmq.broker.core.status import pull_status_response
+from pocketmq.broker.store.api import GetMessageStatus
 from pocketmq.protocol.bodies import build_subscription
 from pocketmq.protocol.codes import PermName, PullSysFlag, ResponseCode
 from pocketmq.protocol.errors import BodyError
 from pocketmq.protocol.headers.typed import decode_pull_header
 
 SUSPEND_MS_MAX = 60_000
+_NOT_HERE_YET = frozenset({GetMessageStatus.OFFSET_OVERFLOW_BADLY, GetMessageStatus.NO_MESSAGE_IN_QUEUE})
 
 
 def _offsets_ext(next_begin: int, min_offset: int, max_offset: int, suggest: str = "0") -> dict:
@@ -150,6 +156,12 @@ def pull(ctx, conn, cmd, h, allow_suspend: bool, sub=None):
     max_nums = max(1, min(h.max_msg_nums, ctx.pull_max_msg_nums))
     tag_filter, record_filter = _filters(sub)
     r = ctx.store.get_message(h.topic, h.queue_id, h.queue_offset, max_nums, tag_filter, record_filter)
+    if ctx.is_slave and r.status in _NOT_HERE_YET and not cfg.offsetCheckInSlave and h.queue_offset > r.max_offset:
+        # A consumer ahead of this slave (the master stored and served what has not been
+        # copied here yet, or never will be): the offset is the consumer's to keep, not ours
+        # to move (Java's nextOffsetCorrection on a slave). Answered like a caught-up pull:
+        # held, and woken when the copy reaches it.
+        r = r._replace(status=GetMessageStatus.OFFSET_OVERFLOW_ONE, next_begin_offset=h.queue_offset)
     code, status = pull_status_response(r.status, h.queue_offset)
     if allow_suspend and h.sys_flag & PullSysFlag.COMMIT_OFFSET and not ctx.is_slave:
         ctx.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)

@@ -135,3 +135,65 @@ async def test_dead_master_consumption_from_the_slave_and_back(tmp_path):
         assert dupes <= in_flight
     finally:
         g.stop()
+
+
+async def test_a_consumer_ahead_of_its_slave_is_not_sent_back(tmp_path):
+    """The master served what its slave has not copied yet; the master goes away: the slave
+    answers the consumer's pulls past its end by holding them at the consumer's offset (not
+    PULL_OFFSET_MOVED to the queue's start, which would replay the whole queue), and serves
+    them when the copy arrives. With offsetCheckInSlave=true it corrects the offset as a
+    master would."""
+    from pocketmq.protocol.codes import ResponseCode as C
+    from pocketmq.remoting.client import RemotingClient
+    from tests.integration.test_broker import pull_cmd
+    async with asyncio.timeout(90), LocalPair(tmp_path, common_args=["--slaveSyncIntervalMillis=200"]) as pair:
+        admin = ClientInstance("127.0.0.1@ahead", pair.namesrv_addr)
+        try:
+            await admin.api.create_topic(pair.master.addr, TopicConfig("AheadT", 1, 1), "TBW102")
+        finally:
+            await admin.close()
+        await _route_members(pair.namesrv_addr, "AheadT", 2)
+        seen = Sink()
+
+        async def listener(msg):
+            seen.append(msg.body)
+            return CONSUME_SUCCESS
+        c = PushConsumer("AheadG", pair.namesrv_addr, listener=listener, instance_name="ahead",
+                         consume_from_where="FIRST_OFFSET", persist_interval_s=0.5)
+        c.subscribe("AheadT")
+        async with Producer("AheadP", pair.namesrv_addr, instance_name="aheadp") as p, c:
+            for i in range(100):
+                assert (await p.send(Message("AheadT", b"a%d" % i))).ok
+            await pair.caught_up()
+            while pair.slave.topics.get("AheadT") is None:
+                await asyncio.sleep(0.05)
+            await pair.slave.ha_slave.close()          # the slave stops copying: it falls behind
+            for i in range(5):
+                assert (await p.send(Message("AheadT", b"b%d" % i))).ok
+            await seen.until(lambda s: len(s) >= 105)
+            rc = RemotingClient()
+            try:
+                r = await rc.invoke(pair.slave.addr, pull_cmd("AheadT", 0, 105))
+                assert (r.code, r.ext_fields["nextBeginOffset"]) == (C.PULL_NOT_FOUND, "105"), (r.code, r.remark)
+            finally:
+                await rc.close()
+            await asyncio.sleep(1.2)                   # the consumer's offsets reach the master
+            await pair.stop_master()
+            # the consumer now pulls from the slave, which holds its pull at offset 105
+            async with asyncio.timeout(10):
+                while pair.slave.held_pulls.count == 0:
+                    await asyncio.sleep(0.05)
+            await asyncio.sleep(1)
+            assert len(seen) == 105 and len(set(seen)) == 105, (len(seen), len(set(seen)))
+    async with LocalPair(tmp_path / "check", common_args=["--offsetCheckInSlave=true"]) as pair:
+        async with Producer("AheadP2", pair.namesrv_addr, instance_name="aheadp2") as p:
+            assert (await p.send(Message("AheadT2", b"x"))).ok
+        await pair.caught_up()
+        while pair.slave.topics.get("AheadT2") is None:
+            await asyncio.sleep(0.05)
+        rc = RemotingClient()
+        try:
+            r = await rc.invoke(pair.slave.addr, pull_cmd("AheadT2", 0, 50))
+            assert r.code == C.PULL_OFFSET_MOVED, (r.code, r.remark)
+        finally:
+            await rc.close()
