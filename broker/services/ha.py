@@ -223,6 +223,13 @@ class HAMaster:
             if conn.request_offset < 0:
                 conn.request_offset = reports[0]
                 conn.first_report.set()
+                if len(reports) == 1:
+                    continue            # where to start: the sender answers it (past our end too)
+            if offset <= conn.request_offset:
+                # Not an ack: the start again. Our slave repeats it until its tail matched our
+                # bytes (SlaveStream), a Java slave until it has something new; counting it
+                # would let SYNC_MASTER acknowledge sends on the word of an unchecked log.
+                continue
             if offset > self.store.commit_log_max_offset:
                 log.error("slave %s acked offset %d past this master's end %d: its log is not this master's; "
                           "closing", conn.remote, offset, self.store.commit_log_max_offset)

@@ -256,3 +256,35 @@ async def test_held_pull_on_the_slave_wakes_on_replication(tmp_path):
             assert waited < 1.0, waited
         finally:
             await c.close()
+
+
+async def test_a_slaves_first_report_is_not_an_ack(tmp_path):
+    """The first report is where a slave starts (ours: up to 4 KiB before its end, not yet
+    checked against the master's bytes); a SYNC_MASTER must not acknowledge a send on it, nor
+    on its repetitions, only on a later, larger report."""
+    import socket
+    import struct
+    async with LocalPair(tmp_path, role="SYNC_MASTER", master_args=["--slaveTimeout=500"], start_slave=False) as pair:
+        ha_port = pair.master.ha_port
+        c = RemotingClient()
+        stalled = socket.create_connection(("127.0.0.1", ha_port))      # a slave that reads nothing
+        stalled.sendall(struct.pack(">q", 0))
+        try:
+            await wait_for(lambda: pair.master.ha_master.connections == 1)
+            send = asyncio.ensure_future(c.invoke(pair.master.addr, send_cmd("AckT", b"x" * 100)))
+            await wait_for(lambda: pair.master.store.commit_log_max_offset > 0)
+            end = pair.master.store.commit_log_max_offset
+            # another "slave" whose first report (and its repetition) names the master's end
+            other = socket.create_connection(("127.0.0.1", ha_port))
+            other.sendall(struct.pack(">q", end))
+            other.sendall(struct.pack(">q", end))
+            r = await send
+            assert r.code == C.FLUSH_SLAVE_TIMEOUT, r.code
+            assert pair.master.ha_master.acked_max == 0
+            other.sendall(struct.pack(">q", end + 0))         # still the start: not counted
+            await asyncio.sleep(0.1)
+            assert pair.master.ha_master.acked_max == 0
+            other.close()
+        finally:
+            stalled.close()
+            await c.close()
