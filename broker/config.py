@@ -423,6 +423,16 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
                 )
         return value
 
+    @field_validator("haMasterAddress")
+    @classmethod
+    def _check_ha_master_address(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        host, _, port = value.strip().rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) <= 65535 or " " in host:
+            raise ValueError(f"bad HA master address {value!r}; expected host:port, e.g. 192.168.0.1:10912")
+        return value.strip()
+
     @field_validator("brokerIP1", "brokerIP2")
     @classmethod
     def _check_ip(cls, value: str) -> str:

@@ -38,7 +38,7 @@ from pocketmq.broker.core.replication import (
     is_slave_ok,
 )
 from pocketmq.broker.services.waiters import OffsetWaiters
-from pocketmq.broker.store.replica import ReplicaError
+from pocketmq.broker.store.replica import ReplicaBusy, ReplicaError
 from pocketmq.protocol.ha import FrameDecoder, HAProtocolError, ReportDecoder, encode_frame_head, encode_report
 from pocketmq.remoting.clock import monotonic_ms
 from pocketmq.remoting.metrics import LatencyHistogram
@@ -384,14 +384,28 @@ class HASlave:
             except Diverged as e:
                 self._stopped(f"diverged: {e}", logging.ERROR)
                 delay = self.DIVERGED_RETRY_S
+            except ReplicaBusy as e:
+                # a file of our own could not be created for now: not the master's bytes
+                self._stopped(f"cannot store the master's bytes for now: {e}", logging.WARNING)
+                delay = self.RETRY_MAX_S
             except ReplicaError as e:
                 self._stopped(f"refused the master's bytes: {e}", logging.ERROR)
                 delay = self.DIVERGED_RETRY_S
             except (OSError, asyncio.IncompleteReadError, HAProtocolError, TimeoutError) as e:
                 self._stopped(f"connection to master {addr}: {type(e).__name__}: {e}", logging.WARNING)
                 delay = min(self.RETRY_MAX_S, delay * 2)
+            except Exception as e:
+                # never a silent end of replication: say why, and try again
+                log.exception("HA replication from %s failed", addr)
+                self._stopped(f"failed: {type(e).__name__}: {e}", logging.ERROR)
+                delay = self.DIVERGED_RETRY_S
             finally:
                 self.connected = False
+                if self.behind:
+                    # not behind a master we are not connected to: the index pump may work
+                    self.behind = False
+                    if self.on_caught_up is not None:
+                        self.on_caught_up()
                 if self._writer is not None:
                     self._writer.close()
                     self._writer = None

@@ -42,16 +42,24 @@ from pocketmq.protocol.message import (
     unpack_size_magic,
 )
 
-__all__ = ["ReplicaPart", "ReplicaError"]
+__all__ = ["ReplicaPart", "ReplicaError", "ReplicaBusy"]
 
 
 _TOPIC_TS = attrgetter("topic", "store_timestamp")
+# Records a slave takes even when they exceed its own maxMessageSize (its master's may be
+# larger: Java's slave takes any record); beyond, the buffer would hold too much.
+REPLICA_RECORD_MAX = 64 * 1024 * 1024
 # no IndexHint for transaction halves nor records with IPv6 hosts (append.py's rule)
 _NOT_HINTED = MessageSysFlag.TRANSACTION_PREPARED_TYPE | HOST_V6_FLAGS
 
 
 class ReplicaError(Exception):
     """Replicated bytes that cannot be appended: the log is left exactly as it was."""
+
+
+class ReplicaBusy(ReplicaError):
+    """The bytes are fine but cannot be stored for now (a segment could not be created and
+    the buffer is full): the caller reconnects a little later and asks again."""
 
 
 class ReplicaPart:
@@ -88,6 +96,17 @@ class ReplicaPart:
         return self._commitlog.wrote_offset + len(self._replica_pending)
 
     @property
+    def _replica_record_max(self) -> int:
+        """The largest record a slave takes: its master's limit may be above this broker's
+        maxMessageSize, so the bound is the segment's (and REPLICA_RECORD_MAX's)."""
+        return min(self._file_size - BLANK_MARKER_SIZE, max(self._max_record, REPLICA_RECORD_MAX))
+
+    @property
+    def _replica_pending_max(self) -> int:
+        # one record not yet whole, plus a read's frames after it
+        return self._replica_record_max + BLANK_MARKER_SIZE + (1 << 20)
+
+    @property
     def replica_pending_bytes(self) -> int:
         return len(self._replica_pending)
 
@@ -95,6 +114,7 @@ class ReplicaPart:
         """Drop what waits in the buffer (a new HA connection starts again at the write
         position); returns the write position."""
         self._replica_pending.clear()
+        self._replica_stalled = False
         return self._commitlog.wrote_offset
 
     def replica_append(self, offset: int, data) -> int:
@@ -116,10 +136,13 @@ class ReplicaPart:
                                    f"offset {offset} (segment size {self._file_size})")
             cl.wrote_offset = cl.flushed_offset = offset
             self._reput_from = offset
-        bound = self._max_record + BLANK_MARKER_SIZE + (1 << 20)
-        if len(pending) + len(data) > max(bound, len(data)):
+        if len(pending) + len(data) > max(self._replica_pending_max, len(data)):
+            if self._replica_stalled:
+                pending.clear()
+                raise ReplicaBusy(f"a commit-log segment could not be created; {expected - cl.wrote_offset} "
+                                  f"bytes from {cl.wrote_offset} wait")
             raise ReplicaError(f"{len(pending) + len(data)} bytes at {expected} hold no complete record "
-                               f"(records are at most {self._max_record} bytes)")
+                               f"(records are at most {self._replica_record_max} bytes)")
         buffered = bool(pending)
         if buffered:
             pending += data
@@ -182,9 +205,9 @@ class ReplicaPart:
                 continue
             if magic != MESSAGE_MAGIC_CODE:
                 raise ReplicaError(f"no record at offset {phys}: magic code {magic & 0xFFFFFFFF:#010x}")
-            if total < RECORD_HEAD_MIN or total > remaining - BLANK_MARKER_SIZE or total > self._max_record:
+            if total < RECORD_HEAD_MIN or total > remaining - BLANK_MARKER_SIZE or total > self._replica_record_max:
                 raise ReplicaError(f"record at {phys} of {total} bytes does not fit ({remaining} bytes left in "
-                                   f"its segment, records at most {self._max_record})")
+                                   f"its segment, records at most {self._replica_record_max})")
             if end - pos < total:
                 break
             # The records from here that lie in this segment: the bytes that can be theirs are
@@ -195,7 +218,9 @@ class ReplicaPart:
                 at = cl.reserve(total)      # the segment exists (it fits: never a roll here)
             except NotOpened as e:
                 self._note_transient("create commit-log segment", e)
+                self._replica_stalled = True
                 break      # kept in the buffer; the next frame (or heartbeat) retries
+            self._replica_stalled = False
             if at != phys:
                 raise ReplicaError(f"record at {phys} would be written at {at}")
             mf = cl.queue.files[-1]

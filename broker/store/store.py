@@ -103,6 +103,7 @@ class MessageStore(RecoveryPart, AppendPart, DispatchPart, ReadPart, SearchPart,
         self._index_hints = None
         # a slave's replicated bytes waiting for the rest of their record (replica.py)
         self._replica_pending = bytearray()
+        self._replica_stalled = False        # a segment for them could not be created (transient)
         # the filtered pull's units judged ahead (read._get_matching)
         self._judged: dict = {}
         # lifecycle

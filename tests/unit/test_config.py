@@ -687,3 +687,10 @@ def test_broker_names_the_nameserver_would_refuse_fail_at_start(field, bad):
     with pytest.raises(ValidationError, match=field):
         BrokerConfig(**{field: bad})
     assert getattr(BrokerConfig(**{field: "ok-name_1"}), field) == "ok-name_1"
+
+
+def test_ha_master_address_needs_a_port():
+    assert BrokerConfig(haMasterAddress=" 10.0.0.1:10912 ").haMasterAddress == "10.0.0.1:10912"
+    assert BrokerConfig(haMasterAddress="").haMasterAddress is None
+    with pytest.raises(ValidationError, match="expected host:port"):
+        BrokerConfig(haMasterAddress="10.0.0.1")

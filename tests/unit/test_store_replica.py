@@ -276,3 +276,48 @@ def test_uniform_run_check_equals_check_record(tmp_path, seed):
         assert check_uniform_run(view, pos, size, k, mf.start + pos, levels) is None
         assert check_record(view, recs[1][0], mf.size, mf.start + recs[1][0], levels)[0] != RECORD
         mf.mm[p_bad] = old
+
+
+def test_a_segment_that_cannot_be_created_is_busy_not_refused(tmp_path):
+    """A slave that cannot create its next segment for now keeps what arrived; once its
+    buffer is full it says busy (ReplicaBusy: the caller asks again later), never that the
+    master's bytes are bad; then, the file system back, it ends identical."""
+    from tests.unit.test_store import FailingOps
+    from pocketmq.broker.store.replica import ReplicaBusy
+    master = opened(config(tmp_path / "m"))
+    while master.commit_log_max_offset < SEG + (1 << 20) + 64 * 1024:    # past the buffer's bound
+        fill(master, n=200, seed=master.commit_log_max_offset)
+    ops = FailingOps()
+    slave = opened(config(tmp_path / "s"), file_ops=ops)
+    offset = 0
+    first = master.replica_read(0, SEG)
+    slave.replica_append(0, first)
+    offset = len(first)
+    ops.fail_create = True
+    with pytest.raises(ReplicaBusy):
+        while True:
+            data = master.replica_read(offset, 32 * 1024)
+            assert data, "the buffer never filled"
+            slave.replica_append(offset, data)
+            offset += len(data)
+    assert slave.commit_log_max_offset == SEG and slave.failed is None
+    ops.fail_create = False
+    slave.replica_reset()
+    copy(master, slave, random.Random(3))
+    assert segments(slave) == segments(master)
+
+
+def test_a_slave_takes_records_over_its_own_message_size(tmp_path):
+    """A master's limit may be above its slave's maxMessageSize: the slave takes the record
+    however the frames cut it (Java's slave takes any record)."""
+    master = opened(config(tmp_path / "m", max_message_size=3000))
+    master.put_message(msg(body=b"s" * 100))
+    master.put_message(msg(body=b"L" * 2500))
+    data = master.replica_read(0, SEG)
+    for cut in (len(data), 150, 7):
+        slave = opened(config(tmp_path / f"s{cut}", max_message_size=2000))
+        pos = 0
+        while pos < len(data):
+            slave.replica_append(pos, data[pos:pos + cut])
+            pos += cut
+        assert slave.commit_log_max_offset == master.commit_log_max_offset
