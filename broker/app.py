@@ -271,7 +271,8 @@ class Broker:
             self.slave_sync = SlaveSyncService(
                 master_addr=lambda: self.master_addr, own_addr=self.addr, topics=self.topics, groups=self.groups,
                 offsets=self.offsets, cursors=self.schedule_cursors, persist=self._persist_async,
-                period_ms=cfg.slaveSyncIntervalMillis, first_delay_ms=min(3000, cfg.slaveSyncIntervalMillis))
+                period_ms=cfg.slaveSyncIntervalMillis, first_delay_ms=min(3000, cfg.slaveSyncIntervalMillis),
+                delete_queues=self.store.delete_topics)
             self.slave_sync.start()
         log.info("The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
                  cfg.brokerName, self.addr, cfg.namesrvAddr)

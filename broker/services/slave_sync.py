@@ -65,8 +65,12 @@ class SlaveSyncService:
                  groups: SubscriptionGroupManager, offsets: ConsumerOffsetManager, cursors: ScheduleCursors,
                  persist: Callable[..., Awaitable[None]], period_ms: int = PERIOD_MS,
                  first_delay_ms: int = FIRST_DELAY_MS, timeout_s: float = REQUEST_TIMEOUT_S,
-                 client=None, mono_ms: Callable[[], int] = monotonic_ms) -> None:
+                 client=None, mono_ms: Callable[[], int] = monotonic_ms,
+                 delete_queues: Callable[[set[str]], object] | None = None) -> None:
         self.master_addr = master_addr
+        # the store's delete_topics: the consume queues of topics the master deleted go too,
+        # so a topic created again there starts its queues afresh here as on the master
+        self.delete_queues = delete_queues
         self.own_addr = own_addr
         self.topics = topics
         self.groups = groups
@@ -163,7 +167,13 @@ class SlaveSyncService:
         return failures
 
     def _topics(self, body) -> bool:
-        return adopt_topics(self.topics, body)
+        before = set(self.topics.topics)
+        changed = adopt_topics(self.topics, body)
+        dropped = before - set(self.topics.topics)
+        if dropped and self.delete_queues is not None:
+            log.info("topics deleted on the master, their queues here too: %s", ", ".join(sorted(dropped)))
+            self.delete_queues(dropped)
+        return changed
 
     def _groups(self, body) -> bool:
         return adopt_groups(self.groups, body)
