@@ -59,6 +59,11 @@ def process_send_back(ctx, conn, cmd):
         max_times = header_max
     origin_topic = opt_str(e, "originTopic") or msg.topic
     origin_id = opt_str(e, "originMsgId") or msg.msg_id
+    for name, value in (("originTopic", origin_topic), ("originMsgId", origin_id)):
+        if "\x01" in value or "\x02" in value:
+            # they become properties of the stored copy, whose separators these are
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"{name} holds a property separator (\\x01 or \\x02): {value!r}")
     if msg.reconsume_times >= max_times or delay_level < 0:
         topic = dlq_topic(group)
         created = ctx.topics.get(topic) is None

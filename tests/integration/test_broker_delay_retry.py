@@ -97,6 +97,13 @@ async def test_send_back_retries_then_dead_letters(tmp_path):
             bad = await c.invoke(broker.addr, RemotingCommand(R.CONSUMER_SEND_MSG_BACK, ext_fields={
                 "offset": "987654321", "group": "G", "delayLevel": "0"}))
             assert bad.code == C.SYSTEM_ERROR and "987654321" in bad.remark
+            # an origin id or topic holding a property separator: refused, named, nothing stored
+            before = broker.store.commit_log_max_offset
+            for field in ("originMsgId", "originTopic"):
+                bad = await c.invoke(broker.addr, RemotingCommand(R.CONSUMER_SEND_MSG_BACK, ext_fields={
+                    "offset": str(m.commit_log_offset), "group": "G", "delayLevel": "0", field: "x\x02y"}))
+                assert bad.code == C.SYSTEM_ERROR and field in bad.remark, (bad.code, bad.remark)
+            assert broker.store.commit_log_max_offset == before
         finally:
             await c.close()
 
