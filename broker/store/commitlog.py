@@ -484,6 +484,36 @@ class CommitLog:
         self.flushed_offset = end
         return RecoveryOutcome(scanned, scan_from, truncated_from, truncated_to, reason, len(later))
 
+    def truncate_to(self, offset: int) -> int:
+        """Cut the (closed-for-writes) log at `offset`, a record boundary: zero what follows in
+        its segment, delete later segments, make it durable. Controller mode's truncation of
+        a replica's unconfirmed tail (broker/core/failover.py consistent_point). Returns the
+        bytes dropped (from the offset to the last non-zero byte)."""
+        files = self.queue.files
+        if not files:
+            return 0
+        last = files[-1]
+        old_end = last.start + last_nonzero(last.view, last.fd, 0, last.size)
+        if offset >= old_end:
+            return 0
+        if offset < files[0].start:
+            offset = files[0].start
+        mf = self.queue.find(offset)
+        if mf is None:
+            return 0
+        pos = offset - mf.start
+        tail_end = last_nonzero(mf.view, mf.fd, pos, mf.size)
+        if tail_end > pos:
+            _zero(mf.view, pos, tail_end)
+            self.queue.ops.fdatasync(mf.fd)
+        if mf is not files[-1]:
+            self.queue.delete_after(mf)
+            self.queue.sync_dir()
+        mf.wrote = pos
+        self.wrote_offset = min(self.wrote_offset, offset)
+        self.flushed_offset = min(self.flushed_offset, offset)
+        return old_end - offset
+
     def iter_dispatch(self, start: int, delay_levels_ms: tuple[int, ...]):
         """(next_offset, DispatchRequest | None) for records from `start` to the write position.
         Blank markers are stepped over (None); a record that cannot be parsed stops the walk

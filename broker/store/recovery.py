@@ -20,9 +20,11 @@ import logging
 import os
 
 from pocketmq.broker.store.api import RecoveryReport, StoreError, valid_topic
-from pocketmq.broker.store.checkpoint import read_checkpoint
+from pocketmq.broker.store.checkpoint import read_checkpoint, write_checkpoint
 from pocketmq.broker.store.commitlog import CommitLog
 from pocketmq.broker.store.consumequeue import ConsumeQueue
+from pocketmq.broker.store.epoch import EPOCH_FILE_NAME, read_epoch_file, write_epoch_file
+from pocketmq.broker.store.fileops import FileOps
 
 log = logging.getLogger("pocketmq.store")
 
@@ -188,3 +190,33 @@ class RecoveryPart:
         fd = self._ops.open(self.config.abort_path, os.O_WRONLY | os.O_CREAT, 0o644)
         self._ops.close(fd)
         self._ops.fsync_dir(self.config.store_path_root_dir)
+
+
+def truncate_files(config, offset: int, ops: FileOps | None = None) -> int:
+    """Cut a CLOSED store's commit log at `offset` (a record boundary) before it is opened
+    again: controller mode's truncation of what a replica held past the point where its log
+    and its new master's agree. The checkpoint is lowered to the cut (recovery then finds
+    the end there: consume queues are cut past it and re-dispatched, index files pointing
+    past it are dropped and rebuilt) and the epoch file loses the entries past it. Returns
+    the bytes dropped."""
+    ops = ops or FileOps()
+    cl = CommitLog(config.commit_log_dir, config.mapped_file_size_commit_log, ops)
+    cl.load()
+    try:
+        dropped = cl.truncate_to(offset)
+    finally:
+        cl.close()
+    ck = read_checkpoint(config.checkpoint_path)
+    if ck is not None and (ck.flushed_physical_offset > offset or ck.logics_physical_offset > offset):
+        write_checkpoint(config.checkpoint_path, ck._replace(
+            flushed_physical_offset=min(ck.flushed_physical_offset, offset),
+            logics_physical_offset=min(ck.logics_physical_offset, offset)))
+    epath = os.path.join(config.store_path_root_dir, EPOCH_FILE_NAME)
+    entries = read_epoch_file(epath)
+    kept = [e for e in entries if e[1] <= offset]
+    if kept != entries:
+        write_epoch_file(epath, kept)
+    if dropped:
+        log.warning("commit log truncated at %d: %d bytes past it dropped (they were never confirmed to "
+                    "the group)", offset, dropped)
+    return dropped
