@@ -57,6 +57,8 @@ class ReadPart:
         else:
             min_offset = cq.min_offset
             max_offset = cq.max_offset
+            if self._confirm_offset is not None:
+                max_offset = self._visible_max(cq, max_offset, offset)
         if max_offset == 0:
             return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
         if offset < min_offset:
@@ -72,6 +74,8 @@ class ReadPart:
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset),
                                     min_offset, max_offset)
         limit = max(16000, max_msg_nums * CQ_UNIT_SIZE)
+        if self._confirm_offset is not None:
+            limit = min(limit, (max_offset - offset) * CQ_UNIT_SIZE)
         if len(buf) > limit:
             buf = buf[:limit - limit % CQ_UNIT_SIZE]
         cfg = self.config
@@ -350,7 +354,64 @@ class ReadPart:
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self._find_cq(topic, queue_id)
-        return cq.max_offset if cq is not None else 0
+        if cq is None:
+            return 0
+        if self._confirm_offset is not None:
+            return self._visible_max(cq, cq.max_offset, -1)
+        return cq.max_offset
+
+    # -- controller mode: consumers never read past the confirm offset --------------------
+
+    @property
+    def confirm_offset(self) -> int | None:
+        return self._confirm_offset
+
+    def set_confirm_offset(self, offset: int | None) -> None:
+        """Serve consumers only records ending at or below `offset` (None: every record).
+        A master in controller mode sets the min ack of its SyncStateSet, a slave what its
+        master sent: a record past it may be cut by a failover, so no consumer may see it
+        (RocketMQ 5's confirmOffset). Raising it wakes the held pulls of the queues a read
+        found held back (through on_dispatch, any tags code)."""
+        old = self._confirm_offset
+        self._confirm_offset = offset
+        waiting = self._confirm_waiting
+        if not waiting or (old is not None and offset is not None and offset <= old):
+            return
+        woke = [key for key, need in waiting.items() if offset is None or offset >= need]
+        for key in woke:
+            del waiting[key]
+            if self.on_dispatch is not None:
+                cq = self._find_cq(*key)
+                if cq is not None:
+                    limit = cq.max_offset if offset is None else self._visible_max(cq, cq.max_offset, -1)
+                    self._notify(key[0], key[1], limit, None, self._dispatched_ts)
+
+    def _visible_max(self, cq, max_offset: int, asked: int) -> int:
+        """The queue's end as consumers see it: the first unit whose record ends past the
+        confirm offset (units are in commit-log order within a queue: a binary search over
+        the tail; O(1) when the last unit is confirmed, the common case). A read `asked` at
+        or past that end registers the queue to be woken when the confirm offset passes it."""
+        limit = self._confirm_offset
+        lo = cq.min_offset
+        if max_offset <= lo:
+            return max_offset
+        u = cq.unit(max_offset - 1)
+        if u is None or u[0] + u[1] <= limit or u[1] == CQ_FILLER_SIZE:
+            return max_offset
+        hi = max_offset - 1             # unit hi is not confirmed; find the first such
+        while lo < hi:
+            mid = (lo + hi) // 2
+            m = cq.unit(mid)
+            if m is not None and m[1] != CQ_FILLER_SIZE and m[0] + m[1] > limit:
+                hi = mid
+            else:
+                lo = mid + 1
+        if asked >= lo:
+            first = cq.unit(lo)
+            waiting = self._confirm_waiting
+            if first is not None and (len(waiting) < 100_000 or (cq.topic, cq.queue_id) in waiting):
+                waiting[(cq.topic, cq.queue_id)] = first[0] + first[1]
+        return lo
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self._find_cq(topic, queue_id)

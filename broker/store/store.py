@@ -104,6 +104,10 @@ class MessageStore(RecoveryPart, AppendPart, DispatchPart, ReadPart, SearchPart,
         # a slave's replicated bytes waiting for the rest of their record (replica.py)
         self._replica_pending = bytearray()
         self._replica_stalled = False        # a segment for them could not be created (transient)
+        # controller mode (read.py set_confirm_offset): consumers read records ending at or
+        # below it only (None: all); queues a read found held back -> the offset to wake them at
+        self._confirm_offset: int | None = None
+        self._confirm_waiting: dict[tuple[str, int], int] = {}
         # the filtered pull's units judged ahead (read._get_matching)
         self._judged: dict = {}
         # lifecycle

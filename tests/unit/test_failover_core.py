@@ -148,3 +148,34 @@ def test_truncate_files_cuts_log_queues_and_epochs(tmp_path):
         s.close()
     # truncating past the end changes nothing
     assert truncate_files(cfg, 10 ** 9) == 0
+
+
+def test_consumers_never_read_past_the_confirm_offset(tmp_path):
+    s = opened(config(tmp_path))
+    woken = []
+    s.on_dispatch = lambda topic, qid, max_offset, code, ts: woken.append((topic, qid, max_offset, code))
+    try:
+        ends = []
+        for i in range(10):
+            r = s.put_message(msg(qid=0, body=b"m%d" % i, props=tags(i), now=1000 + i))
+            ends.append(r.wrote_offset + r.wrote_bytes)
+        s.put_message(msg(topic="TopicB", qid=0, body=b"other", now=2000))
+        woken.clear()
+        s.set_confirm_offset(ends[3])
+        assert s.get_max_offset_in_queue("TopicA", 0) == 4
+        r = s.get_message("TopicA", 0, 0, 32)
+        assert r.status is GS.FOUND and r.message_count == 4 and r.max_offset == 4
+        r = s.get_message("TopicA", 0, 4, 32)
+        assert r.status is GS.OFFSET_OVERFLOW_ONE and r.next_begin_offset == 4
+        # one unit more confirmed: the queue a read was held back on is woken, with its new end
+        s.set_confirm_offset(ends[4])
+        assert woken == [("TopicA", 0, 5, None)]
+        assert s.get_message("TopicA", 0, 4, 32).message_count == 1
+        assert s.get_max_offset_in_queue("TopicB", 0) == 0
+        # no limit: everything, and every held-back queue woken
+        s.get_message("TopicA", 0, 5, 32)
+        s.set_confirm_offset(None)
+        assert woken[-1] == ("TopicA", 0, 10, None)
+        assert s.get_max_offset_in_queue("TopicA", 0) == 10 and s.get_max_offset_in_queue("TopicB", 0) == 1
+    finally:
+        s.close()
