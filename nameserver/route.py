@@ -187,7 +187,10 @@ class RouteInfoManager:
         remove_broker_name = False
         broker_data = self.broker_addr_table.get(broker_name)
         if broker_data is not None:
-            broker_data.broker_addrs.pop(broker_id, None)
+            # only the entry this broker registered: after a failover another broker holds
+            # brokerId 0 of this name, and a demoted master's unregister must not remove it
+            if broker_data.broker_addrs.get(broker_id) == broker_addr:
+                del broker_data.broker_addrs[broker_id]
             if not broker_data.broker_addrs:
                 del self.broker_addr_table[broker_name]
                 remove_broker_name = True

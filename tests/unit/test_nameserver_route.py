@@ -188,6 +188,17 @@ def test_unregister_broker():
     assert rim.unregister_broker(CLUSTER, "x:1", "ghost", 0) is False
 
 
+def test_a_demoted_master_unregistering_keeps_the_new_masters_entry():
+    # failover: the slave A1 became brokerId 0; the old master A0 closes and unregisters id 0
+    rim = RouteInfoManager()
+    reg(rim, A0, "broker-a", 0, topics("T1"))
+    reg(rim, A1, "broker-a", 1, topics("T1"))
+    reg(rim, A1, "broker-a", 0, topics("T1"))
+    assert rim.get_route("T1").broker_datas[0].broker_addrs == {0: A1}
+    assert rim.unregister_broker(CLUSTER, A0, "broker-a", 0) is False
+    assert rim.get_route("T1").broker_datas[0].broker_addrs == {0: A1}
+
+
 def test_delete_topic_whole_and_per_cluster():
     rim = RouteInfoManager()
     reg(rim, A0, "broker-a", 0, topics("T1", "T2"), cluster="C1")
