@@ -97,8 +97,12 @@ async def resolve_store_host(host: str, port: int) -> tuple[bytes, int]:
 
 
 class Broker:
-    def __init__(self, config, *, clock=time.time, host: str = "0.0.0.0", config_path: str | None = None):
+    def __init__(self, config, *, clock=time.time, host: str = "0.0.0.0", config_path: str | None = None,
+                 link=None):
         self.config = config
+        # controller mode: this broker's tie to its failover agent (services/failover.py
+        # ControllerLink: epoch, SyncStateSet, lease fence), which starts and stops it; None: 4.x
+        self.link = link
         # The listening address: every interface, as RocketMQ's broker; `pocketmq dev` passes
         # 127.0.0.1 (its --bind flag widens it).
         self.host = host
@@ -288,11 +292,18 @@ class Broker:
         if self.is_slave:
             self.ha_slave = HASlave(self.store, master_ha_addr=cfg.haMasterAddress or None,
                                     report_ms=cfg.haSendHeartbeatInterval, housekeeping_ms=cfg.haHousekeepingInterval,
-                                    segment_size=cfg.mappedFileSizeCommitLog, busy_poll=self.server.busy_poll)
+                                    segment_size=cfg.mappedFileSizeCommitLog, busy_poll=self.server.busy_poll,
+                                    link=self.link)
+            if self.link is not None:
+                # nothing is known confirmed until the master says (a failover may cut our tail)
+                self.store.set_confirm_offset(0)
             return
         self.ha_master = HAMaster(self.store, host=self.host, port=cfg.haListenPort,
                                   batch_bytes=cfg.haTransferBatchSize, heartbeat_ms=cfg.haSendHeartbeatInterval,
-                                  housekeeping_ms=cfg.haHousekeepingInterval, gap_max=cfg.haSlaveFallbehindMax)
+                                  housekeeping_ms=cfg.haHousekeepingInterval, gap_max=cfg.haSlaveFallbehindMax,
+                                  link=self.link)
+        if self.link is not None:
+            self.ha_master.sync_changed()      # the confirm offset as the SyncStateSet says
         try:
             self.ha_port = await self.ha_master.start()
         except OSError as e:
@@ -317,6 +328,7 @@ class Broker:
             transactions=self.transactions, store_host=self.store_host, config_path=self.config_path,
             is_slave=self.is_slave, sync_master=cfg.brokerRole is BrokerRole.SYNC_MASTER,
             replication=self.ha_master, schedule_cursors=self.schedule_cursors,
+            fence=self.link.fence if self.link is not None and not self.is_slave else None,
             ha_status=partial(ha_runtime_info, self.store, cfg, self.ha_master, self.ha_slave, self.now_ms))
 
     async def _serve_metrics(self) -> None:
@@ -519,6 +531,11 @@ class Broker:
         return RemotingCommand(RequestCode.REGISTER_BROKER, ext_fields=ext, body=body)
 
     async def register_all(self) -> None:
+        if self.link is not None and not self.is_slave and not self.link.may_register():
+            # a master whose lease lapsed must not (re)claim brokerId 0 at the nameservers:
+            # a new master may hold it (a zombie resumed by SIGCONT would flip the route back)
+            log.warning("not registering as master: its lease in the consensus store lapsed")
+            return
         timeout_s = max(0.001, self.config.registerBrokerTimeoutMills / 1000)
 
         async def one(addr):

@@ -343,6 +343,21 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     # (Java's fixed 10 s); the first copy is made min(3 s, this) after start.
     slaveSyncIntervalMillis: PositiveInt = 10_000
     maxHeldPulls: PositiveInt = 100_000
+    # --- automatic failover (controller mode, docs/replication.md "Automatic failover") --
+    # RocketMQ 5's names: a group's master is elected among its in-sync replicas; brokerId
+    # is then this replica's id (>= 1) and brokerRole the mode it runs in as master.
+    enableControllerMode: bool = False
+    allAckInSyncStateSet: bool = False
+    minInSyncReplicas: PositiveInt = 1
+    haMaxTimeSlaveNotCatchup: PositiveInt = 15_000
+    enableElectUncleanMaster: bool = False
+    # pocketmq's own: the consensus store (etcd endpoints host:port, ';' or ',' between)
+    # and the master's lease there: a master not heard from for this long is replaced
+    etcdEndpoints: str | None = None
+    controllerLeaseSeconds: Annotated[int, Field(ge=2, le=60)] = 2
+    # pocketmq's own: the HA address other replicas are told to connect to (default
+    # brokerIP2:haListenPort), for a NAT or a proxy in front of this broker
+    haAdvertisedAddress: str | None = None
     # pocketmq's own: the message index is built behind the dispatcher, at most this many
     # records per consume-queue flush (each second) or query, so it never takes more
     # than a bounded share of the broker's one interpreter; 0: no bound. See docs/store.md.
@@ -423,7 +438,7 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
                 )
         return value
 
-    @field_validator("haMasterAddress")
+    @field_validator("haMasterAddress", "haAdvertisedAddress")
     @classmethod
     def _check_ha_master_address(cls, value: str | None) -> str | None:
         if value is None or not value.strip():
@@ -470,7 +485,14 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
 
     @model_validator(mode="after")
     def _check_together(self) -> BrokerConfig:
-        if self.brokerRole is BrokerRole.SLAVE:
+        if self.enableControllerMode:
+            if self.brokerId <= 0:
+                raise cross_field_error("brokerId", "in controller mode brokerId is this replica's id and must "
+                                        "be >= 1 (the master registers as 0 whoever it is)", "enableControllerMode")
+            if not self.etcdEndpoints:
+                raise cross_field_error("etcdEndpoints", "controller mode needs the consensus store's endpoints "
+                                        "(etcdEndpoints=host:port;host:port)", "enableControllerMode")
+        elif self.brokerRole is BrokerRole.SLAVE:
             if self.brokerId <= 0:
                 raise cross_field_error("brokerId", "a SLAVE's brokerId must be > 0", "brokerRole")
         elif self.brokerId != 0:
@@ -599,6 +621,8 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "haMasterAddress", "haSendHeartbeatInterval", "haHousekeepingInterval", "haTransferBatchSize",
     "haSlaveFallbehindMax", "slaveTimeout", "slaveReadEnable", "totalPhysicalMemoryBytes", "offsetCheckInSlave",
     "slaveSyncIntervalMillis",
+    "enableControllerMode", "allAckInSyncStateSet", "minInSyncReplicas", "haMaxTimeSlaveNotCatchup",
+    "enableElectUncleanMaster", "etcdEndpoints", "controllerLeaseSeconds", "haAdvertisedAddress",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""
 

@@ -14,6 +14,19 @@ PURE module: stdlib only, no I/O, no clock. Raw TCP on the master's ``haListenPo
 | master -> slave | [phyOffset int64][size int32 = 0]                  | heartbeat while idle (phyOffset = where   |
 |                 |                                                    | the next bytes will start)                |
 
+Controller mode (automatic failover, broker/core/failover.py) adds an epoch handshake and
+the confirm offset (RocketMQ 5's AutoSwitchHAService carries the same facts):
+
+| direction       | layout                                             | meaning                                   |
+|-----------------|----------------------------------------------------|-------------------------------------------|
+| slave -> master | [magic int32 "PMQ1"][replicaId int32][epoch int32] | first, before any report: who it is, the  |
+|                 |                                                    | newest master epoch it knows              |
+| master -> slave | [magic int32][epoch int32][maxOffset int64]        | first: the master's epoch, its log's end  |
+|                 | [n int32] n x [epoch int32][startOffset int64]     | and its epoch entries (store/epoch.py)    |
+| master -> slave | [phyOffset int64][size int32][confirmOffset int64] | every frame then carries the master's     |
+|                 | [size bytes]                                       | confirm offset (slaves serve reads only   |
+|                 |                                                    | below it)                                 |
+
 A master reads only the last complete report in what arrived (Java does the same);
 either side closes after haHousekeepingInterval (20 s) of silence. The frame body is a
 byte range of the master's CommitLog: records and blank markers exactly as they lie in
@@ -25,7 +38,8 @@ from __future__ import annotations
 import struct
 
 __all__ = ["REPORT_SIZE", "FRAME_HEAD_SIZE", "FRAME_BODY_MAX", "encode_report", "encode_frame_head",
-           "ReportDecoder", "FrameDecoder", "HAProtocolError"]
+           "ReportDecoder", "FrameDecoder", "HAProtocolError", "HELLO_SIZE", "encode_hello", "decode_hello",
+           "encode_epoch_reply", "EpochReplyDecoder", "encode_confirm_frame_head"]
 
 _REPORT = struct.Struct(">q")
 _FRAME_HEAD = struct.Struct(">qi")
@@ -99,6 +113,99 @@ class FrameDecoder:
                 break
             start = pos + FRAME_HEAD_SIZE
             out.append((offset, view[start:start + size]))
+            pos = start + size
+        self._rest = bytes(view[pos:]) if pos < end else b""
+        return out
+
+
+# -- controller mode ------------------------------------------------------------------------
+
+_MAGIC = 0x504D5131          # "PMQ1"
+_HELLO = struct.Struct(">iii")
+HELLO_SIZE = _HELLO.size     # 12
+_REPLY_HEAD = struct.Struct(">iiqi")
+_ENTRY = struct.Struct(">iq")
+_CONFIRM_HEAD = struct.Struct(">qiq")
+CONFIRM_FRAME_HEAD_SIZE = _CONFIRM_HEAD.size    # 20
+# more entries than this is not a master of ours (the group's history keeps 64)
+EPOCH_ENTRIES_MAX = 4096
+
+
+def encode_hello(replica_id: int, epoch: int) -> bytes:
+    return _HELLO.pack(_MAGIC, replica_id, epoch)
+
+
+def decode_hello(data: bytes) -> tuple[int, int]:
+    """(replica id, epoch) of a slave's hello (HELLO_SIZE bytes)."""
+    magic, rid, epoch = _HELLO.unpack(data)
+    if magic != _MAGIC or rid < 0 or epoch < 0:
+        raise HAProtocolError(f"not a controller-mode hello (magic {magic & 0xFFFFFFFF:#x}, replica {rid}, "
+                              f"epoch {epoch}): is the slave's enableControllerMode the master's?")
+    return rid, epoch
+
+
+def encode_epoch_reply(epoch: int, max_offset: int, entries: list[tuple[int, int]]) -> bytes:
+    return _REPLY_HEAD.pack(_MAGIC, epoch, max_offset, len(entries)) + b"".join(
+        _ENTRY.pack(e, s) for e, s in entries)
+
+
+class EpochReplyDecoder:
+    """The slave's side of the handshake: feed bytes until `feed` returns
+    (epoch, max offset, entries, bytes left over for the frame decoder)."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, data: bytes):
+        buf = self._buf = self._buf + data
+        if len(buf) < _REPLY_HEAD.size:
+            return None
+        magic, epoch, max_offset, n = _REPLY_HEAD.unpack_from(buf, 0)
+        if magic != _MAGIC or epoch < 0 or max_offset < 0 or not 0 <= n <= EPOCH_ENTRIES_MAX:
+            raise HAProtocolError(f"not a controller-mode master reply (magic {magic & 0xFFFFFFFF:#x}, epoch "
+                                  f"{epoch}, {n} entries): is the master's enableControllerMode the slave's?")
+        end = _REPLY_HEAD.size + n * _ENTRY.size
+        if len(buf) < end:
+            return None
+        entries = [_ENTRY.unpack_from(buf, _REPLY_HEAD.size + i * _ENTRY.size) for i in range(n)]
+        self._buf = b""
+        return epoch, max_offset, entries, buf[end:]
+
+
+def encode_confirm_frame_head(offset: int, size: int, confirm: int) -> bytes:
+    return _CONFIRM_HEAD.pack(offset, size, confirm)
+
+
+class ConfirmFrameDecoder:
+    """FrameDecoder for controller mode: (phy_offset, body, confirm_offset) triples."""
+
+    __slots__ = ("_rest", "_body_max")
+
+    def __init__(self, body_max: int = FRAME_BODY_MAX) -> None:
+        self._rest = b""
+        self._body_max = body_max
+
+    @property
+    def buffered(self) -> int:
+        return len(self._rest)
+
+    def feed(self, data: bytes) -> list[tuple[int, memoryview, int]]:
+        buf = self._rest + data if self._rest else data
+        view = memoryview(buf)
+        out = []
+        pos = 0
+        end = len(buf)
+        head = CONFIRM_FRAME_HEAD_SIZE
+        while end - pos >= head:
+            offset, size, confirm = _CONFIRM_HEAD.unpack_from(buf, pos)
+            if offset < 0 or size < 0 or size > self._body_max or confirm < 0:
+                raise HAProtocolError(f"bad frame header: offset {offset}, size {size}, confirm {confirm}")
+            if end - pos - head < size:
+                break
+            start = pos + head
+            out.append((offset, view[start:start + size], confirm))
             pos = start + size
         self._rest = bytes(view[pos:]) if pos < end else b""
         return out

@@ -87,6 +87,9 @@ class BrokerContext:
     is_slave: bool = False
     sync_master: bool = False
     replication: ReplicaWaiter | None = None
+    # controller mode (services/failover.py): None, or (code, remark) refusing a send: the
+    # master's lease is not sure any more, or the SyncStateSet is below minInSyncReplicas
+    fence: Callable[[], tuple[int, str] | None] | None = None
     # the replication view for GET_BROKER_RUNTIME_INFO, haStatus and metrics (a callable
     # returning a dict, None when there is none)
     ha_status: Callable[[], dict] | None = None

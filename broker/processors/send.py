@@ -75,6 +75,10 @@ def process_send(ctx, conn, cmd):
                       f"the broker[{cfg.brokerIP1}] sending message is forbidden")
     if topic in NOT_ALLOWED_SEND_TOPICS:
         return _error(ctx, cmd, ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+    if ctx.fence is not None:
+        refused = ctx.fence()
+        if refused is not None:
+            return _error(ctx, cmd, *refused)
     now = ctx.now_ms()
     tc = ctx.topics.get(topic)
     if tc is None:
@@ -229,6 +233,12 @@ async def _await_durable(ctx, cmd, ext, end_offset):
             return cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT, None, ext_fields=ext)
     if replicated is not None and not await replicated:
         return cmd.response(ResponseCode.FLUSH_SLAVE_TIMEOUT, None, ext_fields=ext)
+    if ctx.fence is not None:
+        # controller mode: the lease may have gone while the send waited; a master that is
+        # no longer sure to be the master never answers SEND_OK (failover.py)
+        refused = ctx.fence()
+        if refused is not None:
+            return cmd.response(refused[0], refused[1], ext_fields=ext)
     return cmd.response(ResponseCode.SUCCESS, None, ext_fields=ext)
 
 

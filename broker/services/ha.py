@@ -30,6 +30,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from pocketmq.broker.core.failover import consistent_point
 from pocketmq.broker.core.replication import (
     Diverged,
     SlaveStream,
@@ -39,7 +40,20 @@ from pocketmq.broker.core.replication import (
 )
 from pocketmq.broker.services.waiters import OffsetWaiters
 from pocketmq.broker.store.replica import ReplicaBusy, ReplicaError
-from pocketmq.protocol.ha import FrameDecoder, HAProtocolError, ReportDecoder, encode_frame_head, encode_report
+from pocketmq.protocol.ha import (
+    HELLO_SIZE,
+    ConfirmFrameDecoder,
+    EpochReplyDecoder,
+    FrameDecoder,
+    HAProtocolError,
+    ReportDecoder,
+    decode_hello,
+    encode_confirm_frame_head,
+    encode_epoch_reply,
+    encode_frame_head,
+    encode_hello,
+    encode_report,
+)
 from pocketmq.remoting.clock import monotonic_ms
 from pocketmq.remoting.metrics import LatencyHistogram
 from pocketmq.remoting.tasks import cancel_and_wait
@@ -50,6 +64,14 @@ READ_BYTES = 256 * 1024
 # a read this full means more was queued behind it: the slave is behind its master
 BEHIND_READ_BYTES = READ_BYTES // 2
 CONNECT_TIMEOUT_S = 3.0
+
+
+class TruncationNeeded(Exception):
+    """Controller mode: this slave's log runs past where it agrees with its master's."""
+
+    def __init__(self, offset: int) -> None:
+        super().__init__(f"truncate at {offset}")
+        self.offset = offset
 
 
 class SecondRate:
@@ -88,7 +110,7 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 class _SlaveConn:
     __slots__ = ("remote", "request_offset", "ack_offset", "transferred", "connected_ms", "last_report_ms",
-                 "first_report", "wake", "writer", "tasks", "rate")
+                 "first_report", "wake", "writer", "tasks", "rate", "replica_id", "sent_confirm")
 
     def __init__(self, remote: str, writer, now_ms: int) -> None:
         self.remote = remote
@@ -102,6 +124,8 @@ class _SlaveConn:
         self.wake = asyncio.Event()
         self.tasks: tuple[asyncio.Task, ...] = ()
         self.rate: SecondRate | None = None     # bytes sent to it in the last second (haStatus)
+        self.replica_id: int | None = None      # controller mode: from its hello
+        self.sent_confirm = -1                  # controller mode: the confirm offset it was last sent
 
     def view(self) -> SlaveView:
         return SlaveView(self.remote, self.request_offset, self.ack_offset, self.transferred,
@@ -113,8 +137,11 @@ class HAMaster:
 
     def __init__(self, store, *, host: str, port: int, batch_bytes: int = 32 * 1024,
                  heartbeat_ms: int = 5000, housekeeping_ms: int = 20_000, gap_max: int = 256 << 20,
-                 waiters_max: int = 100_000, mono_ms: Callable[[], int] = monotonic_ms) -> None:
+                 waiters_max: int = 100_000, mono_ms: Callable[[], int] = monotonic_ms, link=None) -> None:
         self.store = store
+        # controller mode (services/failover.py ControllerLink): the epoch handshake, acks
+        # counted per SyncStateSet member, the confirm offset; None: 4.x master/slave
+        self.link = link
         self.host = host
         self.port = port
         self.batch_bytes = max(1, batch_bytes)
@@ -155,10 +182,39 @@ class HAMaster:
             c.wake.set()
 
     def slave_ok(self, put_end: int) -> bool:
+        if self.link is not None:
+            return True         # the SyncStateSet decides (minInSyncReplicas is checked before the put)
         return is_slave_ok(len(self._conns), put_end, self.acked_max, self.gap_max)
 
+    def _acks_needed(self) -> int:
+        """Controller mode: how many SyncStateSet members must ack a send (all of them with
+        allAckInSyncStateSet, else one, as 4.x SYNC_MASTER, but only members count)."""
+        awaited = len(self.link.tracker.awaited)
+        return awaited if self.link.all_ack else min(1, awaited)
+
+    def sync_changed(self) -> None:
+        """Controller mode: acks, members or the set changed: move the confirm offset (what
+        consumers may read) and release the sends that enough members acked."""
+        link = self.link
+        tracker = link.tracker
+        end = self.store.commit_log_max_offset
+        old = self.store.confirm_offset
+        self.store.set_confirm_offset(tracker.confirm_offset(end) if tracker.awaited else None)
+        k = self._acks_needed()
+        point = tracker.acked_by(k, end) if k else end
+        if point > 0:
+            self._waiters.release(point)
+        if self.store.confirm_offset != old:
+            self.notify()       # the senders tell the slaves the new confirm offset
+
     def waiter(self, end_offset: int, timeout_s: float) -> asyncio.Future:
-        """True once a slave acked `end_offset`, False after `timeout_s`."""
+        """True once enough slaves acked `end_offset` (one; controller mode: see
+        _acks_needed), False after `timeout_s`."""
+        if self.link is not None and not self._acks_needed():
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_result(True)
+            self.wait_latency.observe(0.0)
+            return fut
         fut = self._waiters.waiter(end_offset, timeout_s)
         if fut.done():
             self.wait_latency.observe(0.0)
@@ -174,6 +230,9 @@ class HAMaster:
         remote = f"{peer[0]}:{peer[1]}" if peer else "?"
         conn = _SlaveConn(remote, writer, self.mono_ms())
         conn.rate = SecondRate(self.mono_ms)
+        if self.link is not None and not await self._handshake(conn, reader, writer):
+            writer.close()
+            return
         self._conns.add(conn)
         log.info("slave %s connected to the HA service", remote)
         task = asyncio.current_task()
@@ -200,9 +259,34 @@ class HAMaster:
             read_task.cancel()
             send_task.cancel()
             self._conns.discard(conn)
+            if conn.replica_id is not None and not any(c.replica_id == conn.replica_id for c in self._conns):
+                self.link.tracker.on_disconnect(conn.replica_id)
+                self.sync_changed()
+                self.link.on_sync_change()
             self._tasks.discard(task)
             writer.close()
             log.info("slave %s disconnected from the HA service (acked %d)", remote, conn.ack_offset)
+
+    async def _handshake(self, conn: _SlaveConn, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Controller mode: the slave's hello, then this master's epoch, end and entries."""
+        link = self.link
+        try:
+            async with asyncio.timeout(self.housekeeping_s):
+                rid, epoch = decode_hello(await reader.readexactly(HELLO_SIZE))
+            if epoch > link.epoch:
+                log.warning("replica %d (%s) knows epoch %d, this master runs epoch %d: a newer master exists; "
+                            "refusing it", rid, conn.remote, epoch, link.epoch)
+                link.on_stale(epoch)
+                return False
+            writer.write(encode_epoch_reply(link.epoch, self.store.commit_log_max_offset, link.entries))
+            await writer.drain()
+        except (OSError, asyncio.IncompleteReadError, HAProtocolError, TimeoutError) as e:
+            log.info("HA handshake with %s failed: %s", conn.remote, e)
+            return False
+        conn.replica_id = rid
+        link.tracker.on_connect(rid, self.mono_ms())
+        log.info("replica %d connected from %s (epoch %d)", rid, conn.remote, epoch)
+        return True
 
     async def _read_reports(self, conn: _SlaveConn, reader: asyncio.StreamReader) -> None:
         decoder = ReportDecoder()
@@ -238,7 +322,12 @@ class HAMaster:
                 conn.ack_offset = offset
                 if offset > self.acked_max:
                     self.acked_max = offset
-                    self._waiters.release(offset)
+                    if self.link is None:
+                        self._waiters.release(offset)
+                if self.link is not None:
+                    self.link.tracker.on_ack(conn.replica_id, offset, self.store.commit_log_max_offset,
+                                             self.mono_ms())
+                    self.sync_changed()
 
     async def _send(self, conn: _SlaveConn) -> None:
         writer = conn.writer
@@ -255,7 +344,7 @@ class HAMaster:
             log.error("slave %s asks for offset %d, past this master's end %d: its log is not a prefix of this "
                       "master's; refusing it", conn.remote, conn.request_offset, end)
             # one heartbeat naming our end, so the slave can say why it was refused
-            writer.write(encode_frame_head(end, 0))
+            writer.write(self._head(conn, end, 0))
             await writer.drain()
             return
         conn.transferred = nxt
@@ -270,7 +359,7 @@ class HAMaster:
                           nxt, conn.remote, store.commit_log_min_offset)
                 return
             if data:
-                writer.writelines((encode_frame_head(nxt, len(data)), data))
+                writer.writelines((self._head(conn, nxt, len(data)), data))
                 self.bytes_sent += len(data)
                 conn.rate.add(len(data))
                 await writer.drain()
@@ -281,6 +370,11 @@ class HAMaster:
             wake.clear()
             if store.commit_log_max_offset > nxt:
                 continue
+            if self.link is not None and self._confirm() != conn.sent_confirm:
+                writer.write(self._head(conn, nxt, 0))      # the new confirm offset, at once
+                await writer.drain()
+                last_write = time.monotonic()
+                continue
             left = heartbeat_s - (time.monotonic() - last_write)
             if left > 0:
                 try:
@@ -289,9 +383,19 @@ class HAMaster:
                     continue
                 except TimeoutError:
                     pass
-            writer.write(encode_frame_head(nxt, 0))
+            writer.write(self._head(conn, nxt, 0))
             await writer.drain()
             last_write = time.monotonic()
+
+    def _confirm(self) -> int:
+        c = self.store.confirm_offset
+        return self.store.commit_log_max_offset if c is None else c
+
+    def _head(self, conn: _SlaveConn, offset: int, size: int) -> bytes:
+        if self.link is None:
+            return encode_frame_head(offset, size)
+        conn.sent_confirm = c = self._confirm()
+        return encode_confirm_frame_head(offset, size, c)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -319,8 +423,11 @@ class HASlave:
 
     def __init__(self, store, *, master_ha_addr: str | None = None, report_ms: int = 5000,
                  housekeeping_ms: int = 20_000, segment_size: int, mono_ms: Callable[[], int] = monotonic_ms,
-                 busy_poll=None) -> None:
+                 busy_poll=None, link=None) -> None:
         self.store = store
+        # controller mode (services/failover.py ControllerLink): the epoch handshake, the
+        # truncation it may call for, the master's confirm offset; None: 4.x
+        self.link = link
         # the broker's BusyPoll (remoting/busy_poll.py) or None: a frame read is activity, so
         # the loop polls a moment for the next one instead of sleeping (a SYNC_MASTER's
         # sends wait for each round trip through here; the poller's own rules stop spinning
@@ -381,6 +488,11 @@ class HASlave:
             try:
                 await self._session(addr)
                 delay = self.RETRY_S
+            except TruncationNeeded as e:
+                # the agent restarts this broker with its log cut there (failover.py)
+                self._stopped(f"must truncate at {e.offset} before replicating", logging.WARNING)
+                self.link.need_truncate(e.offset)
+                return
             except Diverged as e:
                 self._stopped(f"diverged: {e}", logging.ERROR)
                 delay = self.DIVERGED_RETRY_S
@@ -433,9 +545,12 @@ class HASlave:
         self.local_addr = f"{sock[0]}:{sock[1]}" if sock else None
         self.last_frame_ms = self.mono_ms()
         store = self.store
+        rest = b""
+        if self.link is not None:
+            rest = await self._handshake(reader, writer, addr)
         stream = SlaveStream(store.replica_reset(), self.segment_size,
                              lambda o, n: store.replica_read(o, n) or b"")
-        decoder = FrameDecoder()
+        decoder = FrameDecoder() if self.link is None else ConfirmFrameDecoder()
         first = stream.first_report()
         writer.write(encode_report(first))
         await writer.drain()
@@ -450,8 +565,11 @@ class HASlave:
         self.error = None
         while True:
             try:
-                async with asyncio.timeout(min(self.report_s, self.housekeeping_s)):
-                    data = await reader.read(READ_BYTES)
+                if rest:
+                    data, rest = rest, b""      # frames that came with the handshake's reply
+                else:
+                    async with asyncio.timeout(min(self.report_s, self.housekeeping_s)):
+                        data = await reader.read(READ_BYTES)
             except TimeoutError:
                 data = None
                 if self.mono_ms() - self.last_frame_ms > self.housekeeping_s * 1000:
@@ -463,7 +581,10 @@ class HASlave:
                 self.last_frame_ms = self.mono_ms()
                 was_behind = self.behind
                 self.behind = len(data) >= BEHIND_READ_BYTES
-                for offset, body in decoder.feed(data):
+                frames = decoder.feed(data)
+                if self.link is not None:
+                    frames = self._confirmed(frames)
+                for offset, body in frames:
                     self.master_offset = offset + len(body)
                     self.bytes_received += len(body)
                     self.receive_rate.add(len(body))
@@ -490,6 +611,49 @@ class HASlave:
                 # taking the IndexHints while they are fresh) would wait for the stream to
                 # run dry.
                 await asyncio.sleep(0)
+
+    def _confirmed(self, frames):
+        """Controller mode's frames: take the master's confirm offset (what this slave may
+        serve), pass (offset, body) on."""
+        out = []
+        confirm = -1
+        for offset, body, c in frames:
+            out.append((offset, body))
+            confirm = c
+        if confirm >= 0 and confirm != self.store.confirm_offset:
+            self.store.set_confirm_offset(confirm)
+        return out
+
+    async def _handshake(self, reader, writer, addr: str) -> bytes:
+        """Controller mode: hello, the master's epochs; cut our log where it stops agreeing
+        (TruncationNeeded: the agent does it with the store closed). Returns bytes read past
+        the reply (the first frames)."""
+        link = self.link
+        writer.write(encode_hello(link.replica_id, link.epoch))
+        await writer.drain()
+        dec = EpochReplyDecoder()
+        async with asyncio.timeout(self.housekeeping_s):
+            while True:
+                data = await reader.read(READ_BYTES)
+                if not data:
+                    raise ConnectionError("the master closed the connection during the handshake")
+                got = dec.feed(data)
+                if got is not None:
+                    break
+        epoch, master_end, entries, rest = got
+        if epoch < link.epoch:
+            raise ConnectionError(f"the master at {addr} runs epoch {epoch}, older than epoch {link.epoch} this "
+                                  f"replica knows: a stale master")
+        store = self.store
+        end = store.commit_log_max_offset
+        point = consistent_point(link.local_entries(), end, entries, master_end)
+        if point < 0:
+            raise Diverged(f"this replica's log (end {end}, epochs {link.local_entries()}) shares no epoch with "
+                           f"the master's (end {master_end}, epochs {entries}): it is not this group's log")
+        if point < end:
+            raise TruncationNeeded(point)
+        link.adopt_entries(entries)
+        return rest
 
     async def close(self) -> None:
         if self._task is not None:
