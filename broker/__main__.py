@@ -30,8 +30,14 @@ def main(argv=None) -> int:
     install_uvloop()
     from pocketmq.broker.app import MetadataError
     from pocketmq.broker.store.api import StoreError
+    if config.enableControllerMode:
+        # automatic failover: the agent runs the broker in the role the group's election gives
+        from pocketmq.broker.services.failover import FailoverAgent
+        service = FailoverAgent(config, config_path=report.config_file)
+    else:
+        service = Broker(config, config_path=report.config_file)
     try:
-        asyncio.run(run_until_signal(Broker(config, config_path=report.config_file)))
+        asyncio.run(run_until_signal(service))
     except (OSError, StoreError, MetadataError) as e:
         log.error("broker failed to start: %s", e)
         return 1

@@ -103,6 +103,10 @@ class Broker:
         # controller mode: this broker's tie to its failover agent (services/failover.py
         # ControllerLink: epoch, SyncStateSet, lease fence), which starts and stops it; None: 4.x
         self.link = link
+        # False when the failover agent restarts this broker in another role at once: the
+        # new registration replaces it (an unregister would drop the name's topics from the
+        # route in between, and clients refreshing then would find none)
+        self.unregister_on_close = True
         # The listening address: every interface, as RocketMQ's broker; `pocketmq dev` passes
         # 127.0.0.1 (its --bind flag widens it).
         self.host = host
@@ -443,7 +447,7 @@ class Broker:
             self.metrics_server.close()
             await self.metrics_server.wait_closed()
             self.metrics_server = None
-        if self.config.namesrvAddr:
+        if self.config.namesrvAddr and self.unregister_on_close:
             await self.unregister_all()
         if self.server is not None:
             await self.server.close()
@@ -558,7 +562,8 @@ class Broker:
         master, ha = ext.get("masterAddr"), ext.get("haServerAddr")
         if master:
             self.master_addr = master
-        if ha and not self.config.haMasterAddress and self.ha_slave is not None:
+        # (controller mode: the agent says whom to follow, from the group's state in etcd)
+        if ha and not self.config.haMasterAddress and self.ha_slave is not None and self.link is None:
             self.ha_slave.set_master(ha)
 
     async def unregister_all(self) -> None:

