@@ -133,11 +133,12 @@ class OrderlyService:
         return ok, unasked
 
     def masters_changed(self, lost, back) -> None:
-        """The route shows the groups `lost` without master and `back` with one again. Queues
-        of a group without master stop now (no pull, no consumption: the lock that orders
-        them cannot be renewed, and a master back from a restart has forgotten it); they
-        stay held and go on once renew() locks them on the master again, which runs at
-        once when one comes back."""
+        """The route shows the groups `lost` without master and `back` with one again (a
+        group whose master moved to another address, a failover, is in both). Queues of a
+        group without master stop now (no pull, no consumption: the lock that orders them
+        cannot be renewed, and a master back from a restart, or a promoted slave, does not
+        have it); they stay held and go on once renew() locks them on the master again,
+        which runs at once when one comes back."""
         if not self.needs_lock:
             return
         held = self.consumer.subscription_state.assignment
@@ -147,7 +148,7 @@ class OrderlyService:
                 qs.pq.lose_lock()
                 stopped.append(mq)
         if stopped:
-            log.warning("%s: %s has no master: orderly queues %s stop until it is back", self.group,
+            log.warning("%s: %s lost its master: orderly queues %s stop until locked on a master again", self.group,
                         ", ".join(sorted(lost)), [f"{m.broker_name}:{m.queue_id}" for m in sorted(stopped)])
         if back and any(mq.broker_name in back for mq in held):
             self._renew_now.set()
@@ -331,6 +332,7 @@ class OrderlyService:
         except MQClientError as e:
             log.warning("%s: sending %s to the dead-letter queue failed (retrying it): %s", self.group,
                         m.msg_id, e)
+            c.fetcher.report_failure(mq, e)         # a demoted master refuses it: find the new one
             return False
         c.stats["sent_back"] += 1
         log.warning("%s: %s failed %d times; sent to the dead-letter queue", self.group, m.msg_id,

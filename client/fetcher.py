@@ -24,9 +24,14 @@ owns everything about pulling itself:
   commit offset. Pulls answered are counted per broker id
   (`stats["pulls_by_broker_id"]`);
 * route and broker errors: a failed pull is retried after pull_error_delay_ms, and a
-  subscription error re-sends the heartbeat first. Failures are logged per broker through a FailureLog
-  (client/log_throttle.py): the first one, a summary every 30 s while they go on,
-  the recovery once; not one line per queue per retry;
+  subscription error re-sends the heartbeat first. A failure that is a failover signal
+  (client/failover.py: the connection failed or timed out, the broker is no writable
+  master) first asks the instance to refresh the routes through the queue's broker group
+  at once (`request_route_refresh`, rate-limited there), so the retry finds the group's
+  new master (or its slave) instead of waiting for the 30 s route timer. Failures are
+  logged per broker through a FailureLog (client/log_throttle.py): the first one, a
+  summary every 30 s while they go on, the recovery once; not one line per queue per
+  retry. A loop stopped while its request failed stops (`_cancelling`);
 * offset moved (PULL_OFFSET_MOVED): jump to the broker's next offset, the handler
   decides what to commit;
 * seek: results of pulls sent before a seek (QueueState.seq changed) are dropped;
@@ -50,6 +55,7 @@ import logging
 
 from pocketmq.client.api import PULL_BODY, PullRequest, PullResult, decode_pull_body, pull_sys_flag
 from pocketmq.client.errors import MQClientError, SubscriptionError
+from pocketmq.client.failover import is_failover_signal
 from pocketmq.client.log_throttle import FailureLog
 from pocketmq.client.message import MessageExt
 from pocketmq.client.process_queue import FLOW_CONTROL_DELAY_MS
@@ -137,12 +143,17 @@ class Fetcher:
         self.stats.setdefault("flow_control_timeouts", 0)
         # pulls answered, by the broker id of the group member that answered (0: master)
         self.stats.setdefault("pulls_by_broker_id", {})
+        # topic route refreshes made at once for this consumer's failed requests (client/failover.py)
+        self.stats.setdefault("route_refreshes_on_failure", 0)
         self.task_prefix = task_prefix
         self.instance = None        # set by the consumer's start()
         # (broker_name, topic, broker_id) -> (addr, broker_id) of the member to pull from; set
         # by the consumer's start() (its instance's subscribe_addr_refreshing). None: the
         # master only (instance.master_addr_refreshing), for a bare Fetcher.
         self.find_addr = None
+        # (broker_names, topic=, stats=) -> refresh those routes now: set by the consumer's
+        # start() (its instance's request_route_refresh). None: no refresh, for a bare Fetcher.
+        self.request_route_refresh = None
         self.pull_nodes = PullFromWhichNode()    # the broker id each queue's last pull suggested
         # Per broker: the first failure, periodic summaries, the recovery (not a line per retry).
         self.clock = clock          # ms, for the failure log only
@@ -159,6 +170,14 @@ class Fetcher:
         reason = f"{detail}{error}" if str(error) else f"{detail}{type(error).__name__}"
         line = failures.failed(mq.broker_name, _item(mq), reason, type(error).__name__, self.clock())
         self._log_failure(line, exc_info=not isinstance(error, MQClientError))
+
+    def report_failure(self, mq, error: BaseException) -> None:
+        """A request for `mq` failed (a pull, a start offset lookup; the push consumer's
+        send-backs too): when that says its broker may no longer be the group's master (or
+        is gone), have the routes through the group refreshed now."""
+        refresh = self.request_route_refresh
+        if refresh is not None and is_failover_signal(error):
+            refresh((mq.broker_name,), topic=mq.topic, stats=self.stats)
 
     def _recovered(self, failures: FailureLog, mq) -> None:
         self._log_failure(failures.succeeded(mq.broker_name, _item(mq), self.clock()))
@@ -217,8 +236,11 @@ class Fetcher:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
+                if _cancelling():
+                    raise asyncio.CancelledError from e
                 failed = True
                 self._failed(failing, qs.mq, e)
+                self.report_failure(qs.mq, e)
                 await asyncio.sleep(delay_s)
                 continue
             if failed:
@@ -273,10 +295,11 @@ class Fetcher:
                                              timeout_s, sub.expression_type, PULL_BODY))
                 msgs = decode_found(res.body, mq, addr) if res.status == _FOUND else None
             except MQClientError as e:
-                if qs.dropped:
+                if qs.dropped or _cancelling():
                     break
                 failures += 1
                 self._failed(self.pull_failures, mq, e, f"at offset {offset}: ")
+                self.report_failure(mq, e)
                 if isinstance(e, SubscriptionError):
                     await inst.heartbeat_all()
                 await asyncio.sleep(delay_s)
@@ -320,6 +343,16 @@ class Fetcher:
                 # The position stays: the same messages are pulled again (at least once).
                 self.log.exception("%s: handling the pull result of %s@%d failed unexpectedly", group, mq, offset)
                 await asyncio.sleep(delay_s)
+
+
+def _cancelling() -> bool:
+    """Whether this task was asked to stop while its request failed. On 3.11
+    asyncio.wait_for (the connect in remoting.client) can swallow a cancellation that races
+    a refused connect and raise the connect's error instead: a loop that caught that error
+    must stop, not retry (a stopped queue's loop went on pulling, and Fetcher.stop_all,
+    so a consumer's close(), waited for its next long poll, or forever)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _item(mq) -> str:

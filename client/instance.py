@@ -10,12 +10,17 @@ Reconnection needs no user action: RemotingClient dials again on the next
 request after a connection dropped, and the first request on a new broker
 connection is preceded by a heartbeat so the broker knows our consumers again.
 
-Master/slave groups (client/replica.py has the rules): a broker connection that
-closes or cannot be dialled makes the instance refresh its routes at once (at most
-one refresh a second), so a dead master leaves the member table within seconds and
-pulls and offset requests go on with a slave; an address a route shows for the first
-time gets a heartbeat at once, in the background; consumers hear when a group's
-master leaves or comes back (orderly consumers stop and resume on it).
+Master/slave groups (client/replica.py has the rules) and failover (client/failover.py):
+a broker connection that closes or cannot be dialled, and a request that failed with a
+failover signal (`request_route_refresh`, from the producer and the consumers), make the
+instance refresh at once the routes of every topic through that broker group (per topic
+at most one refresh in flight and one start every ROUTE_REFRESH_AFTER_FAILURE_MIN_INTERVAL_S),
+so a dead master leaves the member table, and a promoted slave takes its place, within
+moments: sends go to the new master, pulls and offset requests to it or a slave. An
+address a route shows for the first time gets a heartbeat at once, in the background;
+consumers hear when a group's master leaves, comes back or moves (orderly consumers stop
+and relock on it); producers forget the send faults of a group whose master is back or
+moved.
 
 Background tasks are created in `start()` and cancelled in `close()`.
 """
@@ -36,6 +41,7 @@ from pocketmq.client.errors import (
     RemotingFailure,
     wrap_remoting,
 )
+from pocketmq.client.failover import RefreshLimiter
 from pocketmq.client.message import _local_ipv4_bytes
 from pocketmq.client.route import (
     BrokerAddrTable,
@@ -81,10 +87,12 @@ DEFAULT_TOPIC = AUTO_CREATE_TOPIC_KEY_TOPIC
 ROUTE_REFRESH_INTERVAL_S = 30.0
 HEARTBEAT_INTERVAL_S = 30.0
 REBALANCE_INTERVAL_S = 20.0
-# A broker connection that failed refreshes the routes at once, then at most this often
-# while failures go on (a dead master failing every pull of every queue must not turn
-# into a nameserver request per pull).
-ROUTE_REFRESH_AFTER_FAILURE_MIN_INTERVAL_S = 1.0
+# A failure (a broker connection lost, a failover signal: client/failover.py) refreshes the
+# routes through the broker at once, then each topic at most this often while failures go
+# on: a dead master failing every pull of every queue and every send must not turn into a
+# nameserver request per failure, and a failover in progress (the nameserver not showing
+# the new master yet) is seen within this much of the route changing.
+ROUTE_REFRESH_AFTER_FAILURE_MIN_INTERVAL_S = 0.3
 
 
 def local_ip() -> str:
@@ -179,13 +187,22 @@ class ClientInstance:
         self._start_lock = asyncio.Lock()
         self._route_locks: dict[str, asyncio.Lock] = {}
         self._hb_lock = asyncio.Lock()
-        # Background work started by route updates and connection failures: one task each,
-        # at most; what arrives while it runs joins it (addresses to heartbeat: a subset of
-        # the member table; a refresh wanted: one flag).
+        # Background work started by route updates and failures: one task each, at most;
+        # what arrives while it runs joins it (addresses to heartbeat: a subset of the member
+        # table; topics to refresh: pending marks in the limiter, one per topic).
         self._hb_pending: set[str] = set()
         self._hb_task: asyncio.Task | None = None
-        self._refresh_wanted = False
+        self._refresh_limiter = RefreshLimiter(int(ROUTE_REFRESH_AFTER_FAILURE_MIN_INTERVAL_S * 1000))
         self._refresh_task: asyncio.Task | None = None
+        # topic -> resolved when the topic's current (or next) failure refresh ends: what a
+        # producer about to retry on the failed broker waits for; one per topic at most
+        self._refreshed: dict[str, asyncio.Future] = {}
+        # topic -> {id: stats} of the clients that asked for its current (or next) failure
+        # refresh: each counts it once, however many of its failures asked
+        self._refresh_watchers: dict[str, dict[int, dict]] = {}
+        # route_refreshes_on_failure: refreshes of one topic's route made at once because of
+        # a failure (each is one nameserver request)
+        self.stats = {"route_refreshes_on_failure": 0}
         # Every request the client makes to a broker or nameserver goes through this object.
         self.api = ClientAPI(self)
 
@@ -230,6 +247,10 @@ class ClientInstance:
             except BaseException:
                 pass
         self._tasks = []
+        for fut in self._refreshed.values():
+            fut.cancel()            # a producer waiting for a refresh goes on (bounded anyway)
+        self._refreshed.clear()
+        self._refresh_watchers.clear()
         await self.remoting.close()
         table = _REGISTRY.get(asyncio.get_running_loop())
         if table is not None and table.get(self.client_id) is self:
@@ -485,14 +506,27 @@ class ClientInstance:
             return
         if changes.new_addrs:
             self._heartbeat_soon(changes.new_addrs)
-        if changes.masters_lost or changes.masters_back:
-            if changes.masters_lost:
-                log.warning("%s: no master in the route of %s; reading from slaves", self.client_id,
-                            ", ".join(sorted(changes.masters_lost)))
-            if changes.masters_back:
-                log.info("%s: the master of %s is back", self.client_id, ", ".join(sorted(changes.masters_back)))
+        if changes.masters_lost:
+            log.warning("%s: no master in the route of %s; reading from slaves", self.client_id,
+                        ", ".join(sorted(changes.masters_lost)))
+        if changes.masters_back:
+            log.info("%s: the master of %s is back", self.client_id, ", ".join(sorted(changes.masters_back)))
+        moved = changes.masters_moved
+        if moved:
+            log.warning("%s: the master of %s moved (failover): %s", self.client_id, ", ".join(sorted(moved)),
+                        ", ".join(f"{n} -> {self.brokers.master(n)}" for n in sorted(moved)))
+        # To a consumer a moved master is one that left and came back: orderly queues drop
+        # the lock they held on the old master and lock again on the new one.
+        lost, back = changes.masters_lost | moved, changes.masters_back | moved
+        if lost or back:
             for consumer in list(self.consumers.values()):
-                consumer.masters_changed(changes.masters_lost, changes.masters_back)
+                consumer.masters_changed(lost, back)
+        if back:
+            # The send faults a producer recorded for these groups were the old master's.
+            for producer in list(self.producers.values()):
+                forget = getattr(producer, "masters_back", None)
+                if forget is not None:
+                    forget(back)
 
     def _heartbeat_soon(self, addrs) -> None:
         """Heartbeat addresses a route showed for the first time now, in the background
@@ -522,27 +556,86 @@ class ClientInstance:
 
     def _connection_lost(self, addr: str) -> None:
         """ClientRemoting: a connection to `addr` closed or could not be made. For a broker,
-        refresh the routes now: the nameserver drops a dead master at once, and the 30 s
-        timer would leave pulls failing against it meanwhile."""
+        refresh the routes through its group now: the nameserver drops a dead master at once
+        (and lists a promoted slave as master once it registers), and the 30 s timer would
+        leave requests failing against it meanwhile."""
         if not self.started or self.closed or addr in self.remoting.namesrv_addrs:
             return
-        if not any(addr in addrs.values() for addrs in self.brokers.table.values()):
-            return
-        self._refresh_wanted = True
+        names = {name for name, addrs in self.brokers.table.items() if addr in addrs.values()}
+        if names:
+            self.request_route_refresh(names)
+
+    def _topics_through(self, broker_names) -> set[str]:
+        """The topics in use whose route names one of `broker_names` (a consumer's
+        subscriptions, its %RETRY% topic included, and the producers' topics)."""
+        routes = self.routes
+        return {t for t in self._topics_in_use()
+                if (r := routes.get(t)) is not None and any(bd.broker_name in broker_names for bd in r.broker_datas)}
+
+    def request_route_refresh(self, broker_names, *, topic: str | None = None,
+                              stats: dict | None = None) -> asyncio.Future | None:
+        """A request to a broker of `broker_names` failed with a failover signal
+        (client.failover.is_failover_signal): refresh now, in the background, the route of
+        every topic in use through those groups, and of `topic`. Rate-limited per topic
+        (client.failover.RefreshLimiter): what arrives while a topic's refresh waits joins it.
+
+        `stats["route_refreshes_on_failure"]` (the caller's counters) counts, once each, the
+        topic refreshes that serve this request (the one in flight, or else the next).
+        Returns, for `topic`, a future resolved when that refresh ends, never with an error;
+        None when nothing was asked (instance not started or closed, no topic)."""
+        if not self.started or self.closed:
+            return None
+        topics = self._topics_through(set(broker_names))
+        if topic is not None:
+            topics.add(topic)
+        if not topics:
+            return None
+        self._refresh_limiter.request(topics)
+        if stats is not None:
+            stats.setdefault("route_refreshes_on_failure", 0)
+            for t in topics:
+                self._refresh_watchers.setdefault(t, {})[id(stats)] = stats
+        loop = asyncio.get_running_loop()
+        fut = None
+        if topic is not None:
+            fut = self._refreshed.get(topic)
+            if fut is None:
+                fut = self._refreshed[topic] = loop.create_future()
         if self._refresh_task is None or self._refresh_task.done():
-            self._refresh_task = asyncio.get_running_loop().create_task(self._refresh_after_failures(),
-                                                                        name=f"{self.client_id}:routes-now")
+            self._refresh_task = loop.create_task(self._refresh_after_failures(), name=f"{self.client_id}:routes-now")
+        return fut
 
     async def _refresh_after_failures(self) -> None:
-        while self._refresh_wanted:
-            self._refresh_wanted = False
+        """Refresh the pending topics as the limiter lets them go (one task at most; a
+        topic's refreshes start ROUTE_REFRESH_AFTER_FAILURE_MIN_INTERVAL_S apart)."""
+        limiter = self._refresh_limiter
+        while limiter.pending:
+            due, wait_ms = limiter.take_due(mono_ms())
+            if not due:
+                if wait_ms is None:         # (nothing in flight here: cannot happen)
+                    return
+                await asyncio.sleep(wait_ms / 1000)
+                continue
             try:
-                await self.refresh_routes()
-            except Exception as e:
-                # refresh_routes handles the expected failures per topic; anything else is a
-                # bug, logged so that later failures still get their refresh
-                log.warning("%s: route refresh after a broker failure failed: %r", self.client_id, e)
-            await asyncio.sleep(ROUTE_REFRESH_AFTER_FAILURE_MIN_INTERVAL_S)
+                await asyncio.gather(*(self._refresh_one(t) for t in due))
+            finally:
+                limiter.finished(due)
+
+    async def _refresh_one(self, topic: str) -> None:
+        try:
+            await self.update_route(topic)
+        except (NoRouteError, BrokerError, RemotingFailure) as e:
+            log.debug("%s: route refresh for %s after a failure failed: %s", self.client_id, topic, e)
+        except Exception as e:
+            # a bug: logged, and later failures still get their refresh
+            log.warning("%s: route refresh for %s after a broker failure failed: %r", self.client_id, topic, e)
+        finally:
+            self.stats["route_refreshes_on_failure"] += 1
+            for stats in self._refresh_watchers.pop(topic, {}).values():
+                stats["route_refreshes_on_failure"] += 1
+            fut = self._refreshed.pop(topic, None)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
 
     async def subscribe_addr_refreshing(self, broker_name: str, topic: str, broker_id: int) -> tuple[str, int]:
         """(address, broker id) to pull `broker_name`'s queue from: member `broker_id`, else

@@ -150,6 +150,7 @@ class LitePullConsumer(QueryMixin):
         self.instance = inst
         self.fetcher.instance = inst
         self.fetcher.find_addr = inst.subscribe_addr_refreshing     # master or slave (client/replica.py)
+        self.fetcher.request_route_refresh = inst.request_route_refresh     # failover (client/failover.py)
         self.rebalancer.instance = inst
         self.offset_store = RemoteOffsetStore(inst, self.group, find_addr=inst.admin_addr_refreshing)
         self.state = "RUNNING"

@@ -11,6 +11,14 @@ sharding key) are tried once, since moving them would break ordering.
 Bodies of 4 KiB or more are zlib-compressed (not in batches). A body over
 max_message_size_bytes is refused before anything is sent.
 
+Failover (client/failover.py): a send that fails with a failover signal (connection
+refused, reset or timed out; SERVICE_NOT_AVAILABLE; SYSTEM_ERROR "in-sync replicas not
+enough"), or is stored with SLAVE_NOT_AVAILABLE, makes the instance refresh at once the
+routes through that broker group. Until that refresh ends, a send (the retry of the
+failed one, or the next) that would go to the same group while the member table still
+names the failed address as its master waits for it (within the send's timeout), so it
+goes to the new master once the nameserver shows one; sends to other groups go at once.
+
 Send coalescing (``coalesce_sends``, on by default): a ``send()`` made while another
 send of this producer is waiting for its response does not get a request of its own.
 It joins the topic's open group, and the group leaves as one SEND_BATCH_MESSAGE when
@@ -48,6 +56,7 @@ from pocketmq.client.errors import (
     RemotingFailure,
     RequestCodeNotSupportedError,
 )
+from pocketmq.client.failover import is_failover_signal
 from pocketmq.client.fault import LatencyFaultTolerance
 from pocketmq.client.instance import (
     DEFAULT_TOPIC,
@@ -239,6 +248,12 @@ class Producer(QueryMixin):
         self._groups: dict[tuple, _SendGroup] = {}
         self._groups_flush_scheduled = False
         self._group_tasks: set[asyncio.Task] = set()
+        # route_refreshes_on_failure: topic route refreshes made at once for this producer's
+        # failed sends (the instance merges and rate-limits them: client/failover.py)
+        self.stats = {"route_refreshes_on_failure": 0}
+        # broker name -> (the address that failed with a failover signal, the future of the
+        # route refresh that asked for): one entry per group at most, dropped once done
+        self._failed_over: dict[str, tuple] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> Producer:
@@ -288,6 +303,13 @@ class Producer(QueryMixin):
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
+
+    def masters_back(self, broker_names) -> None:
+        """ClientInstance: the route shows these groups with a master again, or with a new
+        one (a failover). The latency faults recorded for them were the old master's: sends
+        may pick the groups again at once instead of avoiding them for up to 10 minutes."""
+        for name in broker_names:
+            self.fault.remove(name)
 
     def _inst(self):
         if self.instance is None or self._closed:
@@ -667,9 +689,15 @@ class Producer(QueryMixin):
                     info = await inst.publish_info(topic)
                 mq = fault.select(info, last_broker, now)
             broker_name = last_broker = mq.broker_name
+            if self._failed_over:
+                now = await self._await_failover(inst, broker_name, deadline, now)
+                remaining_s = (deadline - now) / 1000
+                if remaining_s <= 0:
+                    break
             ext = send_ext_fields(self.group, topic, mq.queue_id, sys_flag, flag, props, batch,
                                   time.time_ns() // 1_000_000)
             start = now
+            addr = None
             try:
                 addr = inst.brokers.master(broker_name)
                 if addr is None:
@@ -684,6 +712,11 @@ class Producer(QueryMixin):
                 fault.update(broker_name, end - start, end,
                              isolation=isinstance(e, (RemotingFailure, NoRouteError)) or e.retriable)
                 last_error = e
+                if is_failover_signal(e):
+                    # asked before a raise too: the next send must find the new master
+                    refreshed = inst.request_route_refresh((broker_name,), topic=topic, stats=self.stats)
+                    if refreshed is not None:
+                        self._failed_over[broker_name] = (addr, refreshed)
                 if not e.retriable or attempt + 1 >= attempts:
                     raise
                 log.info("send to %s failed (%s), retrying on another broker", broker_name, e)
@@ -692,6 +725,9 @@ class Producer(QueryMixin):
                 continue
             end = mono_ms()
             fault.update(broker_name, end - start, end)
+            if resp.code and is_failover_signal(resp.code, resp.remark):
+                # stored (SLAVE_NOT_AVAILABLE), so not sent again, but the group is changing
+                inst.request_route_refresh((broker_name,), topic=topic, stats=self.stats)
             ext = resp.ext_fields
             try:
                 queue_id = int(ext.get("queueId", mq.queue_id))
@@ -706,3 +742,19 @@ class Producer(QueryMixin):
             raise last_error
         from pocketmq.client.errors import RequestTimeoutError
         raise RequestTimeoutError(f"send to {topic} timed out after {timeout_s}s")
+
+    async def _await_failover(self, inst, broker_name: str, deadline: int, now: int) -> int:
+        """Before a send to `broker_name` after one to it failed with a failover signal:
+        while the member table still names the address that failed as the group's master
+        (or none), wait (until `deadline`) for the route refresh that failure asked for, so
+        the send goes to the new master rather than to the old one again. Returns now."""
+        entry = self._failed_over.get(broker_name)
+        if entry is None:
+            return now
+        failed_addr, refreshed = entry
+        if not refreshed.done() and inst.brokers.master(broker_name) in (failed_addr, None):
+            await asyncio.wait((refreshed,), timeout=(deadline - now) / 1000)
+            now = mono_ms()
+        if refreshed.done() and self._failed_over.get(broker_name) is entry:
+            del self._failed_over[broker_name]
+        return now

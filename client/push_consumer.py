@@ -220,8 +220,9 @@ class PushConsumer(QueryMixin):
 
     def masters_changed(self, lost, back) -> None:
         """ClientInstance: the groups (broker names) whose master left the route or came
-        back. Pulls and offsets find their member at each request; orderly queues stop
-        and resume (their locks live on the master: client/consume_orderly.py)."""
+        back (a master that moved, a failover, is in both). Pulls and offsets find their
+        member at each request; orderly queues stop and resume (their locks live on the
+        master: client/consume_orderly.py)."""
         if self.orderly_service is not None and self.state in ("RUNNING", "DRAINING"):
             self.orderly_service.masters_changed(lost, back)
 
@@ -304,6 +305,7 @@ class PushConsumer(QueryMixin):
         self.instance = inst
         self.fetcher.instance = inst
         self.fetcher.find_addr = inst.subscribe_addr_refreshing     # master or slave (client/replica.py)
+        self.fetcher.request_route_refresh = inst.request_route_refresh     # failover (client/failover.py)
         self.rebalancer.instance = inst
         if self.message_model == "CLUSTERING":
             self.offset_store = RemoteOffsetStore(inst, self.group, find_addr=inst.admin_addr_refreshing)
@@ -777,6 +779,7 @@ class PushConsumer(QueryMixin):
             return True
         except MQClientError as e:
             log.warning("%s: send back of %s failed: %s", self.group, m.msg_id, e)
+            self.fetcher.report_failure(mq, e)      # a demoted master refuses it: find the new one
             return False
 
     def _retry_locally(self, mq: MessageQueue, pq: ProcessQueue, msgs, delay_s: float = 5.0) -> None:

@@ -23,8 +23,10 @@ The rules here follow the Java client (MQClientInstance, PullAPIWrapper):
 `BrokerChanges` is what one route update changed in the client's member table: the
 addresses seen for the first time (the client heartbeats them at once, so a newly seen
 slave knows our consumers and a transactional producer is checkable by a new master
-without waiting for the 30 s timer), and the groups whose master left or came back
-(orderly consumers stop and resume on those: queue locks live on the master only).
+without waiting for the 30 s timer), the groups whose master left or came back, and
+those whose master moved to another address (a failover: client.failover). Orderly
+consumers stop and resume on those (queue locks live on the master only; a moved master
+is one that left and came back); producers forget a back or moved group's send faults.
 """
 from __future__ import annotations
 
@@ -93,9 +95,12 @@ class BrokerChanges:
     new_addrs: frozenset = frozenset()          # addresses no route showed before
     masters_lost: frozenset = frozenset()       # broker names whose master left the route
     masters_back: frozenset = frozenset()       # broker names known without master, now with one
+    # broker names whose master is now at another address (a failover promoted a slave, or
+    # the master came back elsewhere) without a route in between showing none
+    masters_moved: frozenset = frozenset()
 
     def __bool__(self) -> bool:
-        return bool(self.new_addrs or self.masters_lost or self.masters_back)
+        return bool(self.new_addrs or self.masters_lost or self.masters_back or self.masters_moved)
 
 
 def broker_changes(old: Mapping[str, Mapping[int, str]], new: Mapping[str, Mapping[int, str]]) -> BrokerChanges:
@@ -104,14 +109,16 @@ def broker_changes(old: Mapping[str, Mapping[int, str]], new: Mapping[str, Mappi
     the first time has neither lost nor regained its master."""
     known = {a for addrs in old.values() for a in addrs.values()}
     new_addrs = {a for addrs in new.values() for a in addrs.values()} - known
-    lost, back = set(), set()
+    lost, back, moved = set(), set(), set()
     for name, addrs in new.items():
         before = old.get(name)
         if before is None:
             continue
-        had, has = MASTER_ID in before, MASTER_ID in addrs
+        had, has = before.get(MASTER_ID), addrs.get(MASTER_ID)
         if had and not has:
             lost.add(name)
         elif has and not had:
             back.add(name)
-    return BrokerChanges(frozenset(new_addrs), frozenset(lost), frozenset(back))
+        elif had != has:
+            moved.add(name)
+    return BrokerChanges(frozenset(new_addrs), frozenset(lost), frozenset(back), frozenset(moved))

@@ -102,6 +102,12 @@ class _Facade:
         """The asyncio client underneath."""
         return self._impl
 
+    @property
+    def stats(self) -> dict:
+        """The async client's counters, a copy (a consumer's pulls, pulls_by_broker_id, ...;
+        route_refreshes_on_failure of producers and consumers)."""
+        return run(_on_loop(_stats_snapshot, self._impl.stats))
+
     def query_message(self, topic: str, key: str, max_num: int = 64, begin_ms: int = 0,
                       end_ms: int | None = None) -> list:
         """Messages of `topic` with `key` among their keys, newest first (client/query.py)."""
@@ -154,19 +160,12 @@ class TransactionProducer(Producer):
 
 
 def _stats_snapshot(stats: dict) -> dict:
-    """A copy of a consumer's `stats` (nested tables too, e.g. pulls_by_broker_id), taken on
-    the consumer's loop: the counters change there while the caller reads its copy."""
+    """A copy of a client's `stats` (nested tables too, e.g. pulls_by_broker_id), taken on
+    the client's loop: the counters change there while the caller reads its copy."""
     return {k: dict(v) if isinstance(v, dict) else v for k, v in stats.items()}
 
 
-class _ConsumerFacade(_Facade):
-    @property
-    def stats(self) -> dict:
-        """The async consumer's counters (`consumer.stats`: pulls, pulls_by_broker_id, ...)."""
-        return run(_on_loop(_stats_snapshot, self._impl.stats))
-
-
-class PushConsumer(_ConsumerFacade):
+class PushConsumer(_Facade):
     _async_cls = _AsyncPush
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
@@ -193,7 +192,7 @@ async def _on_loop(fn, *args):
     return fn(*args)
 
 
-class LitePullConsumer(_ConsumerFacade):
+class LitePullConsumer(_Facade):
     _async_cls = _AsyncLite
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
