@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     if config.enableControllerMode:
         # automatic failover: the agent runs the broker in the role the group's election gives
         from pocketmq.broker.services.failover import FailoverAgent
-        service = FailoverAgent(config, config_path=report.config_file)
+        service = FailoverAgent(config, broker_factory=Broker, config_path=report.config_file)
     else:
         service = Broker(config, config_path=report.config_file)
     try:

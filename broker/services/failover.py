@@ -122,8 +122,8 @@ class ControllerLink:
 class FailoverAgent:
     """Runs a Broker in controller mode (start/close like a Broker: run_until_signal)."""
 
-    def __init__(self, config, *, host: str = "0.0.0.0", config_path: str | None = None, consensus=None,
-                 broker_factory=None, clock=time.time) -> None:
+    def __init__(self, config, *, broker_factory, host: str = "0.0.0.0", config_path: str | None = None,
+                 consensus=None, clock=time.time) -> None:
         self.config = config
         self.host = host
         self.config_path = config_path
@@ -134,9 +134,7 @@ class FailoverAgent:
         self.ttl = config.controllerLeaseSeconds
         self.consensus = consensus or EtcdConsensus(split_endpoints(config.etcdEndpoints or ""),
                                                     timeout_s=max(0.3, self.ttl / 4))
-        if broker_factory is None:
-            from pocketmq.broker.app import Broker
-            broker_factory = Broker
+        # the Broker class (broker/app.py, the composition root, injected: services never import it)
         self.broker_factory = broker_factory
         self.master_mode = config.brokerRole if config.brokerRole is not BrokerRole.SLAVE \
             else BrokerRole.ASYNC_MASTER

@@ -307,6 +307,11 @@ class HAMaster:
             if conn.request_offset < 0:
                 conn.request_offset = reports[0]
                 conn.first_report.set()
+                if self.link is not None and reports[0] == 0:
+                    # an empty slave has nothing to verify: it holds all of an empty log (so it
+                    # can join the SyncStateSet of a master that has written nothing yet)
+                    self.link.tracker.on_ack(conn.replica_id, 0, self.store.commit_log_max_offset, self.mono_ms())
+                    self.sync_changed()
                 if len(reports) == 1:
                     continue            # where to start: the sender answers it (past our end too)
             if offset <= conn.request_offset:

@@ -13,7 +13,6 @@ replicas in controller mode (tests/support/failover_group.py), our Producer.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
 import pytest
@@ -23,7 +22,7 @@ from pocketmq.client.message import SendStatus
 from pocketmq.protocol.bodies import MessageQueue
 from pocketmq.protocol.message import decode_offset_msg_id
 from tests.support.etcd import EtcdServer, etcd_available
-from tests.support.failover_group import CLUSTER, GROUP, FailoverGroup
+from tests.support.failover_group import GROUP, FailoverGroup
 from tests.support.replica_pair import commit_log_bytes
 
 pytestmark = [pytest.mark.asyncio,
