@@ -231,14 +231,16 @@ async def _await_durable(ctx, cmd, ext, end_offset):
                                 "the store failed to flush; it no longer accepts writes", ext_fields=_ext_base(ctx))
         if not ok:
             return cmd.response(ResponseCode.FLUSH_DISK_TIMEOUT, None, ext_fields=ext)
-    if replicated is not None and not await replicated:
-        return cmd.response(ResponseCode.FLUSH_SLAVE_TIMEOUT, None, ext_fields=ext)
+    ok = replicated is None or await replicated
     if ctx.fence is not None:
-        # controller mode: the lease may have gone while the send waited; a master that is
-        # no longer sure to be the master never answers SEND_OK (failover.py)
+        # controller mode: the lease may have gone while the send waited (the agent then
+        # ends the wait at once); a master that is no longer sure to be the master never
+        # answers SEND_OK, and says why, so the client looks for the new one (failover.py)
         refused = ctx.fence()
         if refused is not None:
             return cmd.response(refused[0], refused[1], ext_fields=ext)
+    if not ok:
+        return cmd.response(ResponseCode.FLUSH_SLAVE_TIMEOUT, None, ext_fields=ext)
     return cmd.response(ResponseCode.SUCCESS, None, ext_fields=ext)
 
 

@@ -155,6 +155,7 @@ class FailoverAgent:
         self._last_logged: str | None = None
         self._closing = False
         self.handing_over: int | None = None     # a planned switchover's target (electMaster)
+        self._deadline_timer: asyncio.TimerHandle | None = None
         # metrics / mqadmin
         self.elections_won = 0
         self.epoch_changes = 0
@@ -172,6 +173,8 @@ class FailoverAgent:
 
     async def close(self) -> None:
         self._closing = True
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -208,6 +211,7 @@ class FailoverAgent:
                 else:
                     ttl = await self.consensus.keepalive(self.lease_id)
                     self._deadline = t0 + min(ttl, self.ttl) * LEASE_MARGIN
+                self._arm_deadline()
             except LeaseLost:
                 log.warning("lease %x lost (expired in the consensus store)", self.lease_id)
                 self.lease_id = 0
@@ -217,6 +221,26 @@ class FailoverAgent:
             except ConsensusError as e:
                 self._say(f"consensus store unreachable: {e}", logging.WARNING)
             await asyncio.sleep(max(0.0, every - (time.monotonic() - t0)))
+
+    def _arm_deadline(self) -> None:
+        """At the lease's local deadline a master's waiting sends are answered (refused by
+        the fence) at once: a cut-off master neither acknowledges nor keeps clients waiting."""
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._deadline_timer = loop.call_at(loop.time() + max(0.0, self._deadline - time.monotonic()),
+                                            self._on_deadline)
+
+    def _on_deadline(self) -> None:
+        self._deadline_timer = None
+        if self.lease_valid():
+            return
+        app = self.app
+        if app is not None and app.ha_master is not None and self.role == "master":
+            log.warning("lease of replica %d (master of %s, epoch %d) lapsed: refusing sends until the group "
+                        "decides", self.replica_id, self.group, self.epoch)
+            app.ha_master.end_waits()
+        self.kick()
 
     # -- the loop ----------------------------------------------------------------------------
     def kick(self) -> None:
@@ -485,9 +509,16 @@ class FailoverAgent:
                 return
             new = elected(state, target, end)
             token = f"{target}:{alive[1]:x}".encode()
-            if await self.consensus.cas_state(self.cluster, self.group, expect_state_rev=snap.state_rev,
-                                              new_state=new.encode(), expect_leader=self._token(),
-                                              put_leader=(token, alive[1]), delete_requests=(SWITCHOVER,)):
+            try:
+                handed = await self.consensus.cas_state(
+                    self.cluster, self.group, expect_state_rev=snap.state_rev, new_state=new.encode(),
+                    expect_leader=self._token(), put_leader=(token, alive[1]), delete_requests=(SWITCHOVER,))
+            except LeaseLost:
+                # the TARGET's lease went while it caught up (ours is checked by expect_leader)
+                log.warning("electMaster: replica %d's lease expired during the handover; refused", target)
+                await self.consensus.delete_request(self.cluster, self.group, SWITCHOVER)
+                handed = False
+            if handed:
                 log.warning("mastership of %s handed to replica %d (epoch %d, from %d)", self.group, target,
                             new.epoch, end)
                 self.role = None

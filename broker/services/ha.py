@@ -101,6 +101,15 @@ class SecondRate:
         return self._cur if sec == self._sec + 1 else 0
 
 
+def _put(writer: asyncio.StreamWriter, *parts) -> None:
+    """Write to a slave's connection; one closed under us (a reset seen by the reader task
+    first) is a ConnectionError, as asyncio's own transports say it (uvloop's raise
+    RuntimeError on a closed handle)."""
+    if writer.transport.is_closing():
+        raise ConnectionResetError("the slave's connection is closed")
+    writer.writelines(parts)
+
+
 def split_addr(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
     if not host or not port.isdigit():
@@ -206,6 +215,11 @@ class HAMaster:
             self._waiters.release(point)
         if self.store.confirm_offset != old:
             self.notify()       # the senders tell the slaves the new confirm offset
+
+    def end_waits(self) -> None:
+        """Controller mode: the lease lapsed: every waiting send is answered now (the fence
+        refuses it) instead of at its timeout."""
+        self._waiters.fail()
 
     def waiter(self, end_offset: int, timeout_s: float) -> asyncio.Future:
         """True once enough slaves acked `end_offset` (one; controller mode: see
@@ -349,7 +363,7 @@ class HAMaster:
             log.error("slave %s asks for offset %d, past this master's end %d: its log is not a prefix of this "
                       "master's; refusing it", conn.remote, conn.request_offset, end)
             # one heartbeat naming our end, so the slave can say why it was refused
-            writer.write(self._head(conn, end, 0))
+            _put(writer, self._head(conn, end, 0))
             await writer.drain()
             return
         conn.transferred = nxt
@@ -364,7 +378,7 @@ class HAMaster:
                           nxt, conn.remote, store.commit_log_min_offset)
                 return
             if data:
-                writer.writelines((self._head(conn, nxt, len(data)), data))
+                _put(writer, self._head(conn, nxt, len(data)), data)
                 self.bytes_sent += len(data)
                 conn.rate.add(len(data))
                 await writer.drain()
@@ -376,7 +390,7 @@ class HAMaster:
             if store.commit_log_max_offset > nxt:
                 continue
             if self.link is not None and self._confirm() != conn.sent_confirm:
-                writer.write(self._head(conn, nxt, 0))      # the new confirm offset, at once
+                _put(writer, self._head(conn, nxt, 0))      # the new confirm offset, at once
                 await writer.drain()
                 last_write = time.monotonic()
                 continue
@@ -388,7 +402,7 @@ class HAMaster:
                     continue
                 except TimeoutError:
                     pass
-            writer.write(self._head(conn, nxt, 0))
+            _put(writer, self._head(conn, nxt, 0))
             await writer.drain()
             last_write = time.monotonic()
 

@@ -147,3 +147,138 @@ async def test_kill_master_elects_the_in_sync_slave_and_loses_nothing(tmp_path, 
         assert not g.tracebacks()
     finally:
         await g.stop()
+
+
+async def _raw_send(addr: str, body: bytes, opaque: int, timeout_s: float = 15.0):
+    """One SEND straight to `addr` (not through a route): the broker's own answer."""
+    from tests.integration.test_broker import send_cmd
+    from tests.support.raw_client import connect
+    conn = await connect(addr)
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await conn.call(send_cmd(TOPIC, body, queue_id=0), opaque)
+    finally:
+        conn.transport.close()
+
+
+async def _log_says(path: str, text: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if text in open(path, errors="replace").read():
+                return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"{path} never said {text!r}"
+        await asyncio.sleep(0.05)
+
+
+async def _in_sync(g: FailoverGroup, want: set, timeout_s: float = 30.0):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        st = await g.state()
+        if st is not None and set(st.sync_state_set) == want:
+            return st
+        assert time.monotonic() < deadline, f"SyncStateSet never became {want}: {st}"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_sync_state_set_of_the_master_alone_stays_unavailable_when_it_dies(tmp_path, etcd):
+    g = FailoverGroup(str(tmp_path), etcd.endpoint, replicas=2, extra_args=["--slaveSyncIntervalMillis=1000"])
+    await g.start()
+    try:
+        m = await g.master_id()
+        s = 2 if m == 1 else 1
+        await _topic(g, m)
+        await _in_sync(g, {1, 2})
+        await _slave_has_topic(g, s)
+        g.kill(s)
+        # the slave is gone: the set shrinks to the master, which goes on acknowledging alone
+        await _in_sync(g, {m})
+        r = await _raw_send(g.replicas[m].addr, b"<alone>", 1)
+        assert r.code == 0, r.remark
+        g.kill(m)
+        await g.start_replica(s)
+        # the slave lacks what the master acknowledged alone: it must not take over
+        await _log_says(g.logs[-1], "staying without a master")
+        snap = await g.snapshot()
+        assert snap.leader is None and (await g.state()).master == m
+        r = await _raw_send(g.replicas[s].addr, b"<refused>", 2)
+        assert r.code != 0
+        # the master returns: elected again (it is the set), the slave follows; nothing lost
+        await g.start_replica(m)
+        assert await g.master_id(timeout_s=20) == m
+        st = await _in_sync(g, {1, 2})
+        assert st.epoch >= 2
+        assert b"<alone>" in commit_log_bytes(g.store_dir(s))
+        assert not g.tracebacks()
+    finally:
+        await g.stop()
+
+
+async def test_a_paused_master_answers_no_send_ok_after_its_lease(tmp_path, etcd):
+    """The zombie: SIGSTOP past the lease, a new master elected, a send waiting in the
+    zombie's socket; after SIGCONT it must not be acknowledged, and the zombie follows."""
+    g = FailoverGroup(str(tmp_path), etcd.endpoint, replicas=2, extra_args=["--slaveSyncIntervalMillis=1000"])
+    await g.start()
+    try:
+        m = await g.master_id()
+        s = 2 if m == 1 else 1
+        await _topic(g, m)
+        await _in_sync(g, {1, 2})
+        await _slave_has_topic(g, s)
+        g.pause(m)
+        waiting = asyncio.create_task(_raw_send(g.replicas[m].addr, b"<zombie>", 7, timeout_s=30))
+        assert await g.master_id(not_=m, timeout_s=20) == s
+        r = await _raw_send(g.replicas[s].addr, b"<new-master>", 8)
+        assert r.code == 0, r.remark
+        g.resume(m)
+        try:
+            answer = await waiting
+            assert answer.code != 0, "the zombie acknowledged a send after losing its lease"
+            print(f"zombie answered {answer.code}: {answer.remark}")
+        except (ConnectionError, OSError, TimeoutError) as e:
+            print(f"zombie closed the connection: {e!r}")
+        await _in_sync(g, {1, 2})
+        log_new = commit_log_bytes(g.store_dir(s))
+        log_old = commit_log_bytes(g.store_dir(m))
+        assert b"<new-master>" in log_old        # it follows the new master
+        n = min(len(log_new), len(log_old))
+        assert log_old[:n] == log_new[:n]
+        assert not g.tracebacks()
+    finally:
+        await g.stop()
+
+
+async def test_a_partitioned_master_truncates_its_unconfirmed_tail_and_ends_byte_identical(tmp_path, etcd):
+    g = FailoverGroup(str(tmp_path), etcd.endpoint, replicas=2, proxies=True,
+                      extra_args=["--slaveSyncIntervalMillis=1000", "--slaveTimeout=10000"])
+    await g.start()
+    try:
+        m = await g.master_id()
+        s = 2 if m == 1 else 1
+        await _topic(g, m)
+        await _in_sync(g, {1, 2})
+        await _slave_has_topic(g, s)
+        r = await _raw_send(g.replicas[m].addr, b"<before>", 1)
+        assert r.code == 0
+        g.partition(m)
+        # stored on the cut-off master, never replicated: never acknowledged
+        tail = [asyncio.create_task(_raw_send(g.replicas[m].addr, b"<tail-%d>" % i, 10 + i, timeout_s=30))
+                for i in range(5)]
+        assert await g.master_id(not_=m, timeout_s=20) == s
+        for t in tail:
+            answer = await t
+            assert answer.code != 0, "a send the new master does not have was acknowledged"
+        assert b"<tail-0>" in commit_log_bytes(g.store_dir(m))
+        r = await _raw_send(g.replicas[s].addr, b"<after>", 2)
+        assert r.code == 0, r.remark
+        g.heal(m)
+        await _in_sync(g, {1, 2})
+        await _log_says(g.logs[0] if m == 1 else g.logs[1], "commit log truncated at")
+        new, old = commit_log_bytes(g.store_dir(s)), commit_log_bytes(g.store_dir(m))
+        assert b"<tail-0>" not in old and b"<after>" in old
+        assert old == new           # the same segments, byte for byte
+        assert not g.tracebacks()
+    finally:
+        await g.stop()
