@@ -388,15 +388,16 @@ class FailoverAgent:
         self.write_entries(entries)
         tracker = SyncStateTracker(self.replica_id, state.sync_state_set,
                                    max_not_catchup_ms=self.config.haMaxTimeSlaveNotCatchup)
+        self.epoch_changes += state.epoch != self.epoch       # /metrics: epochs entered, as master or slave
         self.epoch = state.epoch
         self.state = state
         await self._start_app("master", ControllerLink(self, state.epoch, entries, tracker), state.epoch)
-        self.epoch_changes += 1
         if took_ms is not None:
             self.last_election_ms = took_ms + 0.0
 
     async def _become_slave(self, state: GroupState, info: AliveInfo) -> None:
         await self._stop_app()
+        self.epoch_changes += state.epoch != self.epoch
         self.epoch = state.epoch
         self.master_ha = info.ha_addr
         await self._start_app("slave", ControllerLink(self, state.epoch, [], None), state.epoch,
