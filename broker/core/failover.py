@@ -217,7 +217,10 @@ class SyncStateTracker:
         return (self.committed | frozenset(self.joining)) - {self.master}
 
     def confirm_offset(self, master_end: int) -> int:
-        acks = [max(self.members[r].ack, 0) if r in self.members else 0 for r in self.awaited]
+        """The least ack of the committed set's members (without the master): what every
+        electable replica holds. Joiners are not electable until committed (and hold all of
+        it by then), so they do not hold it back."""
+        acks = [max(self.members[r].ack, 0) if r in self.members else 0 for r in self.committed - {self.master}]
         return min([master_end] + acks)
 
     def acked_by(self, k: int, master_end: int) -> int:

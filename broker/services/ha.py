@@ -208,7 +208,13 @@ class HAMaster:
         tracker = link.tracker
         end = self.store.commit_log_max_offset
         old = self.store.confirm_offset
-        self.store.set_confirm_offset(tracker.confirm_offset(end) if tracker.awaited else None)
+        if tracker.committed - {link.replica_id}:
+            new = tracker.confirm_offset(end)
+            # never lower: consumers may have read up to it (a member that rejoins the set
+            # is committed only once it holds everything acknowledged, so this is a guard)
+            self.store.set_confirm_offset(new if old is None or new > old else old)
+        else:
+            self.store.set_confirm_offset(None)
         k = self._acks_needed()
         point = tracker.acked_by(k, end) if k else end
         if point > 0:

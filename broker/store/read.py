@@ -58,7 +58,13 @@ class ReadPart:
             min_offset = cq.min_offset
             max_offset = cq.max_offset
             if self._confirm_offset is not None:
-                max_offset = self._visible_max(cq, max_offset, offset)
+                visible = self._visible_max(cq, max_offset, offset)
+                if visible <= offset <= max_offset and visible < max_offset:
+                    # stored, not yet confirmed: "nothing new yet" (the pull is held and woken
+                    # when the confirm offset passes it), never a correction of the
+                    # consumer's offset (OFFSET_OVERFLOW_BADLY would send it back to 0)
+                    return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, visible)
+                max_offset = visible
         if max_offset == 0:
             return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
         if offset < min_offset:

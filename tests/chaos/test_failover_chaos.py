@@ -256,11 +256,13 @@ async def test_failover_chaos(tmp_path):
             lost_log = [k for k in checker.acked if f"<{k}>".encode() not in log]
             lost_delivery = [k for k in checker.acked if k not in checker.delivered]
             dups = sum(n - 1 for n in checker.delivered.values() if n > 1)
+            dups_orderly = sum(n - 1 for k, n in checker.delivered.items() if n > 1 and k.startswith("o"))
             windows = sorted(f["send_ok_s"] for f in failovers)
             p99 = windows[min(len(windows) - 1, int(len(windows) * 0.99))] if windows else None
             report = {"seed": SEED, "rounds": ROUNDS, "acked": len(checker.acked),
                       "lost_in_log": len(lost_log), "lost_in_delivery": len(lost_delivery),
-                      "duplicates": dups, "order_violations": checker.order_violations,
+                      "duplicates": dups, "duplicates_orderly": dups_orderly,
+                      "order_violations": checker.order_violations,
                       "send_errors": checker.send_errors, "not_ok": checker.not_ok,
                       "send_ok_window_p50_s": windows[len(windows) // 2] if windows else None,
                       "send_ok_window_p99_s": p99, "send_ok_window_max_s": windows[-1] if windows else None,

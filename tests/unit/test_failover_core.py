@@ -84,7 +84,8 @@ def test_sync_state_tracker_confirm_join_and_shrink():
     # within the join gap: joins at once (counted), proposed only once it holds the end (500)
     assert t.proposal(500, 10, join_gap=200) is None
     assert t.awaited == {2}
-    assert t.confirm_offset(600) == 400          # sends after the join wait for it
+    assert t.acked_by(1, 600) == 400             # sends after the join wait for it...
+    assert t.confirm_offset(600) == 600          # ...but it holds back no reads (not electable yet)
     t.on_ack(2, 500, 600, 20)
     assert t.proposal(600, 30, join_gap=200) == {1, 2}
     t.committed_as(frozenset({1, 2}))
@@ -167,6 +168,10 @@ def test_consumers_never_read_past_the_confirm_offset(tmp_path):
         assert r.status is GS.FOUND and r.message_count == 4 and r.max_offset == 4
         r = s.get_message("TopicA", 0, 4, 32)
         assert r.status is GS.OFFSET_OVERFLOW_ONE and r.next_begin_offset == 4
+        # a consumer further on (it read there before the confirm offset was known, or
+        # elsewhere): held where it is, never sent back (OVERFLOW_BADLY would reset it)
+        r = s.get_message("TopicA", 0, 7, 32)
+        assert r.status is GS.OFFSET_OVERFLOW_ONE and r.next_begin_offset == 7 and r.max_offset == 4
         # one unit more confirmed: the queue a read was held back on is woken, with its new end
         s.set_confirm_offset(ends[4])
         assert woken == [("TopicA", 0, 5, None)]
