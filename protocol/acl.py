@@ -1,0 +1,87 @@
+"""RocketMQ 4.x plain ACL's request signature (Java's AclUtils.combineRequestContent and
+AclSigner; research notes: ../shared/reference/acl-and-console.md section A).
+
+PURE module: stdlib only, no I/O.
+
+| step | what                                                                              |
+|------|-----------------------------------------------------------------------------------|
+| 1    | every ext field except `Signature` and `_UNIQUE_KEY_QUERY`, sorted by key (Java's |
+|      | TreeMap: by UTF-16 code unit, which equals Python's code-point order except for   |
+|      | characters beyond the BMP; keys are ASCII in practice)                            |
+| 2    | their VALUES only, concatenated, UTF-8 encoded (the keys are not part of it)      |
+| 3    | then the raw body bytes (none: nothing appended)                                  |
+| 4    | HMAC-SHA1 keyed by the secret key (UTF-8), standard Base64: the `Signature` field  |
+
+`AccessKey`, `OnsChannel` and `SecurityToken` are ordinary ext fields and so are signed.
+Values are taken as they arrived: ali-ons sends JSON booleans and numbers in extFields and
+signs their JavaScript text, so a non-string value is rendered as JavaScript/Java would
+(`true`/`false`, decimal integers), never as Python's `True`.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+
+__all__ = ["SIGNATURE", "ACCESS_KEY", "SECURITY_TOKEN", "ONS_CHANNEL", "UNSIGNED_FIELDS",
+           "field_text", "combine_request_content", "sign", "sign_request", "signature_matches"]
+
+SIGNATURE = "Signature"
+ACCESS_KEY = "AccessKey"
+SECURITY_TOKEN = "SecurityToken"
+ONS_CHANNEL = "OnsChannel"
+UNSIGNED_FIELDS = frozenset({SIGNATURE, "_UNIQUE_KEY_QUERY"})
+
+
+def field_text(value) -> str:
+    """An ext field's value as the signer saw it (JSON scalars as JavaScript prints them)."""
+    if isinstance(value, str):
+        return value
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value)
+
+
+def combine_request_content(ext_fields: dict | None, body: bytes | bytearray | memoryview | None) -> bytes:
+    ext = ext_fields or {}
+    text = "".join(field_text(ext[k]) for k in sorted(ext) if k not in UNSIGNED_FIELDS)
+    content = text.encode("utf-8")
+    if body:
+        content += bytes(body)
+    return content
+
+
+def sign(content: bytes, secret_key: str) -> str:
+    return base64.b64encode(hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()).decode("ascii")
+
+
+def sign_request(ext_fields: dict, body, access_key: str, secret_key: str,
+                 security_token: str | None = None, ons_channel: str | None = None) -> dict:
+    """The ext fields a signing client sends: AccessKey (and the optional token and
+    channel) added, then the Signature over all of them and the body. Returns a new dict."""
+    out = dict(ext_fields)
+    out[ACCESS_KEY] = access_key
+    if security_token is not None:
+        out[SECURITY_TOKEN] = security_token
+    if ons_channel is not None:
+        out[ONS_CHANNEL] = ons_channel
+    out.pop(SIGNATURE, None)
+    out[SIGNATURE] = sign(combine_request_content(out, body), secret_key)
+    return out
+
+
+def signature_matches(ext_fields: dict, body, secret_key: str) -> bool:
+    """The request's Signature is the one `secret_key` makes (constant-time comparison)."""
+    got = (ext_fields or {}).get(SIGNATURE)
+    if not isinstance(got, str):
+        return False
+    want = sign(combine_request_content(ext_fields, body), secret_key)
+    return hmac.compare_digest(got.encode("ascii", "replace"), want.encode("ascii"))
