@@ -101,6 +101,7 @@ class BrokerCollector:
         flush.add_metric([cluster, name], h.buckets(), h.sum)
         yield flush
         yield from self._replication(cluster, name)
+        yield from self._failover(cluster, name)
         yield from self.latency.collect()
 
     def _offsets(self, cluster, name, store):
@@ -196,6 +197,50 @@ class BrokerCollector:
                                       labels=bl)
             got.add_metric([cluster, name], hc["bytesReceived"])
             yield got
+
+    def _failover(self, cluster, name):
+        """Controller mode (the broker runs under a FailoverAgent, broker/services/failover.py):
+        the agent outlives the Broker it restarts at each role change, so its counters are
+        the process's; labelled with the replica's own id (every replica has the group's name)."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        link = self.broker.link
+        if link is None:
+            return
+        agent = link.agent
+        st = agent.status()
+        labels = ["cluster", "broker", "replica"]
+        lv = [cluster, name, str(agent.replica_id)]
+        role = GaugeMetricFamily("pocketmq_failover_role", "1 for the role this replica runs in now (master, slave, "
+                                 "or none: starting, between roles, or fenced without a master)",
+                                 labels=labels + ["role"])
+        for r in ("master", "slave", "none"):
+            role.add_metric(lv + [r], 1 if st["role"] == r else 0)
+        yield role
+        store = self.broker.store
+        confirm = store.confirm_offset
+        last = st["lastElectionMillis"]
+        for metric, doc, value in (
+                ("pocketmq_failover_epoch", "The epoch this replica runs in (its master's)", st["epoch"]),
+                ("pocketmq_failover_sync_state_set_size", "Members of the group's SyncStateSet as this replica "
+                 "last read it", len(st["syncStateSet"])),
+                ("pocketmq_failover_last_election_seconds", "How long the group was without a master before this "
+                 "replica's last election win (-1: it never won one)", last / 1000 if last >= 0 else -1),
+                ("pocketmq_failover_lease_valid", "1 while this replica's lease in the consensus store is sure "
+                 "(a master without it acknowledges no send)", 1 if st["leaseValid"] else 0),
+                ("pocketmq_failover_confirm_offset", "Commit-log offset consumers are served up to (what the "
+                 "SyncStateSet holds; the log's end when no replica is awaited)",
+                 store.commit_log_max_offset if confirm is None else confirm)):
+            f = GaugeMetricFamily(metric, doc, labels=labels)
+            f.add_metric(lv, value)
+            yield f
+        for metric, doc, value in (
+                ("pocketmq_failover_elections_won", "Elections this replica won (a planned switchover to it is "
+                 "not one)", agent.elections_won),
+                ("pocketmq_failover_epoch_changes", "Epochs this replica entered, as master or slave (its first "
+                 "included)", agent.epoch_changes)):
+            f = CounterMetricFamily(metric, doc, labels=labels)
+            f.add_metric(lv, value)
+            yield f
 
 
 def _broker_gauges(cluster: str, name: str, items):

@@ -8,7 +8,10 @@ nameservers, a message sent through ns1's route is consumed through ns2's, every
 healthcheck passes while the cluster runs and a broker's fails once it stops. With the
 `replicas` profile (`docker compose --profile replicas up -d`): each brokerName has its
 slave as brokerId 1 on both nameservers, what is sent to a master is pulled from its
-slave, and mqadmin haStatus / clusterList show the slaves in sync.
+slave, and mqadmin haStatus / clusterList show the slaves in sync. With the `failover`
+profile: etcd and broker-c's three controller-mode replicas are healthy, elect a master
+that mqadmin getSyncStateSet, the nameservers' route and /metrics name, and replace it when
+it is SIGKILLed.
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
+import urllib.request
 
 import pytest
 
@@ -26,6 +31,8 @@ from pocketmq.client.instance import ClientInstance
 from pocketmq.protocol.bodies import MessageQueue
 from pocketmq.protocol.message import decode_offset_msg_id
 from tests.support.compose_runner import ComposeRunner
+from tests.support.etcd import SKIP_REASON as ETCD_SKIP
+from tests.support.etcd import etcd_available
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMPOSE = os.path.join(ROOT, "docker-compose.yml")
@@ -214,3 +221,78 @@ def test_ha_status_and_cluster_list_show_the_slaves(replicas):
     roles = {(row.split()[1], row.split()[2]): row.split()[4] for row in r.stdout.splitlines()[1:]}
     assert roles == {("broker-a", "0"): "ASYNC_MASTER", ("broker-a", "1"): "SLAVE",
                      ("broker-b", "0"): "ASYNC_MASTER", ("broker-b", "1"): "SLAVE"}
+
+
+# ------------------------------------------------------------------ profile failover
+
+REPLICAS = {"broker-c-1": 10931, "broker-c-2": 10935, "broker-c-3": 10939}
+
+
+@pytest.fixture(scope="module")
+def failover(tmp_path_factory):
+    if not etcd_available():
+        pytest.skip(ETCD_SKIP)
+    runner = ComposeRunner(COMPOSE, str(tmp_path_factory.mktemp("compose-failover")), profiles=["failover"])
+    runner.up()
+    yield runner
+    runner.down()
+
+
+def sync_state_set(runner: ComposeRunner) -> dict[str, str]:
+    """getSyncStateSet's `#Label value` lines for broker-c, through the etcd service."""
+    r = mqadmin("getSyncStateSet", "-a", runner.address("etcd", 2379), "-b", "broker-c")
+    assert r.returncode == 0, r.stderr
+    return dict(line.split(None, 1) for line in r.stdout.splitlines() if line.startswith("#") and "  " in line)
+
+
+def wait_for(check, what: str, timeout_s: float = 60.0):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.2)
+
+
+def failover_metric(runner: ComposeRunner, service: str, name: str) -> dict[str, float]:
+    """The samples of one pocketmq_failover_* family of a replica's /metrics: labels text -> value."""
+    with urllib.request.urlopen(f"http://{runner.address(service, 5557)}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith(name + "{")}
+
+
+def test_the_failover_group_elects_a_master_and_replaces_it_when_it_dies(failover):
+    for name in ("etcd", *REPLICAS):
+        check = failover.run_healthcheck(name)
+        assert check.returncode == 0, f"{name}: {check.stdout}{check.stderr}"
+    state = wait_for(lambda: (lambda s: s["#SyncStateSet"] == "[1, 2, 3]" and s)(sync_state_set(failover)),
+                     "all three replicas in the SyncStateSet")
+    master = f"broker-c-{state['#MasterId']}"
+    assert state["#MasterAddr"] == failover.address(master, REPLICAS[master]) and state["#MasterEpoch"] == "1"
+    ns1 = failover.address("ns1", 9876)
+    assert asyncio.run(members_of(ns1))["broker-c"][0] == failover.address(master, REPLICAS[master])
+    roles = failover_metric(failover, master, "pocketmq_failover_role")
+    assert [k for k, v in roles.items() if v == 1] == [
+        f'pocketmq_failover_role{{broker="broker-c",cluster="DefaultCluster",replica="{master[-1]}",role="master"}}']
+    # a message stored on broker-c's master: the group acknowledges it once every member has it
+    created = mqadmin("updateTopic", "-t", "ComposeFailover", "-b", failover.address(master, REPLICAS[master]),
+                      "-r", "2", "-w", "2", "-n", ns1)
+    assert created.returncode == 0, created.stderr
+
+    async def send() -> str:
+        async with Producer("ComposeFailoverProducer", ns1) as producer:
+            r = await producer.send(Message("ComposeFailover", b"kept"))
+        return r.status.name
+    assert asyncio.run(send()) == "SEND_OK"
+    # SIGKILL the master: another replica of the SyncStateSet takes over, the route follows
+    failover.procs[master].kill()
+    state = wait_for(lambda: (lambda s: s["#MasterId"] not in ("-", master[-1]) and s)(sync_state_set(failover)),
+                     "a new master", timeout_s=30)
+    new = f"broker-c-{state['#MasterId']}"
+    assert state["#MasterEpoch"] == "2"
+    wait_for(lambda: asyncio.run(members_of(ns1))["broker-c"].get(0) == failover.address(new, REPLICAS[new]),
+             "the route names the new master", timeout_s=30)
+    assert failover_metric(failover, new, "pocketmq_failover_epoch") == {
+        f'pocketmq_failover_epoch{{broker="broker-c",cluster="DefaultCluster",replica="{new[-1]}"}}': 2.0}

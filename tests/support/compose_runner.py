@@ -16,22 +16,28 @@ What a container would see is mapped onto this machine:
 * an address ``S:P`` (in a command, an environment value, a healthcheck or a
   mounted config file) becomes ``127.0.0.1:L(S, P)``; ``127.0.0.1:P`` and
   ``localhost:P`` inside S's own command or healthcheck mean S's own port;
-* a listen port setting ``listenPort=P`` or ``haListenPort=P`` (a mounted file's
-  line or a ``--listenPort=P`` flag) becomes ``listenPort=L(S, P)``; a service that
-  publishes or exposes a port without setting it is refused (the runner could not move it);
+* a listen port setting ``listenPort=P``, ``haListenPort=P`` or ``metricsPort=P`` (a
+  mounted file's line or a ``--listenPort=P`` flag) becomes ``listenPort=L(S, P)``, and so
+  does a listen address on every interface, ``0.0.0.0:P`` (etcd's
+  ``--listen-client-urls=http://0.0.0.0:2379``), which becomes ``127.0.0.1:L(S, P)``; a
+  service that publishes or exposes a port without setting it is refused (the runner
+  could not move it);
 * ``brokerIP1`` / ``brokerIP2`` set to a service name (how a broker advertises
   itself on the compose network) become 127.0.0.1;
 * a named volume becomes a fresh directory, a bind mount of a file a rewritten
   copy of it; a mount's container path is replaced by the local path in
   commands, environment values and mounted files (longest path first);
-* the image's programs (mqnamesrv, mqbroker, mqadmin, python) are the ones on
-  this process's PATH (else ``python -m`` the module).
+* the image's programs (mqnamesrv, mqbroker, mqadmin, python, etcd, etcdctl) are the
+  ones on this process's PATH (else ``python -m`` the module; etcdctl, when Debian's
+  etcd-client is not installed, is a stand-in for ``etcdctl --endpoints=URL endpoint
+  health``, the etcd service's healthcheck: it asks the same /health endpoint).
 
 The rewriting is pure (`rewrite_text`, `interpolate`, `Service.local_*`), so
 tests can check it without starting anything.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -40,6 +46,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -50,6 +57,8 @@ _MODULES = {"mqnamesrv": "pocketmq.nameserver", "mqbroker": "pocketmq.broker",
             "mqadmin": "pocketmq.tools.mqadmin", "pocketmq": "pocketmq"}
 HOST_KEYS = ("brokerIP1", "brokerIP2")
 LOCALHOST = "127.0.0.1"
+# a setting of the port a service listens on: `key=P`, `key: P`, or an any-address `0.0.0.0:P`
+LISTEN_KEYS = r"(?:listenPort|haListenPort|metricsPort)\s*[=:]\s*|(?<![\w.])0\.0\.0\.0:"
 
 
 class ComposeError(Exception):
@@ -246,14 +255,17 @@ def rewrite_text(text: str, own: Service, services: Mapping[str, Service]) -> st
     def listen(m: re.Match) -> str:
         port = int(m.group("port"))
         if port not in own.local_ports:
-            raise ComposeError(f"{own.name}: listenPort {port} is not published")
-        return f"{m.group('key')}{own.local_ports[port]}"
+            raise ComposeError(f"{own.name}: listen port {port} is not published")
+        key = m.group("key")
+        if key.startswith("0.0.0.0"):
+            return f"{LOCALHOST}:{own.local_ports[port]}"
+        return f"{key}{own.local_ports[port]}"
 
     def host_key(m: re.Match) -> str:
         return f"{m.group('key')}{LOCALHOST}"
 
     text = re.sub(rf"(?<![\w.-])(?P<host>{names}|127\.0\.0\.1|localhost):(?P<port>\d+)(?!\d)", address, text)
-    text = re.sub(r"(?<!\w)(?P<key>(?:listenPort|haListenPort)\s*[=:]\s*)(?P<port>\d+)", listen, text)
+    text = re.sub(rf"(?<!\w)(?P<key>{LISTEN_KEYS})(?P<port>\d+)(?!\d)", listen, text)
     keys = "|".join(HOST_KEYS)
     text = re.sub(rf"(?<!\w)(?P<key>(?:{keys})\s*[=:]\s*)(?:{names})(?![\w.-])", host_key, text)
     for target in sorted(own.local_paths, key=len, reverse=True):
@@ -269,7 +281,29 @@ def _executable(argv: list[str]) -> list[str]:
         return [sys.executable, *argv[1:]]
     if "/" not in head and shutil.which(head) is None and head in _MODULES:
         return [sys.executable, "-m", _MODULES[head], *argv[1:]]
+    if head == "etcdctl" and shutil.which(head) is None:
+        return [sys.executable, os.path.abspath(__file__), "etcdctl", *argv[1:]]
     return argv
+
+
+def etcdctl_health(args: list[str]) -> int:
+    """The stand-in for `etcdctl [--endpoints=URL[,URL]] endpoint health` (etcd-client not
+    installed): each endpoint's /health, which etcdctl's check also reads; 0 when all are healthy."""
+    if [a for a in args if not a.startswith("--")] != ["endpoint", "health"]:
+        print(f"etcdctl stand-in: only 'endpoint health', not {args}", file=sys.stderr)
+        return 2
+    endpoints = next((a.split("=", 1)[1] for a in args if a.startswith("--endpoints=")), "http://127.0.0.1:2379")
+    healthy_all = True
+    for url in endpoints.split(","):
+        url = url if "://" in url else f"http://{url}"
+        try:
+            with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=3) as r:
+                healthy = json.loads(r.read()).get("health") in ("true", True)
+        except (OSError, ValueError):
+            healthy = False
+        print(f"{url} is {'healthy' if healthy else 'unhealthy'}", file=sys.stdout if healthy else sys.stderr)
+        healthy_all = healthy_all and healthy
+    return 0 if healthy_all else 1
 
 
 # ---------------------------------------------------------------------------
@@ -313,8 +347,7 @@ class ComposeRunner:
     def _check_listen_ports(self, s: Service) -> None:
         texts = list(s.command)
         texts += [open(m.source).read() for m in s.mounts if not m.named and os.path.isfile(m.source)]
-        set_ports = {int(p) for t in texts
-                     for p in re.findall(r"(?<!\w)(?:listenPort|haListenPort)\s*[=:]\s*(\d+)", t)}
+        set_ports = {int(p) for t in texts for p in re.findall(rf"(?<!\w)(?:{LISTEN_KEYS})(\d+)", t)}
         for port in s.ports:
             if port not in set_ports:
                 raise ComposeError(f"service {s.name} publishes {port} but sets no listenPort={port}: "
@@ -424,3 +457,7 @@ class ComposeRunner:
 
     def __exit__(self, *exc) -> None:
         self.down()
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["etcdctl"]:
+    sys.exit(etcdctl_health(sys.argv[2:]))

@@ -47,11 +47,12 @@ class Replica:
 class FailoverGroup:
     def __init__(self, root: str, etcd_endpoint: str, *, replicas: int = 2, role: str = "SYNC_MASTER",
                  extra_args=(), proxies: bool = False, segment: int = 1 << 20, lease_s: int = 2,
-                 group: str = GROUP) -> None:
+                 group: str = GROUP, replica_args: dict[int, list[str]] | None = None) -> None:
         self.root = root
         self.etcd_endpoint = etcd_endpoint
         self.role = role
         self.extra_args = list(extra_args)
+        self.replica_args = dict(replica_args or {})     # replica id -> its own extra arguments
         self.proxies = proxies
         self.segment = segment
         self.lease_s = lease_s
@@ -78,7 +79,8 @@ class FailoverGroup:
                 "--registerNameServerPeriod=1000", f"--listenPort={r.port}", f"--haListenPort={r.ha_port}",
                 "--enableControllerMode=true", f"--brokerId={r.rid}", f"--etcdEndpoints={etcd}",
                 f"--brokerRole={self.role}", f"--controllerLeaseSeconds={self.lease_s}",
-                "--haSendHeartbeatInterval=1000", "--haHousekeepingInterval=5000"] + self.extra_args
+                "--haSendHeartbeatInterval=1000", "--haHousekeepingInterval=5000"] + self.extra_args \
+            + list(self.replica_args.get(r.rid, ()))
         if r.ha_proxy is not None:
             args.append(f"--haAdvertisedAddress={r.ha_proxy.addr}")
         r.gen += 1

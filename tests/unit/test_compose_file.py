@@ -6,8 +6,10 @@ The cluster itself runs in tests/integration/test_compose.py.
 from __future__ import annotations
 
 import copy
+import http.server
 import json
 import os
+import threading
 
 import jsonschema
 import pytest
@@ -18,6 +20,7 @@ from pocketmq.nameserver import config as namesrv_config
 from tests.support.compose_runner import (
     ComposeError,
     ComposeRunner,
+    etcdctl_health,
     interpolate,
     load_compose,
     start_order,
@@ -28,6 +31,7 @@ COMPOSE = os.path.join(ROOT, "docker-compose.yml")
 SCHEMA = os.path.join(ROOT, "tests", "support", "compose-spec.json")
 BROKERS = {"broker-a": 10911, "broker-b": 10921}
 SLAVES = {"broker-a-s": ("broker-a", 10915), "broker-b-s": ("broker-b", 10925)}   # profile replicas
+REPLICAS = {"broker-c-1": 10931, "broker-c-2": 10935, "broker-c-3": 10939}       # profile failover (+ etcd)
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +74,10 @@ def test_two_nameservers_two_brokers_one_image(doc):
     services = {n: s for n, s in doc["services"].items() if not s.get("profiles")}
     assert set(services) == {"ns1", "ns2", *BROKERS}
     for name, s in doc["services"].items():
-        assert s["build"] == "." and s["image"] == "pocketmq:local", name
         assert s["healthcheck"]["test"][0] == "CMD", name
+        if name == "etcd":      # the one service from another image (profile failover)
+            continue
+        assert s["build"] == "." and s["image"] == "pocketmq:local", name
         assert s["command"][0] == ("mqnamesrv" if name.startswith("ns") else "mqbroker")
     assert services["ns1"]["ports"] == ["9876:9876"] and services["ns2"]["ports"] == ["9877:9876"]
     for name, port in BROKERS.items():
@@ -83,12 +89,14 @@ def test_two_nameservers_two_brokers_one_image(doc):
                                    "ns2": {"condition": "service_healthy"}}
         assert f"--brokerIP1={name}" in s["command"]    # POCKETMQ_BROKER_IP unset
     assert set(doc["volumes"]) == {"ns1-kv", "ns2-kv", "broker-a-store", "broker-b-store",
-                                   "broker-a-s-store", "broker-b-s-store"}
+                                   "broker-a-s-store", "broker-b-s-store", "etcd-data",
+                                   *(f"{r}-store" for r in REPLICAS)}
 
 
 def test_the_replicas_profile_adds_one_slave_per_broker(doc):
     services = doc["services"]
-    assert {n for n, s in services.items() if s.get("profiles")} == set(SLAVES)
+    assert {n for n, s in services.items() if s.get("profiles") == ["replicas"]} == set(SLAVES)
+    assert {n for n, s in services.items() if s.get("profiles")} == {*SLAVES, *REPLICAS, "etcd"}
     for name, (master, port) in SLAVES.items():
         s = services[name]
         assert s["profiles"] == ["replicas"]
@@ -120,6 +128,89 @@ def test_slave_conf_follows_its_master(name):
     assert slave.mappedFileSizeCommitLog == master.mappedFileSizeCommitLog
     assert slave.haMasterAddress is None      # learnt from the nameservers
     assert master.haListenPort == master.listenPort + 1 and master.brokerIP2 == master_name
+
+
+def test_the_failover_profile_runs_etcd_and_a_group_of_three_replicas(doc):
+    services = doc["services"]
+    etcd = services["etcd"]
+    assert etcd["profiles"] == ["failover"] and etcd["image"].startswith("quay.io/coreos/etcd:v3.5.")
+    assert "build" not in etcd and etcd["networks"] == ["pocketmq"]
+    assert etcd["command"][0] == "etcd" and "--advertise-client-urls=http://etcd:2379" in etcd["command"]
+    assert "--listen-client-urls=http://0.0.0.0:2379" in etcd["command"]
+    assert etcd["healthcheck"]["test"] == ["CMD", "etcdctl", "--endpoints=http://127.0.0.1:2379", "endpoint",
+                                           "health"]
+    assert "etcd-data:/etcd-data" in etcd["volumes"] and "--data-dir=/etcd-data" in etcd["command"]
+    for name, port in REPLICAS.items():
+        s = services[name]
+        assert s["profiles"] == ["failover"] and s["build"] == "."
+        assert s["ports"] == [f"{port}:{port}"] and s["expose"] == [str(port + 1), "5557"]
+        assert f"{name}-store:/home/pocketmq/store" in s["volumes"]
+        assert f"./conf/{name}.conf:/etc/pocketmq/broker.conf:ro" in s["volumes"]
+        assert s["depends_on"] == {"ns1": {"condition": "service_healthy"}, "ns2": {"condition": "service_healthy"},
+                                   "etcd": {"condition": "service_healthy"}}
+        assert f"--brokerIP1={name}" in s["command"]
+        assert s["healthcheck"]["test"][:5] == ["CMD", "mqadmin", "haStatus", "-b", f"127.0.0.1:{port}"]
+
+
+@pytest.mark.parametrize("name", sorted(REPLICAS))
+def test_replica_conf_is_controller_mode(name):
+    """conf/broker-c-N.conf: replica N (brokerId N) of broker-c in controller mode on the etcd
+    service, SYNC_MASTER with every SyncStateSet member acknowledging, its own ports (HA =
+    listen + 1) advertised under its service name, the group's shared segment size."""
+    config, report = broker_config.load_config(os.path.join(ROOT, "conf", f"{name}.conf"))
+    assert report.unused_keys == ()
+    assert config.enableControllerMode and config.etcdEndpoints == "etcd:2379"
+    assert (config.brokerName, config.brokerClusterName) == ("broker-c", "DefaultCluster")
+    assert config.brokerId == int(name[-1])
+    assert config.brokerRole == broker_config.BrokerRole.SYNC_MASTER and config.allAckInSyncStateSet
+    assert config.listenPort == REPLICAS[name] and config.haListenPort == REPLICAS[name] + 1
+    assert config.brokerIP1 == name and config.brokerIP2 == name and config.metricsPort == 5557
+    assert config.namesrvAddr == "ns1:9876;ns2:9876" and config.storePathRootDir == "/home/pocketmq/store"
+    first, _ = broker_config.load_config(os.path.join(ROOT, "conf", "broker-c-1.conf"))
+    assert config.mappedFileSizeCommitLog == first.mappedFileSizeCommitLog
+
+
+def test_runner_maps_etcd_and_the_failover_replicas(tmp_path):
+    runner = ComposeRunner(COMPOSE, str(tmp_path), profiles=["failover"])
+    assert set(runner.services) == {"ns1", "ns2", *BROKERS, "etcd", *REPLICAS}
+    order = start_order(runner.services)
+    assert all(order.index("etcd") < order.index(r) for r in REPLICAS)
+    client, peer = runner.address("etcd", 2379), runner.address("etcd", 2380)
+    cmd = runner.local_command("etcd")
+    assert f"--listen-client-urls=http://{client}" in cmd and f"--advertise-client-urls=http://{client}" in cmd
+    assert f"--initial-cluster=etcd=http://{peer}" in cmd and f"--listen-peer-urls=http://{peer}" in cmd
+    assert f"--data-dir={tmp_path}/volumes/etcd-data" in cmd
+    check = runner.local_healthcheck("etcd")
+    assert f"--endpoints=http://{client}" in check and check[-2:] == ["endpoint", "health"]
+    s = runner.services["broker-c-2"]
+    runner._materialise_mounts(s)
+    conf = open(runner.local_command("broker-c-2")[2]).read()
+    assert f"etcdEndpoints={client}\n" in conf and f"listenPort={s.local_ports[10935]}\n" in conf
+    assert f"haListenPort={s.local_ports[10936]}\n" in conf and f"metricsPort={s.local_ports[5557]}\n" in conf
+    assert "brokerIP2=127.0.0.1\n" in conf and "brokerId=2\n" in conf
+
+
+def test_the_etcdctl_stand_in_asks_health(tmp_path, capsys):
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b'{"health":"true"}' if self.path == "/health" else b"{}"
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        assert etcdctl_health([f"--endpoints={url}", "endpoint", "health"]) == 0
+        assert capsys.readouterr().out == f"{url} is healthy\n"
+        assert etcdctl_health([f"--endpoints={url},127.0.0.1:1", "endpoint", "health"]) == 1
+        assert etcdctl_health(["get", "x"]) == 2
+    finally:
+        server.shutdown()
 
 
 @pytest.mark.parametrize("name", sorted(BROKERS))

@@ -11,6 +11,7 @@ ClientAPI), never a second client:
     topic.py      updateTopic, deleteTopic, topicList, topicRoute, topicStatus, updateTopicPerm,
                   topicClusterList
     cluster.py    clusterList, haStatus
+    controller.py getSyncStateSet, getBrokerEpoch, electMaster (controller mode: etcd)
     stats.py      brokerStatus, statsAll
     broker.py     getBrokerConfig, updateBrokerConfig, cleanExpiredCQ
     namesrv.py    wipeWritePerm, addWritePerm, updateKvConfig, deleteKvConfig, getNamesrvConfig

@@ -13,7 +13,7 @@ Commands: `mqadmin help` lists them (RocketMQ's names), one family module each.
 set MQADMIN_DEBUG=1 to get tracebacks and remoting logs as well.
 
 This module is the argparse shell: the commands live in their families (topic.py,
-cluster.py, stats.py, consumer.py, subgroup.py, offset.py, message.py, broker.py, namesrv.py,
+cluster.py, controller.py, stats.py, consumer.py, subgroup.py, offset.py, message.py, broker.py, namesrv.py,
 consume.py) and talk through session.AdminSession.
 """
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pocketmq.tools.mqadmin import (
     cluster,
     consume,
     consumer,
+    controller,
     message,
     namesrv,
     offset,
@@ -52,8 +53,8 @@ _N = Opt("n", "namesrvAddr", "Name server address list, eg: '192.168.0.1:9876;19
                              "(default: $NAMESRV_ADDR)", metavar="ip:port")
 
 # in the order `mqadmin help` lists them
-COMMANDS: dict[str, Command] = {c.name: c for family in (topic, cluster, stats, broker, namesrv, consumer, subgroup,
-                                                         offset, message, consume)
+COMMANDS: dict[str, Command] = {c.name: c for family in (topic, cluster, controller, stats, broker, namesrv, consumer,
+                                                         subgroup, offset, message, consume)
                                 for c in family.COMMANDS}
 
 
