@@ -141,8 +141,16 @@ async def _create_topics(g: FailoverGroup) -> None:
     master = await g.master_id()
     inst = ClientInstance("127.0.0.1@chaos-admin", g.namesrv_addr)
     try:
+        deadline = time.monotonic() + 30
         for topic in (PLAIN, ORDERLY):
-            await inst.api.create_topic(g.replicas[master].addr, TopicConfig(topic, 4, 4), "TBW102")
+            while True:
+                try:
+                    # the replica etcd names master may still be restarting in that role
+                    await inst.api.create_topic(g.replicas[master].addr, TopicConfig(topic, 4, 4), "TBW102")
+                    break
+                except Exception:
+                    assert time.monotonic() < deadline, f"{topic} could not be created on replica {master}"
+                    await asyncio.sleep(0.05)
         # every replica knows them before anything fails (slaves copy the master's topics)
         deadline = time.monotonic() + 30
         for r in g.replicas.values():
