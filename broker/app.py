@@ -56,6 +56,9 @@ from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.codes import PermName, RequestCode, ResponseCode
 from pocketmq.protocol.command import RemotingCommand
 from pocketmq.protocol.message import body_crc
+from pocketmq.protocol.acl import sign_request
+from pocketmq.remoting.acl import AclService, default_acl_path
+from pocketmq.common.acl import AclConfigError
 from pocketmq.remoting.client import RemotingClient
 from pocketmq.remoting.clock import monotonic_ms
 from pocketmq.remoting.metrics import LatencyHistogram, RequestLatency, bound_port, serve_metrics, timed_table
@@ -154,6 +157,8 @@ class Broker:
         self.metrics_port: int | None = None
         # The processors' view of the broker; built by start() once the store is open.
         self.ctx: BrokerContext | None = None
+        # aclEnable: the plain ACL checking every request (remoting/acl.py); None when off
+        self.acl: AclService | None = None
         self._processors: dict = {}
         self._tasks: list[asyncio.Task] = []
         self._register_now = asyncio.Event()
@@ -189,6 +194,14 @@ class Broker:
     # -- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
+        if cfg.aclEnable:
+            # before anything listens: a broken ACL file refuses the start, as Java's does
+            fallback = os.path.join(cfg.rocketmqHome, "conf") if cfg.rocketmqHome else os.getcwd()
+            self.acl = AclService(default_acl_path(self.config_path, cfg.aclFilePath, fallback))
+            try:
+                self.acl.load()
+            except (AclConfigError, OSError) as e:
+                raise MetadataError(f"cannot load the ACL: {e}") from None
         # The table is filled (below) before serving starts: its handlers need the opened store,
         # which needs our port (the store host of every record) first.
         self.server = RemotingServer(self._processors, host=self.host, port=cfg.listenPort,
@@ -213,6 +226,8 @@ class Broker:
         await self._start_replication()
         self.ctx = ctx = self._context()
         table = build_processor_table(ctx)
+        if self.acl is not None:
+            table = self.acl.guard(table)     # the check before every processor
         # timed only when metrics are served: no cost on the request path otherwise
         self._processors.update(timed_table(table, self.request_latency) if cfg.metricsPort else table)
         self.hold_service = HoldService(self.held_pulls, partial(replay, ctx), mono_ms=self.mono_ms,
@@ -262,6 +277,8 @@ class Broker:
                 await self._persist_async()
         self.stats.boot_timestamp = self.now_ms()
         await self.server.start_serving()
+        if self.acl is not None:
+            self.acl.start()
         if cfg.metricsPort:
             await self._serve_metrics()
         if cfg.namesrvAddr:
@@ -332,7 +349,7 @@ class Broker:
             transactions=self.transactions, store_host=self.store_host, config_path=self.config_path,
             is_slave=self.is_slave, sync_master=cfg.brokerRole is BrokerRole.SYNC_MASTER,
             replication=self.ha_master, schedule_cursors=self.schedule_cursors,
-            fence=self.link.fence if self.link is not None and not self.is_slave else None,
+            fence=self.link.fence if self.link is not None and not self.is_slave else None, acl=self.acl,
             ha_status=partial(ha_runtime_info, self.store, cfg, self.ha_master, self.ha_slave, self.now_ms))
 
     async def _serve_metrics(self) -> None:
@@ -447,6 +464,8 @@ class Broker:
             self.metrics_server.close()
             await self.metrics_server.wait_closed()
             self.metrics_server = None
+        if self.acl is not None:
+            await self.acl.close()
         if self.config.namesrvAddr and self.unregister_on_close:
             await self.unregister_all()
         if self.server is not None:
@@ -532,7 +551,12 @@ class Broker:
                "haServerAddr": f"{cfg.brokerIP2 or cfg.brokerIP1}:{self.ha_port}",
                "brokerId": str(cfg.brokerId), "compressed": "false",
                "bodyCrc32": str(body_crc(body))}
-        return RemotingCommand(RequestCode.REGISTER_BROKER, ext_fields=ext, body=body)
+        return RemotingCommand(RequestCode.REGISTER_BROKER, ext_fields=self._signed(ext, body), body=body)
+
+    def _signed(self, ext: dict, body) -> dict:
+        """`ext` signed with the broker's accessKey/secretKey (for nameservers running ACL)."""
+        cfg = self.config
+        return sign_request(ext, body, cfg.accessKey, cfg.secretKey) if cfg.accessKey else ext
 
     async def register_all(self) -> None:
         if self.link is not None and not self.is_slave and not self.link.may_register():
@@ -569,9 +593,9 @@ class Broker:
     async def unregister_all(self) -> None:
         cfg = self.config
         for addr in self.ns_client.namesrv_addrs:
-            cmd = RemotingCommand(RequestCode.UNREGISTER_BROKER, ext_fields={
+            cmd = RemotingCommand(RequestCode.UNREGISTER_BROKER, ext_fields=self._signed({
                 "brokerName": cfg.brokerName, "brokerAddr": self.addr, "clusterName": cfg.brokerClusterName,
-                "brokerId": str(cfg.brokerId)})
+                "brokerId": str(cfg.brokerId)}, None))
             try:
                 await self.ns_client.invoke(addr, cmd, 3.0)
             except Exception as e:

@@ -24,8 +24,12 @@ Where we differ from RocketMQ, on purpose:
   master's metadata (RocketMQ's fixed 10 s; broker/services/slave_sync.py).
 * A master (ASYNC_MASTER/SYNC_MASTER) with ``brokerId != 0`` is refused
   (RocketMQ silently resets it to 0, hiding a forgotten ``brokerRole=SLAVE``).
-* ``aclEnable=true`` and ``enableDLegerCommitLog=true`` are refused: pocketmq
-  has neither, and running without them would silently weaken the deployment.
+* ``enableDLegerCommitLog=true`` is refused: pocketmq has no DLedger, and running
+  without it would silently weaken the deployment.
+* ``aclEnable=true`` reads ``aclFilePath`` (pocketmq's key for RocketMQ's system property
+  ``-Drocketmq.acl.plain.file``; default ``plain_acl.yml`` beside the ``-c`` file) and
+  every ``*.yml`` under ``acl/`` beside it; ``accessKey``/``secretKey`` (pocketmq's own)
+  sign the broker's requests to nameservers that run ACL (docs/acl.md).
 * ``registerNameServerPeriod`` is used as given (RocketMQ clamps it to
   10 000..60 000 ms).
 * ``~`` is expanded in ``storePathRootDir`` and ``storePathCommitLog``.
@@ -376,6 +380,16 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     # pocketmq's own: the port of the Prometheus /metrics endpoint (docs/operations.md),
     # on the listen address; 0 (the default) serves no metrics.
     metricsPort: Port = 0
+    # --- plain ACL (docs/acl.md) ---------------------------------------------
+    # pocketmq's own: the main ACL file (RocketMQ: the system property
+    # -Drocketmq.acl.plain.file); unset: plain_acl.yml beside the -c file (or in
+    # rocketmqHome/conf, else the working directory); a relative path is taken from there
+    aclFilePath: str | None = None
+    # pocketmq's own: what this broker signs its REGISTER/UNREGISTER_BROKER with, for
+    # nameservers that run ACL (RocketMQ 4.9's broker has none and registers unsigned;
+    # 5.x names it innerClientAuthenticationCredentials)
+    accessKey: str | None = None
+    secretKey: str | None = None
     # Bytes all connections may hold of request frames not yet complete (beyond: those
     # connections stop being read until it frees), and how long one frame may take to
     # arrive (then its connection is closed). remoting/read_budget.py.
@@ -469,13 +483,6 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
         parse_delay_levels(value)
         return value
 
-    @field_validator("aclEnable")
-    @classmethod
-    def _refuse_acl(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("pocketmq has no ACL; refusing to start without the access control asked for")
-        return value
-
     @field_validator("enableDLegerCommitLog")
     @classmethod
     def _refuse_dledger(cls, value: bool) -> bool:
@@ -502,6 +509,13 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
                 "set brokerRole=SLAVE for a slave",
                 "brokerRole",
             )
+        if bool(self.accessKey) != bool(self.secretKey):
+            raise cross_field_error("secretKey" if self.accessKey else "accessKey",
+                                    "accessKey and secretKey are set together (the broker's own credentials)",
+                                    "accessKey" if self.accessKey else "secretKey")
+        if self.accessKey and (len(self.accessKey) <= 6 or len(self.secretKey) <= 6):
+            raise cross_field_error("accessKey", "accessKey and secretKey must be longer than 6 characters",
+                                    "secretKey")
         if self.haListenPort != 0 and self.haListenPort == self.listenPort:
             raise cross_field_error("haListenPort", "must differ from listenPort", "listenPort")
         if self.maxMessageSize >= self.maxFrameSize:
@@ -623,6 +637,7 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "slaveSyncIntervalMillis",
     "enableControllerMode", "allAckInSyncStateSet", "minInSyncReplicas", "haMaxTimeSlaveNotCatchup",
     "enableElectUncleanMaster", "etcdEndpoints", "controllerLeaseSeconds", "haAdvertisedAddress",
+    "aclFilePath", "accessKey", "secretKey",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""
 

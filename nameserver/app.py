@@ -49,6 +49,8 @@ from pocketmq.nameserver.route import (
 )
 from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
 from pocketmq.protocol.errors import BodyError
+from pocketmq.common.acl import NAMESRV_PROTECTED_CODES, AclConfigError
+from pocketmq.remoting.acl import AclService, default_acl_path
 from pocketmq.remoting.clock import monotonic_ms
 from pocketmq.remoting.metrics import RequestLatency, bound_port, serve_metrics, timed_table
 from pocketmq.remoting.read_budget import FRAME_READ_TIMEOUT_MS_DEFAULT, READ_BUFFER_BYTES_MAX_DEFAULT
@@ -101,6 +103,8 @@ class NameServer:
         self.request_latency = RequestLatency()
         self.metrics_server: asyncio.AbstractServer | None = None
         self.metrics_port: int | None = None
+        # aclEnable: the route and KV writes need an admin account's signature (remoting/acl.py)
+        self.acl: AclService | None = None
 
     def _kv_path(self) -> str | None:
         path = config_value(self.config, "kvConfigPath", None)
@@ -114,6 +118,17 @@ class NameServer:
         state = NamesrvState(self.routes, self.kv, self.config, self.clock, self._on_kv_changed)
         metrics_port = int(config_value(self.config, "metricsPort", 0))
         table = build_processor_table(state)
+        if config_value(self.config, "aclEnable", False):
+            store_path = config_value(self.config, "configStorePath", None)
+            self.acl = AclService(default_acl_path(store_path, config_value(self.config, "aclFilePath", None),
+                                                   os.getcwd()),
+                                  admin_codes=NAMESRV_PROTECTED_CODES, protected_codes=NAMESRV_PROTECTED_CODES,
+                                  name="namesrv")
+            try:
+                self.acl.load()
+            except AclConfigError as e:
+                raise KVConfigFileError(f"cannot load the ACL: {e}") from None
+            table = self.acl.guard(table)
         if metrics_port:   # timed only when metrics are served: no cost on the request path otherwise
             table = timed_table(table, self.request_latency)
         server = RemotingServer(table, host=self.host,
@@ -129,6 +144,8 @@ class NameServer:
         self.port = await server.start()
         self._server = server
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-scan-not-active-broker")
+        if self.acl is not None:
+            self.acl.start()
         if metrics_port:
             from prometheus_client import CollectorRegistry
 
@@ -147,6 +164,8 @@ class NameServer:
         self._closed = True
         await cancel_and_wait(self._scan_task)
         self._scan_task = None
+        if self.acl is not None:
+            await self.acl.close()
         if self.metrics_server is not None:
             self.metrics_server.close()
             await self.metrics_server.wait_closed()

@@ -25,6 +25,11 @@ pocketmq's own keys (RocketMQ 4.9 hard-codes these):
   large partial frame stop being read until it frees.
 * ``frameReadTimeoutMillis`` (ms, default 30 000): a request frame must arrive
   within this time, or its connection is closed (docs/reliability.md).
+* ``aclEnable`` (default false; the broker's key) and ``aclFilePath`` (default
+  ``plain_acl.yml`` beside ``configStorePath``): with ACL on, REGISTER_BROKER,
+  UNREGISTER_BROKER and the KV/config/permission writes must be signed by an admin account
+  of the file (RocketMQ 4.x has no ACL on its nameserver); route reads stay open
+  (docs/acl.md).
 
 As in RocketMQ, ``-c FILE`` also sets ``configStorePath`` to FILE (a
 ``--configStorePath`` flag still wins). ``~`` is expanded in the paths.
@@ -107,6 +112,8 @@ class NamesrvConfig(NettyServerConfig, _NamesrvSection):
     maxFrameSize: FrameSize = FRAME_SIZE_BYTES_MAX_DEFAULT
     maxConnections: NonNegativeInt = 0
     reservedFileDescriptors: NonNegativeInt = 0
+    aclEnable: bool = False
+    aclFilePath: str | None = None
 
     @field_validator("kvConfigPath", "configStorePath")
     @classmethod
@@ -131,6 +138,7 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "maxConnections", "reservedFileDescriptors",
     "metricsPort",
     "maxBufferedRequestBytes", "frameReadTimeoutMillis",
+    "aclEnable", "aclFilePath",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""
 

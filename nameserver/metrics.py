@@ -2,6 +2,7 @@
 (served by remoting/metrics.serve_metrics; names in docs/operations.md)."""
 from __future__ import annotations
 
+from pocketmq.remoting.acl import acl_metrics
 from pocketmq.remoting.metrics import RequestLatency, RequestLatencyCollector
 
 
@@ -33,4 +34,5 @@ class NamesrvCollector:
             f = GaugeMetricFamily(metric, doc)
             f.add_metric([], value)
             yield f
+        yield from acl_metrics(ns.acl, [], [])
         yield from self.latency.collect()

@@ -22,8 +22,8 @@ _SEND_CODES = frozenset({int(R.SEND_MESSAGE), int(R.SEND_MESSAGE_V2), int(R.SEND
 
 
 def build_processor_table(ctx: BrokerContext) -> dict:
-    from pocketmq.broker.processors import (admin, client_manage as cm, end_transaction, pull, query, send,
-                                            send_back, stats)
+    from pocketmq.broker.processors import (acl_admin, admin, client_manage as cm, end_transaction, pull, query,
+                                            send, send_back, stats)
     table = {
         R.SEND_MESSAGE: send.process_send,
         R.SEND_MESSAGE_V2: send.process_send,
@@ -67,6 +67,11 @@ def build_processor_table(ctx: BrokerContext) -> dict:
         R.UPDATE_BROKER_CONFIG: admin.process_update_broker_config,
         R.CLEAN_EXPIRED_CONSUMEQUEUE: admin.process_clean_expired_consume_queue,
         R.CLONE_GROUP_OFFSET: admin.process_clone_group_offset,
+        R.UPDATE_AND_CREATE_ACL_CONFIG: acl_admin.process_update_acl_config,
+        R.DELETE_ACL_CONFIG: acl_admin.process_delete_acl_config,
+        R.GET_BROKER_CLUSTER_ACL_INFO: acl_admin.process_get_acl_info,
+        R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: acl_admin.process_update_global_white_addrs,
+        R.GET_BROKER_CLUSTER_ACL_CONFIG: acl_admin.process_get_acl_config,
     }
     if ctx is not None and ctx.is_slave:   # (None: a caller that only wants the codes)
         from pocketmq.broker.processors.slave import SLAVE_OVERRIDES

@@ -95,3 +95,5 @@ class BrokerContext:
     ha_status: Callable[[], dict] | None = None
     # the delay levels' cursors (delayOffset.json), served by GET_ALL_DELAY_OFFSET
     schedule_cursors: ScheduleCursors | None = None
+    # the plain ACL (remoting/acl.py AclService) the ACL admin codes edit; None: aclEnable=false
+    acl: object | None = None

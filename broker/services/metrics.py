@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from pocketmq.remoting.acl import acl_metrics
 from pocketmq.remoting.metrics import LatencyHistogram, RequestLatency, RequestLatencyCollector
 
 
@@ -102,6 +103,7 @@ class BrokerCollector:
         yield flush
         yield from self._replication(cluster, name)
         yield from self._failover(cluster, name)
+        yield from acl_metrics(getattr(b, "acl", None), ["cluster", "broker"], [cluster, name])
         yield from self.latency.collect()
 
     def _offsets(self, cluster, name, store):

@@ -319,7 +319,6 @@ def test_unknown_flag_names_the_flag():
         ("messageDelayLevel=1s 5x", "messageDelayLevel", "bad delay level '5x'"),
         ("brokerPermission=16", "brokerPermission", "less than or equal to 15"),
         ("brokerName=", "brokerName", "at least 1 character"),
-        ("aclEnable=true", "aclEnable", "no ACL"),
         ("enableDLegerCommitLog=true", "enableDLegerCommitLog", "no DLedger"),
     ],
 )

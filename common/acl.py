@@ -1,0 +1,668 @@
+"""RocketMQ 4.x plain ACL: the accounts of plain_acl.yml and the decision on each request.
+
+PURE module: no I/O, no clock. Here in common, not broker/core, because both daemons decide
+with it (the nameserver protects its writes: siblings may not import each other). The shell
+(remoting/acl.py) reads the files, watches their mtimes and calls `check` before every
+request. The request signature itself is protocol/acl.py's.
+
+| piece | Java 4.9.8 | here |
+|---|---|---|
+| file model | PlainPermissionManager.load, PlainAccessConfig | `parse_acl_file`, `build_table` |
+| permission strings | Permission.parsePermFromString | `parse_perm` (unknown = DENY) |
+| address patterns | RemoteAddressStrategyFactory | `parse_address_pattern` |
+| resources per code | PlainAccessValidator.parse | `request_resources` (stricter, see below) |
+| the decision | PlainPermissionManager.validate + checkPerm | `check` |
+
+The decision order is Java's exactly: a global white address allows; no AccessKey, an
+unknown key deny; the account's white address allows (skipping signature and permissions);
+a bad signature denies; a PUB on RMQ_SYS_TRACE_TOPIC allows; then admin codes need
+`admin: true`, an admin account without per-resource permissions may do anything, and each
+resource needs its explicit permission or the account's default. A deny carries Java's
+message and the stack frame Java's reply names, so clients and consoles matching
+"AclException: ..." see what they see with RocketMQ.
+
+Stricter than 4.9.8, on purpose (4.9.8's holes): SEND_BATCH_MESSAGE needs PUB on its topic
+(4.9.8 checks only the signature), and the ACL admin codes 50-54 (which hand out and read
+secret keys), offset resets and consume-queue cleaning need `admin: true`.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from pocketmq.common.constants import RETRY_GROUP_TOPIC_PREFIX, TRACE_TOPIC
+from pocketmq.protocol import acl as signing
+from pocketmq.protocol.bodies import parse_heartbeat
+from pocketmq.protocol.codes import RequestCode as R
+
+__all__ = ["DENY", "ANY", "PUB", "SUB", "BROKER_ADMIN_CODES", "NAMESRV_PROTECTED_CODES", "AclConfigError",
+           "AddressPattern", "Account", "AclFile", "AclTable", "Denial", "parse_perm", "perm_text",
+           "parse_address_pattern", "parse_acl_file", "build_table", "request_resources", "check",
+           "java_hash_order", "account_config", "updated_account_yaml", "deleted_account_yaml",
+           "updated_global_white_yaml", "KEY_MIN_LENGTH"]
+
+# Permission bits (acl/common/Permission.java)
+DENY, ANY, PUB, SUB = 1, 2, 4, 8
+
+# accessKey and secretKey must be LONGER than this (AclConstants.ACCESS_KEY_MIN_LENGTH)
+KEY_MIN_LENGTH = 6
+
+# Java's Permission.ADMIN_CODE (17, 25, 215, 200, 207) plus what 4.9.8 leaves open to any
+# signed account: the ACL codes (50 hands out accounts, 54 reads every secret key), offset
+# resets and clones (they move every consumer of a group), consume-queue cleaning, and
+# GET_BROKER_CONFIG (its answer holds the broker's own secretKey).
+BROKER_ADMIN_CODES = frozenset({
+    int(R.GET_BROKER_CONFIG),
+    int(R.UPDATE_AND_CREATE_TOPIC), int(R.UPDATE_BROKER_CONFIG), int(R.DELETE_TOPIC_IN_BROKER),
+    int(R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP), int(R.DELETE_SUBSCRIPTIONGROUP),
+    int(R.INVOKE_BROKER_TO_RESET_OFFSET), int(R.CLONE_GROUP_OFFSET), int(R.CLEAN_EXPIRED_CONSUMEQUEUE),
+    int(R.UPDATE_AND_CREATE_ACL_CONFIG), int(R.DELETE_ACL_CONFIG), int(R.GET_BROKER_CLUSTER_ACL_INFO),
+    int(R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG), int(R.GET_BROKER_CLUSTER_ACL_CONFIG),
+})
+
+# The nameserver (4.x has no ACL there): the writes that change routes or KV config, each
+# needing an admin account's signature; reads stay open.
+NAMESRV_PROTECTED_CODES = frozenset({
+    int(R.REGISTER_BROKER), int(R.UNREGISTER_BROKER), int(R.PUT_KV_CONFIG), int(R.DELETE_KV_CONFIG),
+    int(R.UPDATE_NAMESRV_CONFIG), int(R.DELETE_TOPIC_IN_NAMESRV), int(R.WIPE_WRITE_PERM_OF_BROKER),
+    int(R.ADD_WRITE_PERM_OF_BROKER),
+})
+
+_PERMS = {"PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB, "DENY": DENY}
+
+
+def parse_perm(text) -> int:
+    """Permission.parsePermFromString: trimmed, case-sensitive; missing or unknown = DENY."""
+    if not isinstance(text, str):
+        return DENY
+    return _PERMS.get(text.strip(), DENY)
+
+
+def perm_text(perm: int) -> str:
+    if perm & DENY:
+        return "DENY"
+    return {PUB: "PUB", SUB: "SUB", PUB | SUB: "PUB|SUB"}.get(perm & (PUB | SUB), "DENY")
+
+
+def _allowed(needed: int, owned: int) -> bool:
+    # Permission.checkPermission
+    if owned & DENY:
+        return False
+    if needed & ANY:
+        return bool(owned & (PUB | SUB))
+    return bool(needed & owned)
+
+
+class AclConfigError(ValueError):
+    """An ACL file that cannot be used; the message names the file and line."""
+
+
+# --- addresses -------------------------------------------------------------------------------
+
+@lru_cache(maxsize=4096)
+def _ip(text: str) -> tuple[int, int] | None:
+    """(version, integer) of an address literal; an IPv4-mapped IPv6 address is its IPv4."""
+    try:
+        addr = ipaddress.ip_address(text.strip().strip("[]"))
+    except ValueError:
+        return None
+    if addr.version == 6 and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    return addr.version, int(addr)
+
+
+@dataclass(frozen=True, slots=True)
+class AddressPattern:
+    """One whiteRemoteAddress / globalWhiteRemoteAddresses entry, compiled.
+
+    kind: "none" (blank: matches nothing), "all", "set" (exact addresses), "range" (the
+    `head` parts fixed, part number `index` within lo..hi, the rest anything)."""
+    text: str
+    kind: str
+    addresses: frozenset = frozenset()
+    version: int = 4
+    head: tuple = ()
+    index: int = 0
+    lo: int = 0
+    hi: int = 0
+
+    def match(self, ip: str | None) -> bool:
+        kind = self.kind
+        if kind == "all":
+            return True
+        if kind == "none" or not ip:
+            return False
+        addr = _ip(ip)
+        if addr is None:
+            return False
+        if kind == "set":
+            return addr in self.addresses
+        version, value = addr
+        if version != self.version:
+            return False
+        bits, count = (8, 4) if version == 4 else (16, 8)
+        mask = (1 << bits) - 1
+        parts = [(value >> (bits * (count - 1 - i))) & mask for i in range(count)]
+        return tuple(parts[:self.index]) == self.head and self.lo <= parts[self.index] <= self.hi
+
+
+_BLANK = AddressPattern("", "none")
+_ALL = AddressPattern("*", "all")
+
+
+def _exact(text: str) -> tuple[int, int]:
+    addr = _ip(text)
+    if addr is None or not text.strip():
+        raise ValueError(f"Netaddress examine Exception netaddress is {text}")
+    return addr
+
+
+def parse_address_pattern(text) -> AddressPattern:
+    """RemoteAddressStrategyFactory's forms: blank (nothing), `*` / `*.*.*.*` /
+    `*:*:*:*:*:*:*:*` (everything), `a.b.c.{1,2}` and `a:b::{1,2}`, comma lists of
+    addresses, `a.b.*` / `a.b.1-100` / `a.b.1-100.*` (and IPv6 `a:b::c:*`, `a:b::c:1-ff`),
+    and one address. Raises ValueError with Java's message for anything else. Parts after
+    a `*` or a range must be `*` (Java ignores them: `10.*.1.2` lets all of 10/8 in)."""
+    if text is None:
+        return _BLANK
+    text = str(text).strip()
+    if not text:
+        return _BLANK
+    if text in ("*", "*.*.*.*", "*:*:*:*:*:*:*:*"):
+        return _ALL
+    if text.endswith("}"):
+        brace = text.find("{")
+        if brace < 0 or "{" in text[brace + 1:]:
+            raise ValueError(f"MultipleRemoteAddressStrategy netaddress examine scope Exception netaddress {text}")
+        prefix = text[:brace]
+        items = [s for s in text[brace + 1:-1].split(",") if s.strip()]
+        return AddressPattern(text, "set", frozenset(_exact(prefix + s.strip()) for s in items))
+    if "," in text:
+        return AddressPattern(text, "set", frozenset(_exact(s) for s in text.split(",") if s.strip()))
+    if "*" in text or "-" in text:
+        return _range_pattern(text)
+    return AddressPattern(text, "set", frozenset({_exact(text)}))
+
+
+def _range_pattern(text: str) -> AddressPattern:
+    bad = ValueError(f"Netaddress examine scope Exception netaddress is {text}")
+    v6 = ":" in text
+    sep, count, top, base = (":", 8, 0xFFFF, 16) if v6 else (".", 4, 255, 10)
+    parts = [p.strip() for p in text.split(sep)]
+    k = next((i for i, p in enumerate(parts) if p == "*" or "-" in p), -1)
+    if k <= 0 or any(p != "*" for p in parts[k + 1:]):
+        raise bad
+    tail = len(parts) - k          # the wildcard part and those after it
+    if v6:
+        head_text = sep.join(parts[:k])
+        head_count = count - tail if "::" in head_text or len(parts) == count else k
+        if "::" in head_text:
+            left, _, right = head_text.partition("::")
+            lp = [p for p in left.split(":") if p]
+            rp = [p for p in right.split(":") if p]
+            fill = head_count - len(lp) - len(rp)
+            if fill < 0:
+                raise bad
+            head_parts = lp + ["0"] * fill + rp
+        else:
+            head_parts = parts[:k]
+    else:
+        head_parts = parts[:k]
+    if len(head_parts) >= count:
+        raise bad
+    try:
+        head = tuple(int(p, base) for p in head_parts)
+        if parts[k] == "*":
+            lo, hi = 0, top
+        else:
+            a, _, b = parts[k].partition("-")
+            if not a or not b:
+                raise bad
+            lo, hi = int(a, base), int(b, base)
+    except ValueError:
+        raise bad from None
+    if any(not 0 <= h <= top for h in head) or not (0 <= lo <= hi <= top):
+        raise ValueError(f"RangeRemoteAddressStrategy netaddress examine scope Exception start is {lo} , "
+                         f"end is {hi}")
+    return AddressPattern(text, "range", version=6 if v6 else 4, head=head, index=len(head), lo=lo, hi=hi)
+
+
+# --- the files -------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    access_key: str
+    secret_key: str
+    white: AddressPattern
+    admin: bool
+    default_topic_perm: int
+    default_group_perm: int
+    # resource -> perm; groups stored as %RETRY%<group> (Java's map); None: none given
+    perms: dict | None
+    path: str = ""
+    line: int = 0
+    config: dict = field(default_factory=dict)   # the account as written (for code 54)
+
+
+@dataclass(frozen=True, slots=True)
+class AclFile:
+    path: str
+    global_white: tuple = ()            # AddressPattern
+    global_white_text: tuple = ()       # as written
+    accounts: tuple = ()                # Account, in file order
+    version: tuple = (0, 0)             # dataVersion (timestamp, counter)
+
+
+def _text(value) -> str | None:
+    """A YAML scalar as Java's JSON conversion makes it a String (12345678 -> "12345678")."""
+    if value is None:
+        return None
+    if isinstance(value, (dict, list)):
+        raise TypeError("expected a single value, got a " + ("map" if isinstance(value, dict) else "list"))
+    return signing.field_text(value)
+
+
+def _bool(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    if value is None:
+        return False
+    text = str(value).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise TypeError(f"expected true or false, got {value!r}")
+
+
+def _str_list(value, what: str) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        # a single string where a list belongs: Java's JSON conversion fails; one item is kinder
+        value = [value]
+    if not isinstance(value, list):
+        raise TypeError(f"{what} must be a list")
+    return [_text(v) for v in value if v is not None]
+
+
+def _resource_perms(perms: dict, items: list[str] | None, is_topic: bool) -> None:
+    # Permission.parseResourcePerms: "name=PERM" (StringUtils.split drops empty tokens)
+    for item in items or ():
+        tokens = [t for t in item.split("=") if t]
+        if len(tokens) != 2:
+            raise ValueError(f"Parse resource permission failed for {'topic' if is_topic else 'group'}:{item}")
+        name = tokens[0].strip()
+        perms[name if is_topic else RETRY_GROUP_TOPIC_PREFIX + name] = parse_perm(tokens[1])
+
+
+def _mask(secret) -> str:
+    # the load error goes to the log: the secret itself never does (Java prints it)
+    return "null" if secret is None else f"<{len(secret)} characters>"
+
+
+def build_account(raw: dict, path: str = "", line: int = 0) -> Account:
+    """PlainPermissionManager.buildPlainAccessResource. Raises ValueError/TypeError."""
+    ak, sk = _text(raw.get("accessKey")), _text(raw.get("secretKey"))
+    if ak is None or sk is None or len(ak) <= KEY_MIN_LENGTH or len(sk) <= KEY_MIN_LENGTH:
+        raise ValueError(f"The accessKey={ak} and secretKey={_mask(sk)} cannot be null and length should "
+                         f"longer than 6")
+    perms: dict = {}
+    _resource_perms(perms, _str_list(raw.get("groupPerms"), "groupPerms"), False)
+    _resource_perms(perms, _str_list(raw.get("topicPerms"), "topicPerms"), True)
+    has_perms = raw.get("groupPerms") or raw.get("topicPerms")
+    return Account(access_key=ak, secret_key=sk, white=parse_address_pattern(_text(raw.get("whiteRemoteAddress"))),
+                   admin=_bool(raw.get("admin")), default_topic_perm=parse_perm(_text(raw.get("defaultTopicPerm"))),
+                   default_group_perm=parse_perm(_text(raw.get("defaultGroupPerm"))),
+                   perms=perms if has_perms else None, path=path, line=line, config=dict(raw))
+
+
+def _yaml():
+    # PyYAML's safe loader: plain data only (no tags that build objects), as Java's
+    # loader allows only PlainAccessConfig. Imported here: only ACL users pay for it.
+    import yaml
+    return yaml
+
+
+MAX_FILE_BYTES = 16 << 20
+
+
+def load_yaml(text: str | bytes, path: str):
+    """(data, node) of one YAML document; AclConfigError naming path:line otherwise."""
+    yaml = _yaml()
+    if isinstance(text, (bytes, bytearray)):
+        if len(text) > MAX_FILE_BYTES:
+            raise AclConfigError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise AclConfigError(f"{path}: not UTF-8 at byte {e.start}") from None
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{path}:{mark.line + 1}" if mark is not None else path
+        raise AclConfigError(f"{where}: {e.problem or e.context or 'not YAML'}") from None
+    except (yaml.YAMLError, RecursionError, ValueError, TypeError) as e:
+        raise AclConfigError(f"{path}: not YAML: {type(e).__name__}: {e}") from None
+    return data, node
+
+
+def _account_lines(node) -> list[int]:
+    """1-based line of each item of the top-level `accounts` sequence."""
+    yaml = _yaml()
+    if not isinstance(node, yaml.MappingNode):
+        return []
+    for key, value in node.value:
+        if isinstance(key, yaml.ScalarNode) and key.value == "accounts" and isinstance(value, yaml.SequenceNode):
+            return [item.start_mark.line + 1 for item in value.value]
+    return []
+
+
+def parse_acl_file(text: str | bytes, path: str) -> AclFile:
+    """One plain_acl.yml. An empty file is an empty AclFile. Raises AclConfigError naming the
+    file and line (a key shorter than 7 characters, a bad pattern or resource permission,
+    a shape Java's loader would refuse)."""
+    data, node = load_yaml(text, path)
+    if data is None:
+        return AclFile(path)
+    if not isinstance(data, dict):
+        raise AclConfigError(f"{path}:1: expected a map with globalWhiteRemoteAddresses and accounts")
+    lines = _account_lines(node)
+    try:
+        white_text = tuple(s for s in (_str_list(data.get("globalWhiteRemoteAddresses"),
+                                                 "globalWhiteRemoteAddresses") or ()) if s is not None)
+        white = tuple(parse_address_pattern(s) for s in white_text)
+    except (ValueError, TypeError) as e:
+        raise AclConfigError(f"{path}: globalWhiteRemoteAddresses: {e}") from None
+    raw_accounts = data.get("accounts")
+    if raw_accounts is None:
+        raw_accounts = []
+    if not isinstance(raw_accounts, list):
+        raise AclConfigError(f"{path}: accounts must be a list")
+    accounts = []
+    for i, raw in enumerate(raw_accounts):
+        line = lines[i] if i < len(lines) else 0
+        if not isinstance(raw, dict):
+            raise AclConfigError(f"{path}:{line}: an account must be a map (accessKey, secretKey, ...)")
+        try:
+            accounts.append(build_account(raw, path, line))
+        except (ValueError, TypeError) as e:
+            raise AclConfigError(f"{path}:{line}: {e}") from None
+    version = (0, 0)
+    dv = data.get("dataVersion")
+    if isinstance(dv, list) and dv and isinstance(dv[0], dict):
+        try:
+            version = (int(dv[0].get("timestamp") or 0), int(dv[0].get("counter") or 0))
+        except (TypeError, ValueError):
+            pass
+    return AclFile(path, white, white_text, tuple(accounts), version)
+
+
+@dataclass(frozen=True, slots=True)
+class AclTable:
+    files: tuple = ()                   # AclFile, in load order
+    global_white: tuple = ()            # every file's patterns
+    accounts: dict = field(default_factory=dict)   # accessKey -> Account (first definition wins)
+    duplicates: tuple = ()              # (accessKey, path) definitions ignored
+
+
+def build_table(files) -> AclTable:
+    """Java's load(): global white addresses of all files; an accessKey defined twice keeps
+    its first definition (the later ones are listed in `duplicates`, to be logged)."""
+    accounts: dict = {}
+    dups = []
+    white = []
+    for f in files:
+        white.extend(f.global_white)
+        for a in f.accounts:
+            if a.access_key in accounts:
+                dups.append((a.access_key, f.path))
+            else:
+                accounts[a.access_key] = a
+    return AclTable(tuple(files), tuple(white), accounts, tuple(dups))
+
+
+# --- the decision ----------------------------------------------------------------------------
+
+_PM = "org.apache.rocketmq.acl.plain.PlainPermissionManager"
+# the first stack frame Java's reply names (NettyRemotingAbstract: e.toString() + ", " + frame)
+FRAME_VALIDATE = {"no_access_key": f"{_PM}.validate(PlainPermissionManager.java:664)",
+                  "unknown_key": f"{_PM}.validate(PlainPermissionManager.java:668)",
+                  "signature": f"{_PM}.validate(PlainPermissionManager.java:684)",
+                  "admin": f"{_PM}.checkPerm(PlainPermissionManager.java:581)",
+                  "default_perm": f"{_PM}.checkPerm(PlainPermissionManager.java:606)",
+                  "perm": f"{_PM}.checkPerm(PlainPermissionManager.java:611)",
+                  "parse": "org.apache.rocketmq.acl.plain.PlainAccessValidator.parse(PlainAccessValidator.java:134)"}
+
+
+@dataclass(frozen=True, slots=True)
+class Denial:
+    reason: str          # a key of FRAME_VALIDATE: the kind of deny (metrics label)
+    message: str         # Java's AclException message
+    access_key: str | None = None
+    resource: str | None = None
+
+    @property
+    def remark(self) -> str:
+        return f"org.apache.rocketmq.acl.common.AclException: {self.message}, {FRAME_VALIDATE[self.reason]}"
+
+
+def _retry(group) -> str | None:
+    return None if group is None else RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def _add(res: dict, resource, perm: int) -> None:
+    if resource is not None:
+        res[resource] = perm
+
+
+def request_resources(code: int, ext: dict, body) -> dict:
+    """PlainAccessValidator.parse's resources (insertion-ordered): resource -> needed perm.
+    Raises ValueError for a heartbeat body that does not decode (Java: AclException from
+    parse)."""
+    res: dict = {}
+    if code == R.SEND_MESSAGE_V2:
+        topic = ext.get("b")
+        if topic is not None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            _add(res, _retry(ext.get("a")), SUB)
+        else:
+            _add(res, topic, PUB)
+    elif code == R.SEND_MESSAGE or code == R.SEND_BATCH_MESSAGE:
+        topic = ext.get("topic")
+        if topic is not None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            _add(res, _retry(ext.get("group")), SUB)
+        else:
+            _add(res, topic, PUB)
+    elif code == R.PULL_MESSAGE:
+        _add(res, ext.get("topic"), SUB)
+        _add(res, _retry(ext.get("consumerGroup")), SUB)
+    elif code == R.CONSUMER_SEND_MSG_BACK:
+        _add(res, _retry(ext.get("group")), SUB)
+    elif code == R.QUERY_MESSAGE:
+        _add(res, ext.get("topic"), SUB)
+    elif code == R.HEART_BEAT:
+        try:
+            hb = parse_heartbeat(body if body is not None else b"")
+        except Exception as e:   # whatever a hostile body raises: a deny, never a crash
+            raise ValueError(str(e) or type(e).__name__) from None
+        for c in hb.consumer_data_set:
+            _add(res, _retry(c.group_name), SUB)
+            for s in c.subscription_data_set:
+                _add(res, s.topic, SUB)
+    elif code == R.UNREGISTER_CLIENT or code == R.GET_CONSUMER_LIST_BY_GROUP:
+        _add(res, _retry(ext.get("consumerGroup")), SUB)
+    elif code == R.UPDATE_CONSUMER_OFFSET:
+        _add(res, _retry(ext.get("consumerGroup")), SUB)
+        _add(res, ext.get("topic"), SUB)
+    return res
+
+
+def _java_string_hash(s: str) -> int:
+    data = s.encode("utf-16-be", "surrogatepass")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h
+
+
+def java_hash_order(keys) -> list:
+    """`keys` in the order a java.util.HashMap holding them iterates (buckets of the spread
+    String hash, insertion order within one): which failing resource Java names first."""
+    keys = list(dict.fromkeys(keys))
+    cap = 16
+    while len(keys) > cap * 3 // 4:
+        cap *= 2
+
+    def bucket(k: str) -> int:
+        h = _java_string_hash(k)
+        return (h ^ (h >> 16)) & (cap - 1)
+    return sorted(keys, key=bucket)     # sorted is stable: insertion order within a bucket
+
+
+def _resource_name(resource: str) -> tuple[str, bool]:
+    if resource.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return f"group:{resource[len(RETRY_GROUP_TOPIC_PREFIX):]}", True
+    return f"topic:{resource}", False
+
+
+def check(table: AclTable, code: int, ext: dict | None, body, remote_ip: str | None,
+          admin_codes: frozenset = BROKER_ADMIN_CODES) -> Denial | None:
+    """None to allow the request, or the Denial Java 4.9 would answer (its order, its texts).
+    `remote_ip`: the peer's address without the port. Never raises."""
+    ext = ext or {}
+    try:
+        resources = request_resources(code, ext, body) if ext else {}
+    except ValueError as e:
+        return Denial("parse", str(e), ext.get(signing.ACCESS_KEY))
+    for pattern in table.global_white:
+        if pattern.match(remote_ip):
+            return None
+    ak = ext.get(signing.ACCESS_KEY)
+    if ak is None:
+        return Denial("no_access_key", "No accessKey is configured")
+    account = table.accounts.get(ak)
+    if account is None:
+        return Denial("unknown_key", f"No acl config for {ak}", ak)
+    if account.white.match(remote_ip):
+        return None
+    if not signing.signature_matches(ext, body, account.secret_key):
+        return Denial("signature", f"Check signature failed for accessKey={ak}", ak)
+    if resources.get(TRACE_TOPIC) == PUB:
+        return None
+    if code in admin_codes and not account.admin:
+        return Denial("admin", f"Need admin permission for request code={code}, but accessKey={ak} is not", ak)
+    if not resources or (account.perms is None and account.admin):
+        return None
+    owned = account.perms
+    failing = []
+    for resource, needed in resources.items():
+        explicit = owned is not None and resource in owned
+        if explicit:
+            perm = owned[resource]
+        else:
+            perm = account.default_group_perm if resource.startswith(RETRY_GROUP_TOPIC_PREFIX) \
+                else account.default_topic_perm
+        if not _allowed(needed, perm):
+            failing.append((resource, explicit))
+    if not failing:
+        return None
+    first = failing[0] if len(failing) == 1 else min(
+        failing, key=lambda f, order=java_hash_order(resources): order.index(f[0]))
+    resource, explicit = first
+    name, _ = _resource_name(resource)
+    return Denial("perm" if explicit else "default_perm", f"No default permission for {name}", ak, name)
+
+
+# --- the admin codes' edits of a file (50, 51, 53) --------------------------------------------
+
+def account_config(ext: dict) -> dict:
+    """CreateAccessConfigRequestHeader (code 50) as the account map Java writes
+    (createAclAccessConfigMap): topicPerms/groupPerms comma lists split."""
+    def split(v):
+        return None if v is None else [s for s in v.split(",") if s]
+    admin = ext.get("admin")
+    return {"accessKey": ext.get("accessKey"), "secretKey": ext.get("secretKey"),
+            "whiteRemoteAddress": ext.get("whiteRemoteAddress"),
+            "admin": str(admin).strip().lower() == "true" if admin is not None else False,
+            "defaultTopicPerm": ext.get("defaultTopicPerm"), "defaultGroupPerm": ext.get("defaultGroupPerm"),
+            "topicPerms": split(ext.get("topicPerms")), "groupPerms": split(ext.get("groupPerms"))}
+
+
+def _check_resource_perms(items) -> None:
+    # Permission.checkResourcePerms (what code 50 refuses)
+    for item in items or ():
+        tokens = [t for t in item.split("=") if t]
+        if len(tokens) != 2:
+            raise ValueError(f"Parse Resource format error for {item}.\nThe expected resource format is "
+                             f"'Res=Perm'. For example: topicA=SUB")
+        if tokens[1].strip() != "DENY" and parse_perm(tokens[1]) == DENY:
+            raise ValueError(f"Parse resource permission error for {item}.\nThe expected permissions are "
+                             f"'SUB' or 'PUB' or 'SUB|PUB' or 'PUB|SUB'.")
+
+
+def _dump(data: dict, version: tuple, now_ms: int) -> str:
+    ts, counter = version
+    data = dict(data)
+    data["dataVersion"] = [{"counter": counter + 1, "timestamp": now_ms}]
+    return _yaml().safe_dump(data, default_flow_style=False, sort_keys=False, allow_unicode=True)
+
+
+def _file_data(text, path: str) -> dict:
+    data, _ = load_yaml(text, path)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise AclConfigError(f"{path}:1: expected a map with globalWhiteRemoteAddresses and accounts")
+    return data
+
+
+def updated_account_yaml(text, path: str, config: dict, version: tuple, now_ms: int) -> str:
+    """The file's text with the account of config["accessKey"] created or updated (Java's
+    updateAccessConfig: given fields replace, others stay). Raises ValueError with Java's
+    message for keys too short or bad resource permissions."""
+    ak, sk = config.get("accessKey"), config.get("secretKey")
+    if ak is None or sk is None or len(ak) <= KEY_MIN_LENGTH or len(sk) <= KEY_MIN_LENGTH:
+        raise ValueError(f"The accessKey={ak} and secretKey={sk} cannot be null and length should longer than 6")
+    _check_resource_perms(config.get("topicPerms"))
+    _check_resource_perms(config.get("groupPerms"))
+    data = _file_data(text, path)
+    accounts = data.get("accounts")
+    accounts = list(accounts) if isinstance(accounts, list) else []
+    new = {k: v for k, v in config.items() if v is not None}
+    for i, acc in enumerate(accounts):
+        if isinstance(acc, dict) and _text(acc.get("accessKey")) == ak:
+            merged = accounts[i] = {**acc, **new}
+            break
+    else:
+        merged = new
+        accounts.append(new)
+    build_account(merged)       # what the loader would refuse is refused now, not at the reload
+    data["accounts"] = accounts
+    return _dump(data, version, now_ms)
+
+
+def deleted_account_yaml(text, path: str, access_key: str, version: tuple, now_ms: int) -> str | None:
+    """The file's text without the account; None when it holds no such account."""
+    data = _file_data(text, path)
+    accounts = data.get("accounts")
+    if not isinstance(accounts, list):
+        return None
+    kept = [a for a in accounts if not (isinstance(a, dict) and _text(a.get("accessKey")) == access_key)]
+    if len(kept) == len(accounts):
+        return None
+    data["accounts"] = kept
+    return _dump(data, version, now_ms)
+
+
+def updated_global_white_yaml(text, path: str, addresses: list[str], version: tuple, now_ms: int) -> str:
+    """The file's text with globalWhiteRemoteAddresses replaced (each checked first)."""
+    for a in addresses:
+        parse_address_pattern(a)
+    data = _file_data(text, path)
+    data["globalWhiteRemoteAddresses"] = list(addresses)
+    return _dump(data, version, now_ms)

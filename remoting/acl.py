@@ -1,0 +1,253 @@
+"""The plain ACL's shell, one per daemon (broker and nameserver): reads the files, reloads
+them when they change, and checks each request before its processor runs (the rules:
+common/acl.py).
+
+Files (Java's PlainPermissionManager): the main file (`aclFilePath`, default plain_acl.yml
+beside the daemon's -c file) and every *.yml / *.yaml under the `acl/` folder beside it,
+the folder's files first (sorted), the main file last; an accessKey defined twice keeps its
+first definition. A missing main file is an empty one (everything signed is refused).
+
+Reload (Java's AclFileWatchService polls every 5 s): every `poll_interval_s` (1 s) the
+files' (mtime, size, inode) are compared with the last load; any change reloads them all.
+A file that does not parse keeps the previous accounts (logged once per change, naming the
+file and line); at start it refuses the start instead, as Java's broker does.
+
+Denies are answered as Java 4.9 answers them (code 1 SYSTEM_ERROR, remark "AclException:
+<msg>, <frame>"; a oneway request gets nothing), logged once per (account, address, code,
+resource) per `log_interval_s` with the count since, and counted by reason and code for
+/metrics (`acl_metrics`).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+
+from pocketmq.common import acl as rules
+from pocketmq.common.files import read_file, write_file_atomic
+from pocketmq.protocol.codes import ResponseCode
+from pocketmq.remoting.tasks import cancel_and_wait
+
+log = logging.getLogger("pocketmq.acl")
+
+DEFAULT_FILE_NAME = "plain_acl.yml"
+ACL_DIR_NAME = "acl"
+_LOG_KEYS_MAX = 10_000
+
+
+def default_acl_path(config_file: str | None, configured: str | None, fallback_dir: str) -> str:
+    """aclFilePath as given (a relative one is taken beside the -c file), else plain_acl.yml
+    beside the -c file, else in `fallback_dir`."""
+    base = os.path.dirname(os.path.abspath(config_file)) if config_file else fallback_dir
+    if configured:
+        path = os.path.expanduser(configured)
+        return path if os.path.isabs(path) else os.path.join(base, path)
+    return os.path.join(base, DEFAULT_FILE_NAME)
+
+
+def acl_files(main_path: str) -> list[str]:
+    """The acl/ folder's *.yml/*.yaml beside the main file (recursively, sorted), then it."""
+    folder = os.path.join(os.path.dirname(main_path), ACL_DIR_NAME)
+    found = []
+    for root, dirs, names in os.walk(folder):
+        dirs.sort()
+        for n in sorted(names):
+            if n.endswith((".yml", ".yaml")):
+                p = os.path.join(root, n)
+                if os.path.abspath(p) != os.path.abspath(main_path):
+                    found.append(p)
+    return found + [main_path]
+
+
+def _stamp(path: str):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+class AclService:
+    def __init__(self, main_path: str, *, admin_codes: frozenset = rules.BROKER_ADMIN_CODES,
+                 protected_codes: frozenset | None = None, poll_interval_s: float = 1.0,
+                 log_interval_s: float = 60.0, name: str = "broker"):
+        self.main_path = os.path.abspath(main_path)
+        self.admin_codes = admin_codes
+        # None: every code is checked (the broker); a set: only those (the nameserver)
+        self.protected_codes = protected_codes
+        self.poll_interval_s = poll_interval_s
+        self.log_interval_s = log_interval_s
+        self.name = name
+        self.table = rules.AclTable()
+        self._stamps: dict = {}
+        self._failed_stamps: dict | None = None
+        self.reloads = 0
+        self.reload_failures = 0
+        self.last_error: str | None = None
+        self.denied: dict[tuple[str, int], int] = {}
+        self._logged: dict[tuple, list] = {}     # key -> [last logged monotonic s, suppressed since]
+        self._task: asyncio.Task | None = None
+        self.write_lock = asyncio.Lock()          # the admin codes' file edits, one at a time
+
+    # -- loading ---------------------------------------------------------------------------
+    def _read_all(self) -> tuple[rules.AclTable, dict]:
+        paths = acl_files(self.main_path)
+        stamps = {p: _stamp(p) for p in paths}
+        files = []
+        for p in paths:
+            data = read_file(p)
+            if data is None:
+                continue
+            files.append(rules.parse_acl_file(data, p))
+        return rules.build_table(files), stamps
+
+    def load(self) -> None:
+        """The first load: raises AclConfigError (the daemon refuses to start)."""
+        table, stamps = self._read_all()
+        self._install(table, stamps)
+        if not os.path.exists(self.main_path):
+            log.warning("ACL is on but %s does not exist: no account is defined, every request but from a "
+                        "global white address is refused", self.main_path)
+
+    def _install(self, table: rules.AclTable, stamps: dict) -> None:
+        self.table = table
+        self._stamps = stamps
+        self._failed_stamps = None
+        self.last_error = None
+        for ak, path in table.duplicates:
+            log.warning("The accessKey %s is repeated in multiple ACL files: %s ignored", ak, path)
+        log.info("%s ACL loaded: %d account(s), %d global white address pattern(s) from %s", self.name,
+                 len(table.accounts), len(table.global_white),
+                 ", ".join(p for p, s in stamps.items() if s is not None) or "no file")
+
+    def poll(self) -> bool:
+        """Reload when a file changed, appeared or went away. True when reloaded."""
+        paths = acl_files(self.main_path)
+        stamps = {p: _stamp(p) for p in paths}
+        if stamps == self._stamps or stamps == self._failed_stamps:
+            return False
+        try:
+            table, stamps = self._read_all()
+        except (rules.AclConfigError, OSError) as e:
+            self.reload_failures += 1
+            self._failed_stamps = stamps
+            self.last_error = str(e)
+            log.error("%s ACL not reloaded, the previous accounts stay in force: %s", self.name, e)
+            return False
+        self.reloads += 1
+        self._install(table, stamps)
+        return True
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._watch(), name=f"{self.name}-acl-watch")
+
+    async def close(self) -> None:
+        await cancel_and_wait(self._task)
+        self._task = None
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval_s)
+            try:
+                self.poll()
+            except Exception:
+                log.exception("ACL reload failed")
+
+    # -- the check -------------------------------------------------------------------------
+    def guard(self, table: dict) -> dict:
+        """The processor table with the check before every handler (the one hook: a denied
+        request never reaches its processor, so nothing of it is stored)."""
+        protected = self.protected_codes
+        return {code: self._guarded(proc) if protected is None or code in protected else proc
+                for code, proc in table.items()}
+
+    def _guarded(self, proc):
+        deny = self.deny
+
+        def guarded(conn, cmd):
+            refusal = deny(conn, cmd)
+            if refusal is not None:
+                return refusal
+            return proc(conn, cmd)
+        return guarded
+
+    def deny(self, conn, cmd):
+        """None, or the reply to a denied request (a oneway one is not answered: the
+        connection sends nothing for it)."""
+        addr = getattr(conn, "remote_addr", "") or ""
+        ip = addr.rpartition(":")[0] if ":" in addr else addr
+        denial = rules.check(self.table, cmd.code, cmd.ext_fields, cmd.body, ip.strip("[]"), self.admin_codes)
+        if denial is None:
+            return None
+        self._record(denial, cmd.code, addr)
+        return cmd.response(ResponseCode.SYSTEM_ERROR, denial.remark)
+
+    def _record(self, denial: rules.Denial, code: int, addr: str) -> None:
+        key = (denial.reason, code)
+        self.denied[key] = self.denied.get(key, 0) + 1
+        ip = addr.rpartition(":")[0] if ":" in addr else addr
+        lkey = (denial.access_key, ip, code, denial.resource)
+        now = time.monotonic()
+        entry = self._logged.get(lkey)
+        if entry is not None and now - entry[0] < self.log_interval_s:
+            entry[1] += 1
+            return
+        suppressed = entry[1] if entry is not None else 0
+        if entry is None and len(self._logged) >= _LOG_KEYS_MAX:
+            self._logged.clear()    # bounded: a scan of many keys/addresses cannot grow it
+        self._logged[lkey] = [now, 0]
+        log.warning("%s ACL denied code %d from %s (accessKey %s, resource %s): %s%s", self.name, code, addr,
+                    denial.access_key, denial.resource, denial.message,
+                    f" (and {suppressed} more like it since the last report)" if suppressed else "")
+
+    # -- the admin codes' writes -----------------------------------------------------------
+    def file_of(self, access_key: str) -> str:
+        acc = self.table.accounts.get(access_key)
+        return acc.path if acc is not None and acc.path else self.main_path
+
+    def version_of(self, path: str) -> tuple:
+        for f in self.table.files:
+            if f.path == path:
+                return f.version
+        return (0, 0)
+
+    async def rewrite(self, path: str, edit) -> bool:
+        """Apply `edit(text, version, now_ms)` -> new text (None: nothing to change) to one
+        file, written atomically, then reload. Returns False when `edit` changed nothing.
+        Raises what `edit` raises (ValueError, AclConfigError) and OSError."""
+        async with self.write_lock:
+            data = await asyncio.to_thread(read_file, path)
+            text = edit(data or b"", self.version_of(path), int(time.time() * 1000))
+            if text is None:
+                return False
+            await asyncio.to_thread(_write, path, text.encode("utf-8"))
+            self.poll()
+            return True
+
+
+def _write(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    write_file_atomic(path, data)
+
+
+def acl_metrics(acl: AclService | None, labels: list[str], values: list[str]):
+    """/metrics families of one daemon's ACL (nothing when ACL is off)."""
+    if acl is None:
+        return
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    denied = CounterMetricFamily("pocketmq_acl_denied", "Requests refused by the ACL, by reason and request "
+                                 "code", labels=labels + ["reason", "code"])
+    for (reason, code), n in sorted(acl.denied.items()):
+        denied.add_metric(values + [reason, str(code)], n)
+    yield denied
+    accounts = GaugeMetricFamily("pocketmq_acl_accounts", "Accounts of the ACL files in force", labels=labels)
+    accounts.add_metric(values, len(acl.table.accounts))
+    yield accounts
+    reloads = CounterMetricFamily("pocketmq_acl_reloads", "ACL reloads after a file change", labels=labels)
+    reloads.add_metric(values, acl.reloads)
+    yield reloads
+    failures = CounterMetricFamily("pocketmq_acl_reload_failures", "ACL file changes refused (the previous "
+                                   "accounts stayed in force)", labels=labels)
+    failures.add_metric(values, acl.reload_failures)
+    yield failures
