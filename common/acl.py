@@ -466,7 +466,8 @@ def request_resources(code: int, ext: dict, body) -> dict:
     Raises ValueError for a heartbeat body that does not decode (Java: AclException from
     parse)."""
     res: dict = {}
-    if code == R.SEND_MESSAGE_V2:
+    if code == R.SEND_MESSAGE_V2 or code == R.SEND_BATCH_MESSAGE and "b" in ext:
+        # (a batch goes with the V2 header's one-letter keys; V1's names are read too)
         topic = ext.get("b")
         if topic is not None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             _add(res, _retry(ext.get("a")), SUB)
