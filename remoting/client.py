@@ -29,8 +29,11 @@ class RemotingClient:
 
     def __init__(self, *, handler=None, connect_timeout_s: float = 3.0,
                  language: int = LanguageCode.PYTHON, serialize_type: int = SerializeType.JSON,
-                 frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT, busy_poll_us: int = 0):
+                 frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT, busy_poll_us: int = 0,
+                 ssl_context=None):
         self.handler = handler
+        # every connection over TLS with this context (remoting/tls.py), or None: plaintext
+        self.ssl_context = ssl_context
         self.connect_timeout_s = connect_timeout_s
         self.language = language
         self.serialize_type = serialize_type
@@ -68,8 +71,10 @@ class RemotingClient:
                 return self.connection_class(self.handler, frame_size_bytes_max=self.frame_size_bytes_max,
                                              on_close=self._closed, name=f"client->{addr}",
                                              busy_poll=self.busy_poll)
+            ctx = self.ssl_context
+            tls = {} if ctx is None else {"ssl": ctx, "server_hostname": host if ctx.check_hostname else ""}
             try:
-                _, conn = await asyncio.wait_for(loop.create_connection(factory, host, port),
+                _, conn = await asyncio.wait_for(loop.create_connection(factory, host, port, **tls),
                                                  self.connect_timeout_s)
             except (OSError, asyncio.TimeoutError) as e:
                 raise ConnectionClosed(f"cannot connect to {addr}: {e or 'timeout'}") from None

@@ -68,8 +68,10 @@ class RemotingServer:
                  on_connection_close=None, handlers_in_flight_max: int = 4096, busy_poll_us: int = 0,
                  max_connections: int = 0, reserved_fds: int = 0,
                  read_buffer_bytes_max: int = READ_BUFFER_BYTES_MAX_DEFAULT,
-                 frame_read_timeout_ms: int = FRAME_READ_TIMEOUT_MS_DEFAULT):
+                 frame_read_timeout_ms: int = FRAME_READ_TIMEOUT_MS_DEFAULT, tls=None):
         self.processors = processors
+        # remoting.tls.TlsGate (tlsServerMode permissive/enforcing), or None: plaintext only
+        self.tls = tls if tls is not None and tls.active else None
         self.host = host
         self.port = port
         self.frame_size_bytes_max = frame_size_bytes_max
@@ -104,7 +106,7 @@ class RemotingServer:
                           pause_reading_on_backpressure=True, busy_poll=self.busy_poll,
                           read_budget=self.read_budget)
         self.connections.add(conn)
-        return conn
+        return conn if self.tls is None else self.tls.wrap(conn)
 
     def _refuse(self) -> _Refused:
         self.refused_total += 1
