@@ -282,6 +282,11 @@ class ClientAPI:
         self.timeout_s = timeout_s
 
     # -- raw plumbing --------------------------------------------------------------------
+    def _err(self, resp: RemotingCommand, addr: str | None):
+        """The exception for an error response (an ACL deny names the account we signed as)."""
+        creds = getattr(self._t, "credentials", None)
+        return error_for(resp.code, resp.remark, addr, creds.access_key if creds is not None else None)
+
     async def _call(self, addr: str, code: int, ext: dict | None = None, body: bytes | None = None,
                     timeout_s: float | None = None) -> RemotingCommand:
         cmd = RemotingCommand(code, ext_fields=ext or {}, body=body if body is not None else b"")
@@ -291,7 +296,7 @@ class ClientAPI:
                   timeout_s: float | None = None) -> RemotingCommand:
         resp = await self._call(addr, code, ext, body, timeout_s)
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, addr)
+            raise self._err(resp, addr)
         return resp
 
     def _ready_conn(self, addr: str):
@@ -321,7 +326,7 @@ class ClientAPI:
             return
         resp = await self._t.invoke(addr, cmd, self.timeout_s)
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, addr)
+            raise self._err(resp, addr)
 
     async def _namesrv(self, code: int, ext: dict | None = None, namesrv_addr: str | None = None,
                        timeout_s: float | None = None) -> RemotingCommand:
@@ -366,7 +371,7 @@ class ClientAPI:
         else:
             resp = await self._t.invoke(addr, RemotingCommand(code, ext_fields=ext, body=body), timeout_s)
         if resp.code not in _SEND_OK_CODES:
-            raise error_for(resp.code, resp.remark, addr)
+            raise self._err(resp, addr)
         return resp
 
     # -- consumer ------------------------------------------------------------------------
@@ -378,7 +383,7 @@ class ClientAPI:
         resp = await self._hot(addr, RequestCode.PULL_MESSAGE, pull_ext_fields(req), req.timeout_s)
         status = _PULL_STATUS.get(resp.code)
         if status is None:
-            raise error_for(resp.code, resp.remark, addr)
+            raise self._err(resp, addr)
         ext = resp.ext_fields
         try:
             nbo = int(ext.get("nextBeginOffset", offset))
@@ -418,7 +423,7 @@ class ClientAPI:
             return
         resp = await self._hot(addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext, self.timeout_s)
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, addr)
+            raise self._err(resp, addr)
 
     async def max_offset(self, addr: str, mq: MessageQueue) -> int:
         return await self._offset(RequestCode.GET_MAX_OFFSET, addr, _queue_ext(mq))
@@ -471,7 +476,7 @@ class ClientAPI:
         resp = await self._t.invoke_unprepared(addr, RemotingCommand(RequestCode.HEART_BEAT, body=body),
                                                timeout_s)
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, addr)
+            raise self._err(resp, addr)
 
     async def check_client_config(self, addr: str, group: str, client_id: str, subscription,
                                   timeout_s: float | None = None) -> None:
@@ -499,7 +504,7 @@ class ClientAPI:
         if resp.code == ResponseCode.TOPIC_NOT_EXIST:
             return None
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, namesrv_addr or "nameserver")
+            raise self._err(resp, namesrv_addr or "nameserver")
         if not resp.body:
             return None
         return TopicRouteData.from_body(resp.body)
@@ -511,7 +516,7 @@ class ClientAPI:
             return None
         where = namesrv_addr or "nameserver"
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, where)
+            raise self._err(resp, where)
         return self._json(resp, where, f"route of {topic}")
 
     async def cluster_info(self, namesrv_addr: str | None = None) -> tuple[dict, dict]:
@@ -519,7 +524,7 @@ class ClientAPI:
         where = namesrv_addr or "nameserver"
         resp = await self._namesrv(RequestCode.GET_BROKER_CLUSTER_INFO, None, namesrv_addr)
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, where)
+            raise self._err(resp, where)
         try:
             return decode_cluster_info(resp.body_bytes() or b"{}")
         except (BodyError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -529,7 +534,7 @@ class ClientAPI:
         where = namesrv_addr or "nameserver"
         resp = await self._namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, None, namesrv_addr)
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, where)
+            raise self._err(resp, where)
         d = self._json(resp, where, "topic list")
         topics = d.get("topicList") if isinstance(d, dict) else None
         return [str(t) for t in topics or []]
@@ -539,20 +544,20 @@ class ClientAPI:
         resp = await self._namesrv(RequestCode.PUT_KV_CONFIG,
                                    {"namespace": namespace, "key": key, "value": value}, namesrv_addr)
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, namesrv_addr or "nameserver")
+            raise self._err(resp, namesrv_addr or "nameserver")
 
     async def delete_kv_config(self, namespace: str, key: str, namesrv_addr: str | None = None) -> None:
         resp = await self._namesrv(RequestCode.DELETE_KV_CONFIG, {"namespace": namespace, "key": key},
                                    namesrv_addr)
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, namesrv_addr or "nameserver")
+            raise self._err(resp, namesrv_addr or "nameserver")
 
     async def _perm_of_broker(self, code: int, count_key: str, broker_name: str,
                               namesrv_addr: str | None) -> int:
         where = namesrv_addr or "nameserver"
         resp = await self._namesrv(code, {"brokerName": broker_name}, namesrv_addr)
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, where)
+            raise self._err(resp, where)
         try:
             return int(resp.ext_fields[count_key])
         except (KeyError, ValueError):
@@ -575,7 +580,7 @@ class ClientAPI:
         where = namesrv_addr or "nameserver"
         resp = await self._namesrv(RequestCode.GET_NAMESRV_CONFIG, None, namesrv_addr)
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, where)
+            raise self._err(resp, where)
         return self._properties(resp, where, "nameserver config")
 
     @staticmethod
@@ -588,7 +593,7 @@ class ClientAPI:
     async def delete_topic_in_namesrv(self, topic: str, namesrv_addr: str | None = None) -> None:
         resp = await self._namesrv(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic}, namesrv_addr)
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, namesrv_addr or "nameserver")
+            raise self._err(resp, namesrv_addr or "nameserver")
 
     # -- broker administration ---------------------------------------------------------------
     async def create_topic(self, addr: str, config: TopicConfig, default_topic: str) -> None:
@@ -616,7 +621,7 @@ class ClientAPI:
         else:
             resp = await self._t.invoke(addr, cmd, self.timeout_s)
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, addr)
+            raise self._err(resp, addr)
         return self._json(resp, addr, "runtime info")
 
     async def view_broker_stats_data(self, addr: str, stats_name: str, stats_key: str) -> dict:
@@ -719,7 +724,7 @@ class ClientAPI:
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return [], head
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for(resp.code, resp.remark, addr)
+            raise self._err(resp, addr)
         try:
             return msgcodec.decode_records(resp.body_bytes()), head
         except ValueError as e:

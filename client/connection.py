@@ -11,6 +11,11 @@ larger reads (it then answers them with one write too).
 Frames are encoded by protocol.command.encode_parts, whose msgpack fast path
 covers every request the client builds.
 
+Signing (plain ACL): with credentials, every request is signed here, in send(), the one
+place all of them pass (client/credentials.py): instance.invoke, the hot paths that call a
+prepared connection's request() directly (sends, pulls, offset commits), oneways and
+nameserver requests alike.
+
 A request sent while no other request is waiting for its response is written
 at once (nothing to coalesce with, and the broker is idle: the sync send
 case); at most `coalesce_frames_max` frames wait, so the broker works on one
@@ -19,6 +24,7 @@ group while the client produces the next.
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from pocketmq.protocol.command import RemotingCommand, encode_parts
 from pocketmq.remoting.client import RemotingClient
@@ -35,14 +41,18 @@ class ClientConnection(Connection):
     # A request sent while nothing else is in flight (sync sends) is written at once.
     lone_write = True
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, signer=None, **kwargs):
         super().__init__(*args, **kwargs)
         self._wq: list | None = None
         self._wq_frames = 0
+        # client.credentials.Credentials (signs requests in place), or None
+        self.signer = signer
 
     def send(self, cmd: RemotingCommand) -> None:
         if self.closed or self.transport is None or self.transport.is_closing():
             return
+        if self.signer is not None:
+            self.signer.sign(cmd)
         parts = encode_parts(cmd)
         out = self._out
         if out is not None:           # inside data_received: written when the read is done
@@ -86,6 +96,13 @@ class ClientRemoting(RemotingClient):
 
     connection_class = ClientConnection
     on_connection_lost = None
+
+    def __init__(self, *args, credentials=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.credentials = credentials
+        if credentials is not None:
+            # every connection this client dials signs its requests
+            self.connection_class = functools.partial(ClientConnection, signer=credentials)
 
     def _lost(self, addr: str | None) -> None:
         hook = self.on_connection_lost

@@ -13,9 +13,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from pocketmq.client.credentials import Credentials, as_credentials
 from pocketmq.client.errors import InvalidArgumentError
 from pocketmq.client.process_queue import FlowLimits
 from pocketmq.client.rebalance import AllocateAveragely, AllocateStrategy
+from pocketmq.remoting.tls import resolve_client_tls
 
 # consume_from_where option -> ConsumerData.consumeFromWhere sent in heartbeats.
 CONSUME_FROM = {
@@ -42,6 +44,11 @@ class ConsumerConfig:
     pull_error_delay_ms: backoff after a failed pull.
     instance_name: clientId suffix (ip@instance_name); None = the process id.
     serialize_type: header codec towards brokers; None = negotiate (msgpack with pocketmq).
+    credentials: the ACL account every request is signed with: (access_key, secret_key),
+        (access_key, secret_key, channel) or a Credentials (client/credentials.py); None:
+        unsigned.
+    tls: True (TLS, the server's certificate not verified, as RocketMQ's clients default),
+        an ssl.SSLContext (remoting.tls.client_context(verify=True, ca_path=...)), or None.
     """
     consume_from_where: str = "LAST_OFFSET"
     consume_timestamp_ms: int | None = None
@@ -52,8 +59,12 @@ class ConsumerConfig:
     pull_error_delay_ms: int = 1000
     instance_name: str | None = None
     serialize_type: int | None = None
+    credentials: Credentials | tuple | None = None
+    tls: object = None
 
     def _check_common(self) -> None:
+        object.__setattr__(self, "credentials", as_credentials(self.credentials))
+        resolve_client_tls(self.tls)     # a bad value is refused here, not at start()
         if self.consume_from_where not in CONSUME_FROM:
             raise InvalidArgumentError(f"consume_from_where must be one of {', '.join(CONSUME_FROM)}")
 

@@ -7,6 +7,8 @@ broker (Java's retryResponseCodes plus connection problems).
 """
 from __future__ import annotations
 
+import re
+
 from pocketmq.protocol.codes import ResponseCode
 
 
@@ -112,6 +114,40 @@ class NotInCurrentUnitError(BrokerError):
     retriable = True
 
 
+class AclDeniedError(BrokerError, PermissionError):
+    """The broker's (or nameserver's) plain ACL refused the request. RocketMQ 4.x answers a
+    deny as SYSTEM_ERROR whose remark is the AclException's text plus a stack frame (no
+    code of its own), so it is told from other system errors by that remark. Never
+    retried: another broker of the cluster has the same accounts.
+
+    `account`: the access key the client signed with (None: it had no credentials);
+    `reason`: the broker's words, e.g. "No default permission for TopicX"."""
+
+    def __init__(self, code: int, remark: str | None = None, addr: str | None = None,
+                 account: str | None = None):
+        BrokerError.__init__(self, code, remark, addr)
+        self.account = account
+        self.reason = acl_deny_reason(self.remark)
+        who = f"account {account}" if account else "a client without credentials (no accessKey)"
+        where = f" by {addr}" if addr else ""
+        Exception.__init__(self, f"ACL denied {who}{where}: {self.reason}")
+
+
+_ACL_MARK = "AclException"
+# "org.apache.rocketmq.acl.common.AclException: <message>, <class.method(File.java:123)>"
+_ACL_REMARK = re.compile(r"AclException:\s*(?P<msg>.*?)(?:,\s*[\w$.<>]+\([^()]*\))?\s*$", re.S)
+
+
+def is_acl_deny(code: int, remark: str | None) -> bool:
+    return code == ResponseCode.SYSTEM_ERROR and bool(remark) and _ACL_MARK in remark
+
+
+def acl_deny_reason(remark: str) -> str:
+    """The AclException's message from a deny's remark (the stack frame dropped)."""
+    m = _ACL_REMARK.search(remark or "")
+    return m.group("msg").strip() if m and m.group("msg").strip() else (remark or "").strip()
+
+
 # The only place response codes become exception classes.
 ERROR_TABLE: dict[int, type[BrokerError]] = {
     ResponseCode.SYSTEM_ERROR: BrokerSystemError,
@@ -134,7 +170,11 @@ ERROR_TABLE: dict[int, type[BrokerError]] = {
 }
 
 
-def error_for(code: int, remark: str | None = None, addr: str | None = None) -> BrokerError:
+def error_for(code: int, remark: str | None = None, addr: str | None = None,
+              account: str | None = None) -> BrokerError:
+    """`account`: the access key the request was signed with, named by an ACL deny."""
+    if is_acl_deny(code, remark):
+        return AclDeniedError(code, remark, addr, account)
     return ERROR_TABLE.get(code, BrokerError)(code, remark, addr)
 
 

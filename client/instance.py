@@ -33,9 +33,11 @@ import weakref
 
 from pocketmq.client.api import ClientAPI, PullResult, pull_sys_flag
 from pocketmq.client.connection import ClientRemoting
+from pocketmq.client.credentials import as_credentials
 from pocketmq.client.errors import (
     BrokerError,
     ClientStateError,
+    InvalidArgumentError,
     MQClientError,
     NoRouteError,
     RemotingFailure,
@@ -80,6 +82,7 @@ from pocketmq.remoting.client import split_addr_list
 from pocketmq.remoting.clock import monotonic_ms as mono_ms
 from pocketmq.remoting.clock import wall_ms as now_ms
 from pocketmq.remoting.connection import RemotingError
+from pocketmq.remoting.tls import resolve_client_tls
 
 log = logging.getLogger("pocketmq.client")
 
@@ -108,14 +111,29 @@ def default_instance_name() -> str:
 
 
 async def acquire_instance(namesrv_addr: str, instance_name: str | None = None, *,
-                           serialize_type: int | None = None) -> ClientInstance:
-    """The shared instance for `ip@instanceName` on this loop, started; release() when done."""
+                           serialize_type: int | None = None, credentials=None, tls=None) -> ClientInstance:
+    """The shared instance for `ip@instanceName` on this loop, started; release() when done.
+
+    Clients share an instance only with the same credentials and TLS setting (its
+    connections sign and encrypt for all of them; Java's MQClientInstance silently keeps
+    the first client's RPC hook): another account gets its own instance name,
+    `<pid>#<access key>`, unless an instance name was given, which is then an error."""
     loop = asyncio.get_running_loop()
     table = _REGISTRY.setdefault(loop, {})
+    credentials = as_credentials(credentials)
     client_id = f"{local_ip()}@{instance_name or default_instance_name()}"
     inst = table.get(client_id)
+    if inst is not None and not inst.closed and (inst.credentials != credentials or inst.tls is not tls):
+        if instance_name is not None:
+            raise InvalidArgumentError(
+                f"client instance {instance_name!r} already runs with other credentials or TLS settings; "
+                "give this client another instance_name")
+        who = credentials.access_key if credentials is not None else "anonymous"
+        client_id = f"{local_ip()}@{default_instance_name()}#{who}{'#tls' if tls else ''}"
+        inst = table.get(client_id)
     if inst is None or inst.closed:
-        inst = ClientInstance(client_id, namesrv_addr, serialize_type=serialize_type)
+        inst = ClientInstance(client_id, namesrv_addr, serialize_type=serialize_type,
+                              credentials=credentials, tls=tls)
         table[client_id] = inst
     else:
         inst.add_namesrv_addr(namesrv_addr)
@@ -141,12 +159,14 @@ async def acquire_consumer_instance(consumer) -> "ClientInstance":
     this process (and no instance name was given), this one gets its own instance name and
     so its own clientId. Sets consumer.instance_name in that case."""
     inst = await acquire_instance(consumer.namesrv_addr, consumer.instance_name,
-                                  serialize_type=consumer.serialize_type)
+                                  serialize_type=consumer.serialize_type, credentials=consumer.credentials,
+                                  tls=consumer.tls)
     if consumer.group in inst.consumers and consumer.instance_name is None:
         await inst.release()
         consumer.instance_name = f"{os.getpid()}#{id(consumer):x}"
         inst = await acquire_instance(consumer.namesrv_addr, consumer.instance_name,
-                                      serialize_type=consumer.serialize_type)
+                                      serialize_type=consumer.serialize_type, credentials=consumer.credentials,
+                                      tls=consumer.tls)
     try:
         inst.register_consumer(consumer.group, consumer)
     except BaseException:
@@ -160,14 +180,19 @@ class ClientInstance:
                  route_refresh_interval_s: float = ROUTE_REFRESH_INTERVAL_S,
                  heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
                  rebalance_interval_s: float = REBALANCE_INTERVAL_S,
-                 busy_poll_us: int | None = None):
+                 busy_poll_us: int | None = None, credentials=None, tls=None):
         self.client_id = client_id
         # Header codec towards brokers: None = negotiate per connection (msgpack with pocketmq
         # brokers, JSON with anything else); nameserver requests always use JSON.
         self.serialize_type = serialize_type
+        # ACL account every request is signed with (client/credentials.py), or None; and TLS
+        # (True, an ssl.SSLContext, or None/False) for every connection, brokers and nameservers
+        self.credentials = as_credentials(credentials)
+        self.tls = tls
         self.remoting = ClientRemoting(handler=self._on_request, language=LanguageCode.PYTHON,
                                        serialize_type=SerializeType.JSON,
-                                       busy_poll_us=DEFAULT_BUSY_POLL_US if busy_poll_us is None else busy_poll_us)
+                                       busy_poll_us=DEFAULT_BUSY_POLL_US if busy_poll_us is None else busy_poll_us,
+                                       credentials=self.credentials, ssl_context=resolve_client_tls(tls))
         self.remoting.set_namesrv_addr(namesrv_addr)
         self.remoting.on_connection_lost = self._connection_lost
         self.route_refresh_interval_s = route_refresh_interval_s

@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from pocketmq.common.constants import RETRY_GROUP_TOPIC_PREFIX, TOPIC_MAX_LENGTH, VALID_NAME_RE
 from pocketmq.client.query import QueryMixin
+from pocketmq.client.credentials import as_credentials
 from pocketmq.client.errors import (
     ClientStateError,
     InvalidArgumentError,
@@ -68,6 +69,7 @@ from pocketmq.client.message import Message, SendResult, SendStatus, UniqIdGener
 from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.bodies import MessageQueue
 from pocketmq.protocol.codes import ResponseCode
+from pocketmq.remoting.tls import resolve_client_tls
 
 log = logging.getLogger("pocketmq.client.producer")
 
@@ -220,7 +222,8 @@ class Producer(QueryMixin):
                  max_message_size_bytes: int = MAX_MESSAGE_SIZE_BYTES,
                  compress_over_bytes: int = COMPRESS_OVER_BYTES, compress_level: int = 5,
                  latency_fault_enable: bool = True, serialize_type: int | None = None,
-                 coalesce_sends: bool = True, coalesce_max_messages: int = COALESCE_MAX_MESSAGES):
+                 coalesce_sends: bool = True, coalesce_max_messages: int = COALESCE_MAX_MESSAGES,
+                 credentials=None, tls=None):
         check_group(group)
         if not 0 <= retry_times_when_send_failed <= 16:
             raise InvalidArgumentError("retry_times_when_send_failed must be in [0, 16]")
@@ -237,6 +240,10 @@ class Producer(QueryMixin):
         self.compress_over_bytes = compress_over_bytes
         self.compress_level = compress_level
         self.serialize_type = serialize_type
+        # ACL account (client/credentials.py) and TLS (remoting/tls.py) of every request
+        self.credentials = as_credentials(credentials)
+        self.tls = tls
+        resolve_client_tls(tls)
         self.fault = LatencyFaultTolerance(enabled=latency_fault_enable)
         self.instance = None
         self._topics_checked: set[str] = set()    # topics that passed check_topic
@@ -262,7 +269,8 @@ class Producer(QueryMixin):
         if self._closed:
             raise ClientStateError("producer closed")
         inst = await acquire_instance(self.namesrv_addr, self.instance_name,
-                                      serialize_type=self.serialize_type)
+                                      serialize_type=self.serialize_type, credentials=self.credentials,
+                                      tls=self.tls)
         try:
             inst.register_producer(self.group, self)
         except BaseException:
