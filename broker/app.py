@@ -60,6 +60,7 @@ from pocketmq.protocol.acl import sign_request
 from pocketmq.remoting.acl import AclService, default_acl_path
 from pocketmq.common.acl import AclConfigError
 from pocketmq.remoting.client import RemotingClient
+from pocketmq.remoting.tls import client_context, server_gate
 from pocketmq.remoting.clock import monotonic_ms
 from pocketmq.remoting.metrics import LatencyHistogram, RequestLatency, bound_port, serve_metrics, timed_table
 from pocketmq.remoting.server import RemotingServer
@@ -148,7 +149,8 @@ class Broker:
         self.master_addr: str | None = None
         # a slave's copy of its master's topics, groups and offsets (services/slave_sync.py)
         self.slave_sync: SlaveSyncService | None = None
-        self.ns_client = RemotingClient()
+        # useTLS: the broker's own connections (nameservers, a slave's metadata sync) over TLS
+        self.ns_client = RemotingClient(ssl_context=client_context() if config.useTLS else None)
         self.stats = BrokerStats()
         # Prometheus (metricsPort): request latency per code, flush latency, the endpoint
         self.request_latency = RequestLatency()
@@ -210,7 +212,9 @@ class Broker:
                                      busy_poll_us=cfg.busyPollMicros, max_connections=cfg.maxConnections,
                                      reserved_fds=cfg.reservedFileDescriptors,
                                      read_buffer_bytes_max=cfg.maxBufferedRequestBytes,
-                                     frame_read_timeout_ms=cfg.frameReadTimeoutMillis)
+                                     frame_read_timeout_ms=cfg.frameReadTimeoutMillis,
+                                     tls=server_gate(cfg.tlsServerMode, cfg.tlsServerCertPath, cfg.tlsServerKeyPath,
+                                                     cfg.tlsServerKeyPassword, "broker"))
         port = await self.server.start(start_serving=False)
         self.addr = f"{cfg.brokerIP1}:{port}"
         self.store_host = await resolve_store_host(cfg.brokerIP1, port)
@@ -273,7 +277,8 @@ class Broker:
             self.transaction_service.start()
         if not self.is_slave and cfg.namesrvAddr:
             # before serving: offsets consumers committed to a slave while this master was away
-            if await take_back_offsets(cfg.namesrvAddr, cfg.brokerName, self.addr, self.offsets):
+            if await take_back_offsets(cfg.namesrvAddr, cfg.brokerName, self.addr, self.offsets,
+                                       **({"client": self.ns_client} if cfg.useTLS else {})):
                 await self._persist_async()
         self.stats.boot_timestamp = self.now_ms()
         await self.server.start_serving()
@@ -297,7 +302,7 @@ class Broker:
                 master_addr=lambda: self.master_addr, own_addr=self.addr, topics=self.topics, groups=self.groups,
                 offsets=self.offsets, cursors=self.schedule_cursors, persist=self._persist_async,
                 period_ms=cfg.slaveSyncIntervalMillis, first_delay_ms=min(3000, cfg.slaveSyncIntervalMillis),
-                delete_queues=self.store.delete_topics)
+                delete_queues=self.store.delete_topics, **({"client": self.ns_client} if cfg.useTLS else {}))
             self.slave_sync.start()
         log.info("The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
                  cfg.brokerName, self.addr, cfg.namesrvAddr)

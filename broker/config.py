@@ -87,6 +87,7 @@ from pocketmq.common.properties_file import (
 )
 from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
 from pocketmq.remoting.read_budget import FRAME_READ_TIMEOUT_MS_DEFAULT, READ_BUFFER_BYTES_MAX_DEFAULT
+from pocketmq.remoting.tls import TlsServerMode, server_config_error
 
 __all__ = [
     "ALIASES",
@@ -390,6 +391,15 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     # 5.x names it innerClientAuthenticationCredentials)
     accessKey: str | None = None
     secretKey: str | None = None
+    # --- TLS on the listen port (remoting/tls.py): RocketMQ's system properties
+    # tls.server.mode / tls.server.certPath / tls.server.keyPath / tls.server.keyPassword
+    # as keys; permissive serves TLS and plaintext on the same port, enforcing TLS only.
+    # The broker's own connections (to nameservers, a slave's metadata sync) use TLS when
+    # useTLS (NettyClientConfig's key) is true; the HA stream stays plaintext, as RocketMQ's.
+    tlsServerMode: TlsServerMode = TlsServerMode.disabled
+    tlsServerCertPath: str | None = None
+    tlsServerKeyPath: str | None = None
+    tlsServerKeyPassword: str | None = None
     # Bytes all connections may hold of request frames not yet complete (beyond: those
     # connections stop being read until it frees), and how long one frame may take to
     # arrive (then its connection is closed). remoting/read_budget.py.
@@ -525,6 +535,10 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
                 "or no such message could arrive",
                 "maxFrameSize",
             )
+        tls_error = server_config_error(self.tlsServerMode, self.tlsServerCertPath, self.tlsServerKeyPath,
+                                        self.tlsServerKeyPassword)
+        if tls_error:
+            raise cross_field_error(tls_error[0], tls_error[1], "tlsServerMode")
         return self
 
     # --- derived values ----------------------------------------------------
@@ -638,6 +652,7 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "enableControllerMode", "allAckInSyncStateSet", "minInSyncReplicas", "haMaxTimeSlaveNotCatchup",
     "enableElectUncleanMaster", "etcdEndpoints", "controllerLeaseSeconds", "haAdvertisedAddress",
     "aclFilePath", "accessKey", "secretKey",
+    "tlsServerMode", "tlsServerCertPath", "tlsServerKeyPath", "tlsServerKeyPassword", "useTLS",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""
 

@@ -55,6 +55,7 @@ from pocketmq.remoting.clock import monotonic_ms
 from pocketmq.remoting.metrics import RequestLatency, bound_port, serve_metrics, timed_table
 from pocketmq.remoting.read_budget import FRAME_READ_TIMEOUT_MS_DEFAULT, READ_BUFFER_BYTES_MAX_DEFAULT
 from pocketmq.remoting.server import RemotingServer
+from pocketmq.remoting.tls import server_gate
 from pocketmq.remoting.tasks import cancel_and_wait
 
 log = logging.getLogger("pocketmq.namesrv")
@@ -140,7 +141,10 @@ class NameServer:
                                 read_buffer_bytes_max=int(config_value(
                                     self.config, "maxBufferedRequestBytes", READ_BUFFER_BYTES_MAX_DEFAULT)),
                                 frame_read_timeout_ms=int(config_value(
-                                    self.config, "frameReadTimeoutMillis", FRAME_READ_TIMEOUT_MS_DEFAULT)))
+                                    self.config, "frameReadTimeoutMillis", FRAME_READ_TIMEOUT_MS_DEFAULT)),
+                                tls=server_gate(*(config_value(self.config, k, d) for k, d in (
+                                    ("tlsServerMode", "disabled"), ("tlsServerCertPath", None),
+                                    ("tlsServerKeyPath", None), ("tlsServerKeyPassword", None))), name="namesrv"))
         self.port = await server.start()
         self._server = server
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-scan-not-active-broker")

@@ -66,6 +66,7 @@ from pocketmq.common.properties_file import (
 )
 from pocketmq.protocol.command import FRAME_SIZE_BYTES_MAX_DEFAULT
 from pocketmq.remoting.read_budget import FRAME_READ_TIMEOUT_MS_DEFAULT, READ_BUFFER_BYTES_MAX_DEFAULT
+from pocketmq.remoting.tls import TlsServerMode, server_config_error
 
 __all__ = [
     "IMPLEMENTED_KEYS",
@@ -114,6 +115,13 @@ class NamesrvConfig(NettyServerConfig, _NamesrvSection):
     reservedFileDescriptors: NonNegativeInt = 0
     aclEnable: bool = False
     aclFilePath: str | None = None
+    # --- TLS on the listen port (remoting/tls.py): RocketMQ's system properties
+    # tls.server.mode / tls.server.certPath / tls.server.keyPath / tls.server.keyPassword
+    # as keys; permissive serves TLS and plaintext on the same port, enforcing TLS only
+    tlsServerMode: TlsServerMode = TlsServerMode.disabled
+    tlsServerCertPath: str | None = None
+    tlsServerKeyPath: str | None = None
+    tlsServerKeyPassword: str | None = None
 
     @field_validator("kvConfigPath", "configStorePath")
     @classmethod
@@ -129,6 +137,10 @@ class NamesrvConfig(NettyServerConfig, _NamesrvSection):
                 f"({self.scanNotActiveBrokerInterval} ms)",
                 "scanNotActiveBrokerInterval",
             )
+        tls_error = server_config_error(self.tlsServerMode, self.tlsServerCertPath, self.tlsServerKeyPath,
+                                        self.tlsServerKeyPassword)
+        if tls_error:
+            raise cross_field_error(tls_error[0], tls_error[1], "tlsServerMode")
         return self
 
 
@@ -139,6 +151,7 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "metricsPort",
     "maxBufferedRequestBytes", "frameReadTimeoutMillis",
     "aclEnable", "aclFilePath",
+    "tlsServerMode", "tlsServerCertPath", "tlsServerKeyPath", "tlsServerKeyPassword",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""
 

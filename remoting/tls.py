@@ -36,10 +36,20 @@ import asyncio.sslproto
 import logging
 import ssl
 import time
+from enum import StrEnum
 
 log = logging.getLogger("pocketmq.remoting")
 
-TLS_MODES = ("disabled", "permissive", "enforcing")
+
+
+class TlsServerMode(StrEnum):
+    """The daemons' tlsServerMode (RocketMQ's tls.server.mode values, lower case as there)."""
+    disabled = "disabled"
+    permissive = "permissive"
+    enforcing = "enforcing"
+
+
+TLS_MODES = tuple(m.value for m in TlsServerMode)
 TLS_HANDSHAKE_BYTE = 0x16
 REFUSED_LOG_INTERVAL_S = 10.0
 HANDSHAKE_TIMEOUT_S = 10.0
@@ -53,6 +63,31 @@ def check_server_settings(mode: str, cert_path: str | None, key_path: str | None
         missing = "tlsServerCertPath" if not cert_path else "tlsServerKeyPath"
         return f"tlsServerMode={mode} needs {missing} (the server's PEM certificate chain and private key)"
     return None
+
+
+def server_config_error(mode: str, cert_path: str | None, key_path: str | None,
+                        password: str | None = None) -> tuple[str, str] | None:
+    """A daemon's TLS keys checked at load, the files read too: (key to blame, why), or None.
+    Both daemons' config validators call this, so a bad certificate stops the start with
+    the key named instead of failing at the first TLS client."""
+    err = check_server_settings(mode, cert_path, key_path)
+    if err:
+        return ("tlsServerMode" if mode not in TLS_MODES else
+                "tlsServerCertPath" if not cert_path else "tlsServerKeyPath"), err
+    if mode != "disabled":
+        try:
+            server_context(cert_path, key_path, password)
+        except ValueError as e:
+            return "tlsServerCertPath", str(e)
+    return None
+
+
+def server_gate(mode: str, cert_path: str | None, key_path: str | None, password: str | None = None,
+                name: str = "server") -> TlsGate | None:
+    """A daemon's TlsGate from its keys (None when disabled): what its RemotingServer takes."""
+    if mode == "disabled":
+        return None
+    return TlsGate(mode, server_context(cert_path, key_path, password), name)
 
 
 def server_context(cert_path: str, key_path: str, password: str | None = None) -> ssl.SSLContext:
