@@ -44,7 +44,7 @@ accounts:
     admin: false
     defaultTopicPerm: DENY
     defaultGroupPerm: SUB
-    topicPerms: [AclT=PUB|SUB, SubOnlyT=SUB]
+    topicPerms: [AclT=PUB|SUB, OnsT=PUB|SUB, SubOnlyT=SUB]
     groupPerms: [DeniedG=DENY]
 """
 
@@ -54,9 +54,9 @@ def signed(cmd: RemotingCommand, creds) -> RemotingCommand:
     return cmd
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("acl"))
+def start_acl_cluster(root: str) -> Cluster:
+    """A nameserver and a broker with ACL on (ACL_YML for both; the broker signs its
+    registration as BROKER_SELF, an admin account); `.acl_path`, `.metrics_port` set."""
     conf = os.path.join(root, "broker.conf")
     metrics = free_port()
     with open(conf, "w") as f:
@@ -73,6 +73,12 @@ def cluster(tmp_path_factory):
     c.metrics_port = metrics
     c.acl_path = os.path.join(root, "plain_acl.yml")
     c.start()
+    return c
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = start_acl_cluster(str(tmp_path_factory.mktemp("acl")))
     yield c
     c.stop()
 
