@@ -3,6 +3,9 @@
     pocketmq dev            a nameserver and a broker in one process (store in ./pocketmq-dev),
                             listening on 127.0.0.1 only (--bind 0.0.0.0: every interface)
     pocketmq dev --demo     the same, then send and consume a few messages and print them
+    pocketmq dev --accessKey AK --secretKey SK
+                            with plain ACL on both daemons, AK an admin account
+                            (also from $ROCKETMQ_ACCESS_KEY / $ROCKETMQ_SECRET_KEY)
 """
 from __future__ import annotations
 
@@ -45,21 +48,44 @@ def _parser() -> argparse.ArgumentParser:
                           "the broker then advertises this host's first non-loopback address)")
     dev.add_argument("--demo", action="store_true", help="send and consume a few messages, print them, exit")
     dev.add_argument("--sync-flush", action="store_true", help="flushDiskType=SYNC_FLUSH")
+    dev.add_argument("--accessKey", metavar="AK",
+                     help="run plain ACL with this admin account (default: $ROCKETMQ_ACCESS_KEY); "
+                          "the demo signs with it; keys longer than 6 characters")
+    dev.add_argument("--secretKey", metavar="SK", help="its secret key (default: $ROCKETMQ_SECRET_KEY)")
     return p
 
 
-async def _demo(namesrv_addr: str, broker_addr: str, count: int = 5) -> list:
+def _acl_args(store_dir: str, creds) -> tuple[list[str], list[str]]:
+    """With credentials, the dev cluster runs plain ACL: {dir}/plain_acl.yml (rewritten at
+    each start) holds that one account as admin, both daemons check every request with it,
+    and the broker signs its registration as it. Returns (nameserver args, broker args)."""
+    if creds is None:
+        return [], []
+    import json
+    path = os.path.join(store_dir, "plain_acl.yml")
+    with open(path, "w") as f:
+        # JSON strings are YAML scalars: any character of a key survives quoting
+        f.write("# written by `pocketmq dev` from its --accessKey/--secretKey (or the environment)\n"
+                f"accounts:\n  - accessKey: {json.dumps(creds.access_key)}\n"
+                f"    secretKey: {json.dumps(creds.secret_key)}\n    admin: true\n")
+    os.chmod(path, 0o600)
+    common = ["--aclEnable=true", f"--aclFilePath={path}"]
+    return common, common + [f"--accessKey={creds.access_key}", f"--secretKey={creds.secret_key}"]
+
+
+async def _demo(namesrv_addr: str, broker_addr: str, count: int = 5, credentials=None) -> list:
     """Produce and consume through the wire protocol, as any RocketMQ client would."""
     from pocketmq.client.lite_pull_consumer import LitePullConsumer
     from pocketmq.client.message import Message
     from pocketmq.client.producer import Producer
     topic = "DemoTopic"
     received = []
-    async with Producer("demo_producer", namesrv_addr) as producer:
+    async with Producer("demo_producer", namesrv_addr, credentials=credentials) as producer:
         for i in range(count):
             r = await producer.send(Message(topic, f"hello pocketmq #{i}", tags="demo", keys=f"k{i}"))
             print(f"sent     msgId={r.msg_id} queue={r.queue.queue_id} offset={r.queue_offset}")
-    consumer = LitePullConsumer("demo_consumer", namesrv_addr, consume_from_where="FIRST_OFFSET")
+    consumer = LitePullConsumer("demo_consumer", namesrv_addr, consume_from_where="FIRST_OFFSET",
+                                credentials=credentials)
     consumer.subscribe(topic, "demo")
     async with consumer:
         deadline = time.monotonic() + 20
@@ -78,10 +104,14 @@ async def _dev(args) -> int:
     from pocketmq.broker.config import parse_args as broker_args
     from pocketmq.nameserver.app import NameServer
     from pocketmq.nameserver.config import parse_args as ns_args
+    from pocketmq.client.credentials import resolve_credentials
+    creds = resolve_credentials(args.accessKey, args.secretKey)
     store_dir = os.path.abspath(args.dir)
     os.makedirs(store_dir, exist_ok=True)
     print(f"pocketmq dev: store in {store_dir}", flush=True)
-    ns_cfg, _ = ns_args([f"--listenPort={args.namesrv_port}", f"--kvConfigPath={store_dir}/namesrv/kvConfig.json"])
+    ns_acl, broker_acl = _acl_args(store_dir, creds)
+    ns_cfg, _ = ns_args([f"--listenPort={args.namesrv_port}", f"--kvConfigPath={store_dir}/namesrv/kvConfig.json"]
+                        + ns_acl)
     every_interface = ipaddress.ip_address(args.bind).is_unspecified
     # Where this process reaches its own nameserver, and the address the broker advertises:
     # the bound address itself, or (bound to every interface) loopback and the default brokerIP1.
@@ -91,7 +121,10 @@ async def _dev(args) -> int:
                             f"--storePathRootDir={store_dir}/store",
                             "--mappedFileSizeCommitLog=134217728"]
                            + ([] if every_interface else [f"--brokerIP1={args.bind}"])
-                           + (["--flushDiskType=SYNC_FLUSH"] if args.sync_flush else []))
+                           + (["--flushDiskType=SYNC_FLUSH"] if args.sync_flush else []) + broker_acl)
+    if creds is not None:
+        print(f"pocketmq dev: plain ACL on, admin account {creds.access_key} ({store_dir}/plain_acl.yml)",
+              flush=True)
     namesrv = NameServer(ns_cfg, host=args.bind)
     broker = Broker(b_cfg, host=args.bind)
     await _start(namesrv, args.bind, args.namesrv_port, "--namesrv-port")
@@ -106,7 +139,7 @@ async def _dev(args) -> int:
             print(f"pocketmq dev: nameserver {namesrv_addr}, broker {broker.addr}, listening on {where} "
                   f"(export NAMESRV_ADDR={namesrv_addr})", flush=True)
             if args.demo:
-                got = await _demo(namesrv_addr, broker.addr)
+                got = await _demo(namesrv_addr, broker.addr, credentials=creds)
                 print(f"pocketmq dev --demo: {len(got)} messages consumed", flush=True)
                 return 0 if got else 1
             from pocketmq.remoting.daemon import run_until_signal
@@ -138,9 +171,11 @@ def main(argv=None) -> int:
     if args.command == "dev":
         from pocketmq.broker.app import MetadataError
         from pocketmq.broker.store.api import StoreError
+        from pocketmq.client.errors import InvalidArgumentError
+        from pocketmq.common.properties_file import ConfigError
         try:
             return asyncio.run(_dev(args))
-        except (PortInUse, OSError, StoreError, MetadataError) as e:
+        except (PortInUse, OSError, StoreError, MetadataError, InvalidArgumentError, ConfigError) as e:
             print(f"pocketmq dev: {e}", file=sys.stderr)
             return 1
     return 2

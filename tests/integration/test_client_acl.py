@@ -5,6 +5,9 @@ names the account and the reason, with nothing stored."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -16,6 +19,7 @@ from pocketmq.client.transaction_producer import LocalTransactionState, Transact
 from pocketmq.protocol.bodies import MessageQueue, TopicConfig
 from tests.integration.test_acl_broker import ADMIN, APP, start_acl_cluster
 from tests.integration.test_client_cluster import uniq
+from tests.support.daemons import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -146,3 +150,37 @@ def test_sync_facade_with_credentials(cluster):
         with sync.Producer(uniq("P"), cluster.namesrv_addr, instance_name=uniq("p"),
                            credentials=(APP[0], "wrongSecret")) as p:
             p.send(Message("AclT", b"blocking"))
+
+
+# --- the tools take credentials ---------------------------------------------------------------
+
+def test_mqadmin_signs_with_flags_or_environment(cluster, capsys, monkeypatch):
+    from pocketmq.tools.mqadmin.cli import main as admin_main
+    monkeypatch.delenv("ROCKETMQ_ACCESS_KEY", raising=False)
+    monkeypatch.delenv("ROCKETMQ_SECRET_KEY", raising=False)
+    base = ["updateTopic", "-n", cluster.namesrv_addr, "-b", cluster.broker_addr]
+    assert admin_main([*base, "-t", uniq("AdmT")]) != 0
+    assert "No accessKey is configured" in capsys.readouterr().err
+    assert admin_main([*base, "-t", uniq("AdmT"), "--accessKey", APP[0], "--secretKey", APP[1]]) != 0
+    assert "Need admin permission" in capsys.readouterr().err
+    assert admin_main([*base, "-t", uniq("AdmT"), "--accessKey", ADMIN[0], "--secretKey", ADMIN[1]]) == 0
+    assert admin_main([*base, "-t", uniq("AdmT"), "--accessKey", ADMIN[0]]) == 2
+    assert "secretKey is missing" in capsys.readouterr().err
+    monkeypatch.setenv("ROCKETMQ_ACCESS_KEY", ADMIN[0])
+    monkeypatch.setenv("ROCKETMQ_SECRET_KEY", ADMIN[1])
+    assert admin_main([*base, "-t", uniq("AdmT")]) == 0
+    # the flags win over the environment
+    assert admin_main([*base, "-t", uniq("AdmT"), "--accessKey", APP[0], "--secretKey", APP[1]]) != 0
+
+
+def test_pocketmq_dev_runs_acl_with_its_credentials(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETMQ_")}
+    cmd = [sys.executable, "-m", "pocketmq", "dev", "--demo", "--dir", str(tmp_path / "dev"),
+           "--namesrv-port", str(free_port()), "--broker-port", str(free_port())]
+    r = subprocess.run([*cmd, "--accessKey", "devAdmin1", "--secretKey", "devSecret1"], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "plain ACL on, admin account devAdmin1" in r.stdout and "5 messages consumed" in r.stdout
+    assert "secretKey: \"devSecret1\"" in (tmp_path / "dev" / "plain_acl.yml").read_text()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=dict(env, ROCKETMQ_ACCESS_KEY="devAdmin1"))
+    assert r.returncode == 1 and "ROCKETMQ_SECRET_KEY is not set" in r.stderr

@@ -38,6 +38,8 @@ from pocketmq.tools.mqadmin import (
     tables,
     topic,
 )
+from pocketmq.client.credentials import resolve_credentials
+from pocketmq.client.errors import InvalidArgumentError
 from pocketmq.tools.mqadmin.command import Command, Opt, Out
 from pocketmq.tools.mqadmin.errors import (
     EXIT_FAILED,
@@ -51,6 +53,15 @@ from pocketmq.tools.mqadmin.session import NO_NAMESRV, AdminSession
 
 _N = Opt("n", "namesrvAddr", "Name server address list, eg: '192.168.0.1:9876;192.168.0.2:9876' "
                              "(default: $NAMESRV_ADDR)", metavar="ip:port")
+
+# Every command's session credentials and TLS (issue 32). RocketMQ's mqadmin has no such
+# flags (it reads conf/tools.yml); the environment variables work for every tool. A command
+# whose own flags are named accessKey/secretKey (updateAclConfig: the account it writes)
+# takes the session's from the environment only.
+_SESSION_FLAGS = (
+    ("accessKey", "ACL access key every request is signed with (default: $ROCKETMQ_ACCESS_KEY)"),
+    ("secretKey", "ACL secret key (default: $ROCKETMQ_SECRET_KEY)"),
+)
 
 # in the order `mqadmin help` lists them
 COMMANDS: dict[str, Command] = {c.name: c for family in (topic, cluster, controller, stats, broker, namesrv, consumer,
@@ -82,6 +93,13 @@ def build_parser(c: Command) -> argparse.ArgumentParser:
         else:
             kw["action"] = "store_true"
         p.add_argument(f"-{o.short}", f"--{o.long}", **kw)
+    taken = {o.long for o in c.opts}
+    for long, text in _SESSION_FLAGS:
+        if long not in taken:
+            p.add_argument(f"--{long}", dest=f"session_{long}", metavar=long, help=text)
+    if "tls" not in taken:
+        p.add_argument("--tls", dest="session_tls", action="store_true",
+                       help="connect over TLS (daemons with tlsServerMode permissive or enforcing)")
     return p
 
 
@@ -100,7 +118,12 @@ async def _run(c: Command, args: argparse.Namespace, out: Out) -> None:
     namesrv = args.namesrvAddr or os.environ.get("NAMESRV_ADDR") or None
     if c.needs_namesrv and not namesrv:
         raise UsageError(NO_NAMESRV)
-    session = AdminSession(namesrv)
+    try:
+        credentials = resolve_credentials(getattr(args, "session_accessKey", None),
+                                          getattr(args, "session_secretKey", None))
+    except InvalidArgumentError as e:
+        raise UsageError(str(e)) from None
+    session = AdminSession(namesrv, credentials=credentials, tls=getattr(args, "session_tls", False) or None)
     try:
         await c.run(session, args, out)
     finally:

@@ -54,13 +54,14 @@ def parse_namesrv_addrs(namesrv: str | None) -> list[str]:
 
 
 class AdminSession:
-    def __init__(self, namesrv: str | None):
+    def __init__(self, namesrv: str | None, *, credentials=None, tls=None):
         self.namesrv_addrs = parse_namesrv_addrs(namesrv)
         # busy_poll_us=0: a console waits for one answer at a time, spinning saves nothing.
         # JSON headers, fixed: a codec negotiation would cost every broker one more request
         # (and, on a broker that does not answer, a second timeout before the real one).
         self.instance = ClientInstance(f"{local_ip()}@mqadmin-{os.getpid()}", ";".join(self.namesrv_addrs),
-                                       busy_poll_us=0, serialize_type=SerializeType.JSON)
+                                       busy_poll_us=0, serialize_type=SerializeType.JSON,
+                                       credentials=credentials, tls=tls)
         self.api = self.instance.api
         self.api.timeout_s = REQUEST_TIMEOUT_S
 
