@@ -16,6 +16,10 @@ Names and semantics follow Spark's Kafka source (anchors.md 4.1) where they exis
 | failOnDataLoss    | true        | fail when a wanted range starts below the queue's min offset   |
 | maxOffsetsPerTrigger | none     | stream: cap of offsets per micro-batch, split over the queues   |
 | groupId           | none        | stream: commit each micro-batch's end as this group's offsets   |
+| accessKey         | none        | plain ACL: sign every request with this account (source, sink)  |
+| secretKey         | none        | its secret; both or neither (default: the driver's environment  |
+|                   |             | ROCKETMQ_ACCESS_KEY / ROCKETMQ_SECRET_KEY, read when the query   |
+|                   |             | is planned and shipped to the executors with the options)       |
 
 A stream (`parse_reader_options(..., streaming=True)`) starts at `latest` by default, as
 Kafka's streams do, and refuses the batch-only end bounds. The offsets JSON
@@ -27,6 +31,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+
+from pocketmq.client.credentials import Credentials, resolve_credentials
+from pocketmq.client.errors import InvalidArgumentError
 
 EARLIEST = -2
 LATEST = -1
@@ -67,6 +74,16 @@ def _int(options: dict, name: str) -> int | None:
         return int(str(v).strip())
     except ValueError:
         raise OptionError(f"option {name} must be an integer, got {v!r}") from None
+
+
+def parse_credentials(options, environ=None) -> Credentials | None:
+    """accessKey / secretKey (else ROCKETMQ_ACCESS_KEY / ROCKETMQ_SECRET_KEY of `environ`,
+    the driver's environment; None: no fallback). Credentials never print their secret."""
+    try:
+        return resolve_credentials(options.get("accessKey"), options.get("secretKey"),
+                                   environ if environ is not None else {})
+    except InvalidArgumentError as e:
+        raise OptionError(f"option {e}") from None
 
 
 def require_namesrv(options: dict) -> str:
@@ -151,13 +168,14 @@ class ReaderOptions:
     fail_on_data_loss: bool
     max_offsets_per_trigger: int | None = None   # stream only
     group_id: str | None = None                  # stream only
+    credentials: Credentials | None = None       # accessKey / secretKey
 
 
 STREAM_ONLY = ("maxOffsetsPerTrigger", "groupId")
 BATCH_ONLY = ("endingOffsets", "endingTimestamp")
 
 
-def parse_reader_options(options, streaming: bool = False) -> ReaderOptions:
+def parse_reader_options(options, streaming: bool = False, environ=None) -> ReaderOptions:
     """Batch (streaming=False) or stream reader options. The two differ like Kafka's: a
     stream starts at `latest` by default and has no end bound (endingOffsets and
     endingTimestamp are an OptionError); maxOffsetsPerTrigger and groupId only act on
@@ -213,7 +231,8 @@ def parse_reader_options(options, streaming: bool = False) -> ReaderOptions:
         ending_timestamp=None if streaming else _int(options, "endingTimestamp"),
         min_partitions=min_parts, sub_expression=sub_expr,
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
-        max_offsets_per_trigger=max_per_trigger, group_id=group_id)
+        max_offsets_per_trigger=max_per_trigger, group_id=group_id,
+        credentials=parse_credentials(options, environ))
 
 
 def tag_set(sub_expression: str) -> frozenset[str] | None:
@@ -229,9 +248,10 @@ class WriterOptions:
     topic: str | None
     producer_group: str
     batch_size: int
+    credentials: Credentials | None = None
 
 
-def parse_writer_options(options) -> WriterOptions:
+def parse_writer_options(options, environ=None) -> WriterOptions:
     options = _Options(options)
     namesrv = require_namesrv(options)
     topic = options.get("topic")
@@ -239,4 +259,5 @@ def parse_writer_options(options) -> WriterOptions:
     if batch < 1:
         raise OptionError(f"option batchSize must be >= 1, got {batch}")
     return WriterOptions(namesrv, str(topic).strip() if topic and str(topic).strip() else None,
-                         str(options.get("producerGroup") or "spark-writer"), batch)
+                         str(options.get("producerGroup") or "spark-writer"), batch,
+                         parse_credentials(options, environ))

@@ -11,7 +11,7 @@ from pocketmq.client import sync
 from pocketmq.client.instance import ClientInstance, default_instance_name, local_ip
 
 _lock = threading.Lock()
-_instances: dict[str, ClientInstance] = {}
+_instances: dict[tuple, ClientInstance] = {}   # (nameserver address, credentials) -> instance
 
 
 def _forget_after_fork() -> None:
@@ -24,16 +24,19 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-async def _instance(namesrv_addr: str) -> ClientInstance:
-    inst = _instances.get(namesrv_addr)
+async def _instance(namesrv_addr: str, credentials=None) -> ClientInstance:
+    key = (namesrv_addr, credentials)
+    inst = _instances.get(key)
     if inst is None or inst.closed:
-        inst = ClientInstance(f"{local_ip()}@spark-{default_instance_name()}", namesrv_addr)
-        _instances[namesrv_addr] = inst
+        inst = ClientInstance(f"{local_ip()}@spark-{default_instance_name()}", namesrv_addr,
+                              credentials=credentials)
+        _instances[key] = inst
     return inst
 
 
-def run_with_instance(namesrv_addr: str, fn, timeout_s: float | None = 120.0):
-    """Run `fn(instance)` (a coroutine function) on the client loop and return its result."""
+def run_with_instance(namesrv_addr: str, fn, timeout_s: float | None = 120.0, credentials=None):
+    """Run `fn(instance)` (a coroutine function) on the client loop and return its result;
+    `credentials` (the accessKey / secretKey options) sign every request."""
     async def go():
-        return await fn(await _instance(namesrv_addr))
+        return await fn(await _instance(namesrv_addr, credentials))
     return sync.run(go(), timeout_s)

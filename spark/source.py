@@ -15,6 +15,7 @@ schema by default, or a subset the user names with `.schema(...)`.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import (
@@ -69,7 +70,8 @@ def _stream_module():
 
 class PocketMQReader(DataSourceReader):
     def __init__(self, options, columns: tuple[str, ...] | None = None):
-        self.opts = parse_reader_options(dict(options))
+        # on the driver: the credentials' environment fallback is the driver's
+        self.opts = parse_reader_options(dict(options), environ=os.environ)
         self.columns = columns      # schema.projection: None = every column
 
     def partitions(self):
@@ -86,7 +88,7 @@ class PocketMQReader(DataSourceReader):
         if r is None:
             return iter(())
         return read_range(self.opts.namesrv_addr, r, self.opts.sub_expression, self.opts.fail_on_data_loss,
-                          self.columns)
+                          self.columns, credentials=self.opts.credentials)
 
 
 @dataclass
@@ -97,7 +99,7 @@ class WriteResult(WriterCommitMessage):
 
 class PocketMQWriter(DataSourceWriter):
     def __init__(self, options, overwrite: bool):
-        self.opts = parse_writer_options(dict(options))
+        self.opts = parse_writer_options(dict(options), environ=os.environ)
         self.overwrite = overwrite
         self.committed: list[WriteResult] | None = None
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSourceStreamReader, DataSourceStreamWriter, WriterCommitMessage
@@ -58,7 +59,7 @@ DRIVER_CALL_TIMEOUT_S = 120.0
 
 class PocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options, columns: tuple[str, ...] | None = None):
-        self.opts = parse_reader_options(dict(options), streaming=True)
+        self.opts = parse_reader_options(dict(options), streaming=True, environ=os.environ)
         self.columns = columns                               # schema.projection: None = every column
         self._inst = None                                    # the driver's ClientInstance, opened on use
         self._target: dict[QueueKey, int] | None = None      # availableNow: the max offsets at its start
@@ -79,7 +80,7 @@ class PocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         async def go():
             if self._inst is None or self._inst.closed:
                 self._inst = ClientInstance(f"{local_ip()}@spark-stream-{default_instance_name()}",
-                                            self.opts.namesrv_addr)
+                                            self.opts.namesrv_addr, credentials=self.opts.credentials)
             return await fn(self._inst)
         return sync.run(go(), DRIVER_CALL_TIMEOUT_S)
 
@@ -192,7 +193,7 @@ class PocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from pocketmq.spark.read import read_range
 
         return read_range(self.opts.namesrv_addr, partition.value, self.opts.sub_expression,
-                          self.opts.fail_on_data_loss, self.columns)
+                          self.opts.fail_on_data_loss, self.columns, credentials=self.opts.credentials)
 
     # -- after a micro-batch ----------------------------------------------------------------
     def commit(self, end: dict) -> None:
@@ -255,7 +256,7 @@ class PocketMQStreamWriter(DataSourceStreamWriter):
     back: at-least-once, like Kafka's sink (a replayed batch is sent again)."""
 
     def __init__(self, options):
-        self.opts = parse_writer_options(dict(options))
+        self.opts = parse_writer_options(dict(options), environ=os.environ)
 
     def write(self, iterator):
         from pocketmq.spark.write import write_rows

@@ -6,14 +6,15 @@ from pocketmq.client import Message
 from pocketmq.client import sync
 from pocketmq.spark.options import WriterOptions
 
-_producers: dict[tuple[str, str], sync.Producer] = {}
+_producers: dict[tuple, sync.Producer] = {}
 
 
 def _producer(opts: WriterOptions) -> sync.Producer:
-    key = (opts.namesrv_addr, opts.producer_group)
+    key = (opts.namesrv_addr, opts.producer_group, opts.credentials)
     p = _producers.get(key)
     if p is None:
-        p = _producers[key] = sync.Producer(opts.producer_group, opts.namesrv_addr).start()
+        p = _producers[key] = sync.Producer(opts.producer_group, opts.namesrv_addr,
+                                            credentials=opts.credentials).start()
     return p
 
 

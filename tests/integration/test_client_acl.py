@@ -184,3 +184,30 @@ def test_pocketmq_dev_runs_acl_with_its_credentials(tmp_path):
     assert "secretKey: \"devSecret1\"" in (tmp_path / "dev" / "plain_acl.yml").read_text()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=dict(env, ROCKETMQ_ACCESS_KEY="devAdmin1"))
     assert r.returncode == 1 and "ROCKETMQ_SECRET_KEY is not set" in r.stderr
+
+
+def test_spark_source_and_sink_options_sign(cluster):
+    """The Spark connector's driver and executor paths (plan_read, pull_range, write_rows:
+    what source.py runs, here without a Spark session) sign with accessKey/secretKey."""
+    pytest.importorskip("pyarrow")
+    from pocketmq.spark.options import parse_reader_options, parse_writer_options
+    from pocketmq.spark.plan import plan_read
+    from pocketmq.spark.read import pull_range
+    from pocketmq.spark.write import write_rows
+    asyncio.run(ensure_topic(cluster, "AclT"))
+    start = asyncio.run(max_offset(cluster, "AclT"))
+    creds = {"accessKey": APP[0], "secretKey": APP[1]}
+    w = parse_writer_options({"namesrvAddr": cluster.namesrv_addr, "topic": "AclT",
+                              "producerGroup": uniq("SparkW"), **creds})
+    assert write_rows(w, [{"body": f"spark-{i}".encode()} for i in range(10)]) == (10, 1)
+    r = parse_reader_options({"namesrvAddr": cluster.namesrv_addr, "subscribe": "AclT",
+                              "startingOffsets": f'{{"AclT": {{"broker-a:0": {start}}}}}', **creds})
+    ranges = plan_read(r)
+    got = sum(len(part) for rr in ranges for parts in pull_range(r.namesrv_addr, rr, "*", True,
+                                                                 credentials=r.credentials) for part in parts)
+    assert got == 10
+    # without credentials the sink's sends are refused by name
+    unsigned = parse_writer_options({"namesrvAddr": cluster.namesrv_addr, "topic": "AclT",
+                                     "producerGroup": uniq("SparkW")}, environ={})
+    with pytest.raises(RuntimeError, match="ACL denied a client without credentials.*No accessKey is configured"):
+        write_rows(unsigned, [{"body": b"x"}])

@@ -179,3 +179,18 @@ async def test_client_api_names_the_signing_account():
 
     with pytest.raises(AclDeniedError, match="account RocketMQ by b:1: No default permission for TopicA"):
         await ClientAPI(_T())._ok("b:1", RequestCode.GET_MAX_OFFSET, {"topic": "TopicA", "queueId": "0"})
+
+
+# --- the Spark source's and sink's options ---------------------------------------------------------
+
+def test_spark_options_take_credentials():
+    from pocketmq.spark.options import OptionError, parse_reader_options, parse_writer_options
+    base = {"namesrvAddr": "h:1", "subscribe": "T"}
+    r = parse_reader_options({**base, "accesskey": AK, "SECRETKEY": SK})     # case-insensitive, as Spark's
+    assert r.credentials == Credentials(AK, SK) and SK not in repr(r)
+    assert parse_reader_options(base).credentials is None
+    env = {"ROCKETMQ_ACCESS_KEY": AK, "ROCKETMQ_SECRET_KEY": SK}
+    assert parse_writer_options({"namesrvAddr": "h:1"}, environ=env).credentials == Credentials(AK, SK)
+    assert parse_reader_options(base, streaming=True, environ=env).credentials == Credentials(AK, SK)
+    with pytest.raises(OptionError, match="secretKey is missing"):
+        parse_writer_options({"namesrvAddr": "h:1", "accessKey": AK})
