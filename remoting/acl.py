@@ -8,7 +8,8 @@ the folder's files first (sorted), the main file last; an accessKey defined twic
 first definition. A missing main file is an empty one (everything signed is refused).
 
 Reload (Java's AclFileWatchService polls every 5 s): every `poll_interval_s` (1 s) the
-files' (mtime, size, inode) are compared with the last load; any change reloads them all.
+files' (mtime, size, inode) are compared with the last load; any change reloads them all,
+read and parsed in a worker thread (the event loop only swaps the table in).
 A file that does not parse keeps the previous accounts (logged once per change, naming the
 file and line); at start it refuses the start instead, as Java's broker does.
 
@@ -121,23 +122,41 @@ class AclService:
                  len(table.accounts), len(table.global_white),
                  ", ".join(p for p, s in stamps.items() if s is not None) or "no file")
 
-    def poll(self) -> bool:
-        """Reload when a file changed, appeared or went away. True when reloaded."""
-        paths = acl_files(self.main_path)
-        stamps = {p: _stamp(p) for p in paths}
-        if stamps == self._stamps or stamps == self._failed_stamps:
-            return False
+    def _changed(self) -> dict | None:
+        """The files' stamps when they differ from the last load (and the last failure)."""
+        stamps = {p: _stamp(p) for p in acl_files(self.main_path)}
+        return None if stamps == self._stamps or stamps == self._failed_stamps else stamps
+
+    def _read_or_error(self):
         try:
-            table, stamps = self._read_all()
+            return self._read_all()
         except (rules.AclConfigError, OSError) as e:
+            return e
+
+    def _apply(self, stamps: dict, result) -> bool:
+        if isinstance(result, Exception):
             self.reload_failures += 1
             self._failed_stamps = stamps
-            self.last_error = str(e)
-            log.error("%s ACL not reloaded, the previous accounts stay in force: %s", self.name, e)
+            self.last_error = str(result)
+            log.error("%s ACL not reloaded, the previous accounts stay in force: %s", self.name, result)
             return False
         self.reloads += 1
-        self._install(table, stamps)
+        self._install(*result)
         return True
+
+    def poll(self) -> bool:
+        """Reload when a file changed, appeared or went away (here, synchronously). True
+        when reloaded."""
+        stamps = self._changed()
+        return stamps is not None and self._apply(stamps, self._read_or_error())
+
+    async def poll_async(self) -> bool:
+        """poll(), the files read and parsed in a worker thread: a large or hostile file
+        never stalls the event loop (YAML parses at about 1 MB/s)."""
+        stamps = self._changed()
+        if stamps is None:
+            return False
+        return self._apply(stamps, await asyncio.to_thread(self._read_or_error))
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._watch(), name=f"{self.name}-acl-watch")
@@ -150,7 +169,7 @@ class AclService:
         while True:
             await asyncio.sleep(self.poll_interval_s)
             try:
-                self.poll()
+                await self.poll_async()
             except Exception:
                 log.exception("ACL reload failed")
 
@@ -222,7 +241,7 @@ class AclService:
             if text is None:
                 return False
             await asyncio.to_thread(_write, path, text.encode("utf-8"))
-            self.poll()
+            await self.poll_async()
             return True
 
 

@@ -365,7 +365,8 @@ def test_check_never_raises_on_hostile_requests(table):
     rng = random.Random(32)
     for _ in range(2000):
         ext = {rng.choice(["AccessKey", "Signature", "b", "a", "topic", "consumerGroup", "x"]):
-               rng.choice(["", AK, "%RETRY%", "\u0000", "topicB", "x" * 1000]) for _ in range(rng.randrange(6))}
+               rng.choice(["", AK, "%RETRY%", "\u0000", "topicB", "x" * 1000, "x\ud800"])
+               for _ in range(rng.randrange(6))}
         body = rng.choice([None, b"", b"{}", b"\xff" * 10, b'{"clientID":"c","consumerDataSet":[{"x":1}]}'])
         code = rng.choice([10, 11, 12, 15, 17, 34, 35, 36, 38, 50, 310, 320, 999])
         d = A.check(table, code, ext, body, rng.choice(["1.1.1.1", "", None, "not-an-ip", "::1"]))
