@@ -278,3 +278,18 @@ async def test_denies_are_counted_in_metrics(cluster, client):
     lines = [ln for ln in text.splitlines() if ln.startswith("pocketmq_acl_denied_total")]
     assert any('reason="no_access_key"' in ln and 'code="310"' in ln for ln in lines), lines
     assert any(ln.startswith("pocketmq_acl_accounts") for ln in text.splitlines())
+
+
+async def test_a_broken_file_refuses_the_start(tmp_path):
+    import subprocess
+    import sys
+    conf = tmp_path / "broker.conf"
+    conf.write_text("aclEnable=true\n")
+    (tmp_path / "plain_acl.yml").write_text("accounts:\n  - accessKey: abcdefgh\n    secretKey: abcdefgh\n"
+                                           "  - accessKey: short\n    secretKey: abc\n")
+    argv = [sys.executable, "-m", "pocketmq.broker", "-c", str(conf), f"--listenPort={free_port()}",
+            f"--storePathRootDir={tmp_path}/store", "--mappedFileSizeCommitLog=1048576"]
+    r = await asyncio.to_thread(subprocess.run, argv, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert (f"broker failed to start: cannot load the ACL: {tmp_path}/plain_acl.yml:4: The accessKey=short and "
+            f"secretKey=<3 characters> cannot be null and length should longer than 6") in r.stdout + r.stderr
