@@ -195,8 +195,8 @@ class AclService:
         """None, or the reply to a denied request (a oneway one is not answered: the
         connection sends nothing for it)."""
         addr = getattr(conn, "remote_addr", "") or ""
-        ip = addr.rpartition(":")[0] if ":" in addr else addr
-        denial = rules.check(self.table, cmd.code, cmd.ext_fields, cmd.body, ip.strip("[]"), self.admin_codes)
+        ip = addr.rpartition(":")[0].strip("[]") if ":" in addr else addr
+        denial = rules.check(self.table, cmd.code, cmd.ext_fields, cmd.body, ip, self.admin_codes)
         if denial is None:
             return None
         self._record(denial, cmd.code, addr)
