@@ -20,6 +20,8 @@ Names and semantics follow Spark's Kafka source (anchors.md 4.1) where they exis
 | secretKey         | none        | its secret; both or neither (default: the driver's environment  |
 |                   |             | ROCKETMQ_ACCESS_KEY / ROCKETMQ_SECRET_KEY, read when the query   |
 |                   |             | is planned and shipped to the executors with the options)       |
+| tlsEnable         | false       | every connection over TLS (RocketMQ's tls.enable; the server's   |
+|                   |             | certificate not verified, as RocketMQ's clients default)         |
 
 A stream (`parse_reader_options(..., streaming=True)`) starts at `latest` by default, as
 Kafka's streams do, and refuses the batch-only end bounds. The offsets JSON
@@ -169,6 +171,7 @@ class ReaderOptions:
     max_offsets_per_trigger: int | None = None   # stream only
     group_id: str | None = None                  # stream only
     credentials: Credentials | None = None       # accessKey / secretKey
+    tls: bool = False                            # tlsEnable
 
 
 STREAM_ONLY = ("maxOffsetsPerTrigger", "groupId")
@@ -232,7 +235,7 @@ def parse_reader_options(options, streaming: bool = False, environ=None) -> Read
         min_partitions=min_parts, sub_expression=sub_expr,
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         max_offsets_per_trigger=max_per_trigger, group_id=group_id,
-        credentials=parse_credentials(options, environ))
+        credentials=parse_credentials(options, environ), tls=_bool(options, "tlsEnable", False))
 
 
 def tag_set(sub_expression: str) -> frozenset[str] | None:
@@ -249,6 +252,7 @@ class WriterOptions:
     producer_group: str
     batch_size: int
     credentials: Credentials | None = None
+    tls: bool = False
 
 
 def parse_writer_options(options, environ=None) -> WriterOptions:
@@ -260,4 +264,4 @@ def parse_writer_options(options, environ=None) -> WriterOptions:
         raise OptionError(f"option batchSize must be >= 1, got {batch}")
     return WriterOptions(namesrv, str(topic).strip() if topic and str(topic).strip() else None,
                          str(options.get("producerGroup") or "spark-writer"), batch,
-                         parse_credentials(options, environ))
+                         parse_credentials(options, environ), _bool(options, "tlsEnable", False))

@@ -233,4 +233,4 @@ def plan_read(opts: ReaderOptions) -> list[QueueRange]:
     if opts.pattern is None and not opts.topics:
         raise OptionError("option subscribe names no topic")
     return run_with_instance(opts.namesrv_addr, lambda inst: plan_read_async(inst, opts),
-                             credentials=opts.credentials)
+                             credentials=opts.credentials, tls=opts.tls)

@@ -230,13 +230,13 @@ _GO_ON = (PullResult.FOUND, PullResult.NO_MATCHED_MSG)
 
 
 def read_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_data_loss: bool,
-               columns: tuple[str, ...] | None = None, credentials=None):
+               columns: tuple[str, ...] | None = None, credentials=None, tls: bool = False):
     """Yield RecordBatches of the messages of `r` (exactly [start, end), tag-filtered), about
     BATCH_ROWS rows each (Arrow's and Spark's costs per batch are fixed: few large batches),
     made READ_AHEAD batches ahead by a thread while Spark consumes the previous ones.
     `columns` (schema.projection): only these columns, in that order (None: every one)."""
     batches = (batch for parts in pull_range(namesrv_addr, r, sub_expression, fail_on_data_loss,
-                                              credentials=credentials)
+                                              credentials=credentials, tls=tls)
                for batch in parts_to_batches(parts, r.broker_name, columns))
     return read_ahead(batches, READ_AHEAD)
 
@@ -285,7 +285,7 @@ def read_ahead(items, depth: int):
 
 
 def pull_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_data_loss: bool,
-               rows: int | None = None, credentials=None):
+               rows: int | None = None, credentials=None, tls: bool = False):
     """Yield the records of `r` (exactly [start, end), tag-filtered) in batches of about
     `rows` (BATCH_ROWS) records, each a list of non-empty segments in queue order
     (ColumnSegment, or lists of decode_records_raw tuples for the records the column-wise
@@ -299,7 +299,7 @@ def pull_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_da
     while offset < r.end:
         addr, results = run_with_instance(namesrv_addr,
                                           lambda inst, o=offset: _pulls(inst, r, o, sub_expression, rows),
-                                          credentials=credentials)
+                                          credentials=credentials, tls=tls)
         parts = []
         for res in results:
             segments = _body_segments(res.body, mq, addr) if res.body is not None else None

@@ -24,19 +24,21 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-async def _instance(namesrv_addr: str, credentials=None) -> ClientInstance:
-    key = (namesrv_addr, credentials)
+async def _instance(namesrv_addr: str, credentials=None, tls: bool = False) -> ClientInstance:
+    key = (namesrv_addr, credentials, tls)
     inst = _instances.get(key)
     if inst is None or inst.closed:
         inst = ClientInstance(f"{local_ip()}@spark-{default_instance_name()}", namesrv_addr,
-                              credentials=credentials)
+                              credentials=credentials, tls=tls or None)
         _instances[key] = inst
     return inst
 
 
-def run_with_instance(namesrv_addr: str, fn, timeout_s: float | None = 120.0, credentials=None):
+def run_with_instance(namesrv_addr: str, fn, timeout_s: float | None = 120.0, credentials=None,
+                      tls: bool = False):
     """Run `fn(instance)` (a coroutine function) on the client loop and return its result;
-    `credentials` (the accessKey / secretKey options) sign every request."""
+    `credentials` (the accessKey / secretKey options) sign every request, `tls` (tlsEnable)
+    encrypts every connection."""
     async def go():
-        return await fn(await _instance(namesrv_addr, credentials))
+        return await fn(await _instance(namesrv_addr, credentials, tls))
     return sync.run(go(), timeout_s)

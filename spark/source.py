@@ -88,7 +88,8 @@ class PocketMQReader(DataSourceReader):
         if r is None:
             return iter(())
         return read_range(self.opts.namesrv_addr, r, self.opts.sub_expression, self.opts.fail_on_data_loss,
-                          self.columns, credentials=self.opts.credentials)
+                          self.columns, credentials=self.opts.credentials,
+                          tls=self.opts.tls)
 
 
 @dataclass

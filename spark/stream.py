@@ -80,7 +80,8 @@ class PocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         async def go():
             if self._inst is None or self._inst.closed:
                 self._inst = ClientInstance(f"{local_ip()}@spark-stream-{default_instance_name()}",
-                                            self.opts.namesrv_addr, credentials=self.opts.credentials)
+                                            self.opts.namesrv_addr, credentials=self.opts.credentials,
+                                            tls=self.opts.tls or None)
             return await fn(self._inst)
         return sync.run(go(), DRIVER_CALL_TIMEOUT_S)
 
@@ -193,7 +194,8 @@ class PocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from pocketmq.spark.read import read_range
 
         return read_range(self.opts.namesrv_addr, partition.value, self.opts.sub_expression,
-                          self.opts.fail_on_data_loss, self.columns, credentials=self.opts.credentials)
+                          self.opts.fail_on_data_loss, self.columns, credentials=self.opts.credentials,
+                          tls=self.opts.tls)
 
     # -- after a micro-batch ----------------------------------------------------------------
     def commit(self, end: dict) -> None:

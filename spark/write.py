@@ -10,11 +10,11 @@ _producers: dict[tuple, sync.Producer] = {}
 
 
 def _producer(opts: WriterOptions) -> sync.Producer:
-    key = (opts.namesrv_addr, opts.producer_group, opts.credentials)
+    key = (opts.namesrv_addr, opts.producer_group, opts.credentials, opts.tls)
     p = _producers.get(key)
     if p is None:
         p = _producers[key] = sync.Producer(opts.producer_group, opts.namesrv_addr,
-                                            credentials=opts.credentials).start()
+                                            credentials=opts.credentials, tls=opts.tls or None).start()
     return p
 
 

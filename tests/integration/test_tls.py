@@ -143,3 +143,31 @@ async def test_tls_client_against_a_plaintext_server_fails_clearly(tmp_path):
             await client.close()
     finally:
         c.stop()
+
+
+def test_spark_source_and_sink_with_tls_enable(enforcing):
+    """tlsEnable: the Spark connector's driver and executor paths (plan_read, pull_range,
+    write_rows, without a Spark session) over TLS against enforcing daemons."""
+    import asyncio
+
+    pytest.importorskip("pyarrow")
+    from pocketmq.spark.options import parse_reader_options, parse_writer_options
+    from pocketmq.spark.plan import plan_read
+    from pocketmq.spark.read import pull_range
+    from pocketmq.spark.write import write_rows
+    topic = uniq("TlsSpark")
+
+    async def create():
+        inst = ClientInstance(f"127.0.0.1@{uniq('adm')}", enforcing.namesrv_addr, tls=True)
+        try:
+            await wait_topic(inst.api, enforcing, topic, 1)
+        finally:
+            await inst.close()
+    asyncio.run(create())
+    w = parse_writer_options({"namesrvAddr": enforcing.namesrv_addr, "topic": topic, "tlsEnable": "true",
+                              "producerGroup": uniq("SparkW")})
+    assert w.tls and write_rows(w, [{"body": f"s{i}".encode()} for i in range(7)]) == (7, 1)
+    r = parse_reader_options({"namesrvAddr": enforcing.namesrv_addr, "subscribe": topic, "tlsEnable": "true"})
+    got = sum(len(part) for rr in plan_read(r)
+              for parts in pull_range(r.namesrv_addr, rr, "*", True, tls=r.tls) for part in parts)
+    assert got == 7
