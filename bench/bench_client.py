@@ -56,6 +56,40 @@ from pocketmq.client import LitePullConsumer, Message, Producer, PushConsumer
 from pocketmq.protocol.codes import SerializeType
 
 
+# What every client of the run is given: credentials (--credentials: every request signed)
+# and tls (--tls). Set once by main() before the phases run.
+CLIENT_KW: dict = {}
+BENCH_ACCOUNT = ("benchAdmin", "benchSecret")
+
+
+def tls_and_acl_args(root: str, tls: str | None, credentials: bool) -> tuple[list[str], list[str]]:
+    """(nameserver args, broker args) for the cluster this starts: --tls = both daemons in
+    tlsServerMode=enforcing (`tls`: the mode) with a self-signed certificate made here by
+    openssl (the broker registering over TLS); --credentials = plain ACL on both,
+    BENCH_ACCOUNT an admin account (the broker checks every request's signature: signing
+    and verifying are both measured)."""
+    ns: list[str] = []
+    broker: list[str] = []
+    if tls:
+        import subprocess
+        cert, key = os.path.join(root, "cert.pem"), os.path.join(root, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                        "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=localhost"],
+                       check=True, capture_output=True, timeout=60)
+        keys = [f"--tlsServerMode={tls}", f"--tlsServerCertPath={cert}", f"--tlsServerKeyPath={key}"]
+        ns += keys
+        broker += keys + ["--useTLS=true"]
+    if credentials:
+        acl = os.path.join(root, "plain_acl.yml")
+        with open(acl, "w") as f:
+            f.write(f"accounts:\n  - accessKey: {BENCH_ACCOUNT[0]}\n    secretKey: {BENCH_ACCOUNT[1]}\n"
+                    "    admin: true\n")
+        ns += ["--aclEnable=true", f"--aclFilePath={acl}"]
+        broker += ["--aclEnable=true", f"--aclFilePath={acl}", f"--accessKey={BENCH_ACCOUNT[0]}",
+                   f"--secretKey={BENCH_ACCOUNT[1]}"]
+    return ns, broker
+
+
 def pct(values, p):
     if not values:
         return float("nan")
@@ -66,7 +100,7 @@ def pct(values, p):
 async def bench_sync_send(addr, topic, n, st):
     body = b"x" * 128
     lat = []
-    async with Producer("BenchSync", addr, instance_name="bench-sync", serialize_type=st) as p:
+    async with Producer("BenchSync", addr, instance_name="bench-sync", serialize_type=st, **CLIENT_KW) as p:
         for _ in range(200):
             await p.send(Message(topic, body))
         cpu0, t0 = time.process_time(), time.perf_counter()
@@ -102,7 +136,7 @@ async def bench_request_floor(addr, topic, n, st, broker_pid=None):
     from pocketmq.protocol.command import RemotingCommand
     body = b"x" * 128
     out = {}
-    async with Producer("BenchFloor", addr, instance_name="bench-floor", serialize_type=st) as p:
+    async with Producer("BenchFloor", addr, instance_name="bench-floor", serialize_type=st, **CLIENT_KW) as p:
         for _ in range(200):
             r = await p.send(Message(topic, body))
         inst = p.instance
@@ -251,7 +285,7 @@ async def bench_send_layers(addr, topic, seconds, rounds, broker_pid=None):
     On one core the rows above `producer` also show what a leaner client saves the broker:
     both processes share the CPU's caches."""
     out = {}
-    async with Producer("BenchLayers", addr, instance_name="bench-layers") as p:
+    async with Producer("BenchLayers", addr, instance_name="bench-layers", **CLIENT_KW) as p:
         r = await p.send(Message(topic, b"warm-up"))
         host, port = p.instance.brokers.master(r.queue.broker_name).rsplit(":", 1)
         _, raw = await asyncio.get_running_loop().create_connection(_RawClient, host, int(port))
@@ -274,7 +308,7 @@ async def bench_send_layers(addr, topic, seconds, rounds, broker_pid=None):
 async def bench_inflight_send(addr, topic, n, st, inflight=64, coalesce=True, coalesce_max=None):
     body = b"x" * 128
     kw = {} if coalesce_max is None else {"coalesce_max_messages": coalesce_max}
-    async with Producer("BenchAsync", addr, instance_name="bench-async", serialize_type=st,
+    async with Producer("BenchAsync", addr, instance_name="bench-async", serialize_type=st, **CLIENT_KW,
                         coalesce_sends=coalesce, **kw) as p:
         await p.send(Message(topic, body))
         left = n
@@ -302,7 +336,7 @@ async def bench_batch_send(addr, topic, n, st, batch=100, inflight=1, api="messa
     topic=...)). Client CPU per message from time.process_time (this process: the client)."""
     body = b"x" * 128
     bodies = [body] * batch
-    async with Producer("BenchBatch", addr, instance_name="bench-batch", serialize_type=st) as p:
+    async with Producer("BenchBatch", addr, instance_name="bench-batch", serialize_type=st, **CLIENT_KW) as p:
         if api == "bodies":
             async def one():
                 await p.send_batch(bodies, topic=topic)
@@ -330,7 +364,7 @@ async def create_queues(addr, topic, queues):
     """Create `topic` with `queues` queues on every master and wait for its route."""
     from pocketmq.client.instance import ClientInstance
     from pocketmq.protocol.bodies import TopicConfig
-    inst = ClientInstance("127.0.0.1@bench-admin", addr)
+    inst = ClientInstance("127.0.0.1@bench-admin", addr, **CLIENT_KW)
     try:
         brokers, _ = await inst.api.cluster_info()
         for bd in brokers.values():
@@ -349,7 +383,7 @@ async def bench_push_consume(addr, topic, n, st, *, orderly=False, queues=None):
     body = b"x" * 128
     if queues:
         await create_queues(addr, topic, queues)
-    async with Producer("BenchFill", addr, instance_name="bench-fill", serialize_type=st) as p:
+    async with Producer("BenchFill", addr, instance_name="bench-fill", serialize_type=st, **CLIENT_KW) as p:
         msgs = [Message(topic, body) for _ in range(100)]
         for _ in range(n // 100):
             await p.send_batch(msgs)
@@ -368,7 +402,7 @@ async def bench_push_consume(addr, topic, n, st, *, orderly=False, queues=None):
             cpu1 = time.process_time()
             done.set()
     c = PushConsumer("BenchConsumeOrderly" if orderly else "BenchConsume", addr, listener=listener,
-                     instance_name="bench-consume", consume_from_where="FIRST_OFFSET", serialize_type=st,
+                     instance_name="bench-consume", consume_from_where="FIRST_OFFSET", serialize_type=st, **CLIENT_KW,
                      orderly=orderly)
     c.subscribe(topic)
     async with c:
@@ -392,13 +426,13 @@ async def bench_lite_consume(addr, topic, n, st, *, poll=32):
     """poll(max_records=poll) + commit() until `n` messages of a pre-produced backlog are
     consumed (one queue, like the harness's consume cycle)."""
     body = b"x" * 128
-    async with Producer("BenchLiteFill", addr, instance_name="bench-lite-fill", serialize_type=st) as p:
+    async with Producer("BenchLiteFill", addr, instance_name="bench-lite-fill", serialize_type=st, **CLIENT_KW) as p:
         msgs = [Message(topic, body) for _ in range(64)]
         for _ in range(n // 64):
             await p.send_batch(msgs)
     n = n // 64 * 64
     c = LitePullConsumer("BenchLite", addr, instance_name="bench-lite", consume_from_where="FIRST_OFFSET",
-                         auto_commit=False, serialize_type=st)
+                         auto_commit=False, serialize_type=st, **CLIENT_KW)
     got, lats = 0, []
     async with c:
         c.assign(await c.fetch_message_queues(topic))
@@ -424,10 +458,10 @@ async def bench_e2e(addr, topic, rate, seconds, st):
         (sent_ns,) = struct.unpack_from(">q", msg.body)
         if len(msg.body) > 8:
             lat.append((time.time_ns() - sent_ns) / 1e6)
-    async with Producer("BenchE2EW", addr, instance_name="bench-e2ew", serialize_type=st) as p:
+    async with Producer("BenchE2EW", addr, instance_name="bench-e2ew", serialize_type=st, **CLIENT_KW) as p:
         await p.send(Message(topic, struct.pack(">q", time.time_ns())))   # creates the topic
     c = PushConsumer("BenchE2E", addr, listener=listener, instance_name="bench-e2e",
-                     consume_from_where="LAST_OFFSET", serialize_type=st)
+                     consume_from_where="LAST_OFFSET", serialize_type=st, **CLIENT_KW)
     c.subscribe(topic)
     n = int(rate * seconds)
     async with c:
@@ -435,7 +469,7 @@ async def bench_e2e(addr, topic, rate, seconds, st):
         while len([q for q in c.pqs if q.topic == topic]) < 4 and time.perf_counter() < end:
             await asyncio.sleep(0.05)      # the auto-created topic's route shows up after a moment
         await asyncio.sleep(0.5)
-        async with Producer("BenchE2EP", addr, instance_name="bench-e2ep", serialize_type=st) as p:
+        async with Producer("BenchE2EP", addr, instance_name="bench-e2ep", serialize_type=st, **CLIENT_KW) as p:
             interval = 1.0 / rate
             t0 = time.perf_counter()
             pending = set()
@@ -520,6 +554,50 @@ async def run_all(addr, args):
 
 PHASES = ("sync", "floor", "layers", "inflight", "batch", "push", "lite", "orderly", "e2e")
 
+AB_CONFIGS = (("plain", False, {}), ("tls", False, {"tls": True}),
+              ("signed", True, {"credentials": BENCH_ACCOUNT}),
+              ("signed+tls", True, {"credentials": BENCH_ACCOUNT, "tls": True}))
+
+
+async def run_ab(addrs: dict, args) -> dict:
+    """--ab ROUNDS: sync sends and 64 in flight, plaintext vs TLS vs signed (ACL on) vs both,
+    interleaved round by round on two clusters that run at once (tlsServerMode=permissive:
+    one port serves both; the second with aclEnable), so every configuration sees the same
+    host state; each configuration's figure is compared with plaintext's of the same round."""
+    st = {"auto": None, "json": SerializeType.JSON, "msgpack": SerializeType.MSGPACK}[args.codec]
+    rows: dict = {name: {"sync": [], "inflight": []} for name, _, _ in AB_CONFIGS}
+    suffix = str(os.getpid())
+    for r in range(args.ab):
+        for name, acl, kw in AB_CONFIGS:
+            CLIENT_KW.clear()
+            CLIENT_KW.update(kw)
+            tag = name.replace("+", "")
+            rows[name]["sync"].append(await bench_sync_send(addrs[acl], f"BenchSync{tag}{suffix}", args.n_sync, st))
+            rows[name]["inflight"].append(await bench_inflight_send(addrs[acl], f"BenchAsync{tag}{suffix}",
+                                                                    args.n_async, st))
+        last = {name: (rows[name]["sync"][-1]["msgs_per_s"], rows[name]["inflight"][-1]["msgs_per_s"])
+                for name, _, _ in AB_CONFIGS}
+        print(f"round {r + 1}: " + "; ".join(f"{name} sync {a:,.0f}/s 64 {b:,.0f}/s" for name, (a, b) in last.items()),
+              flush=True)
+    CLIENT_KW.clear()
+    out = {}
+    for name, _, _ in AB_CONFIGS:
+        for phase in ("sync", "inflight"):
+            runs = rows[name][phase]
+            ratios = [a["msgs_per_s"] / b["msgs_per_s"] for a, b in zip(runs, rows["plain"][phase])]
+            cpu_ratios = [a["client_cpu_us_per_msg"] / b["client_cpu_us_per_msg"]
+                          for a, b in zip(runs, rows["plain"][phase])]
+            out[f"{name}_{phase}"] = summary = {
+                "msgs_per_s_median": pct([x["msgs_per_s"] for x in runs], 50),
+                "p50_us_median": pct([x["p50_us"] for x in runs], 50),
+                "p99_us_median": pct([x["p99_us"] for x in runs], 50),
+                "client_cpu_us_per_msg_median": pct([x["client_cpu_us_per_msg"] for x in runs], 50),
+                "vs_plain_rate_median": pct(ratios, 50), "vs_plain_rate_range": [min(ratios), max(ratios)],
+                "vs_plain_client_cpu_median": pct(cpu_ratios, 50)}
+            print(f"{name:10} {phase:8}", ", ".join(f"{k} {v:,.2f}" if isinstance(v, float) else f"{k} {v}"
+                                                   for k, v in summary.items()), flush=True)
+    return out
+
 
 def pin(mode: str, daemon_pids: list[int]) -> None:
     """Place the daemons and this process on CPUs (the harness's --pin): affinity is set
@@ -565,6 +643,13 @@ def main(argv=None):
     ap.add_argument("--broker-arg", action="append", default=[], metavar="ARG",
                     help="extra mqbroker flag for the cluster this starts, e.g. --broker-arg=--flushDiskType=SYNC_FLUSH "
                          "(repeatable)")
+    ap.add_argument("--tls", action="store_true",
+                    help="every client over TLS; the cluster this starts runs tlsServerMode=enforcing")
+    ap.add_argument("--credentials", action="store_true",
+                    help="every request signed (plain ACL); the cluster this starts runs aclEnable=true")
+    ap.add_argument("--ab", type=int, default=0, metavar="ROUNDS",
+                    help="plaintext / TLS / signed / signed+TLS sync and 64-in-flight sends, interleaved "
+                         "ROUNDS times on two clusters this starts (docs/benchmarks.md)")
     ap.add_argument("--pin", choices=["none", "same", "split"], default="none",
                     help="CPU placement of the cluster this starts (as ../shared/bench/peers.py): same = "
                          "daemons and this client on CPU 0; split = daemons on the last CPU, the client on "
@@ -575,8 +660,17 @@ def main(argv=None):
         ap.error(f"unknown phases {sorted(args.phases - set(PHASES))}; known: {','.join(PHASES)}")
     if (args.broker_arg or args.pin != "none") and (args.fake or args.namesrv):
         ap.error("--broker-arg and --pin apply to the cluster this starts (not with --fake or --namesrv)")
+    if args.fake and (args.tls or args.credentials or args.ab):
+        ap.error("--tls, --credentials and --ab need a real cluster (not --fake)")
+    if args.ab and (args.namesrv or args.tls or args.credentials):
+        ap.error("--ab starts its own two clusters and runs every configuration (no --namesrv, --tls, --credentials)")
     if args.fake:
         args.no_orderly = True     # the fake cluster has no admin topic creation nor queue locks
+    CLIENT_KW.clear()
+    if args.tls:
+        CLIENT_KW["tls"] = True
+    if args.credentials:
+        CLIENT_KW["credentials"] = BENCH_ACCOUNT
     try:
         import uvloop
         uvloop.install()
@@ -588,7 +682,25 @@ def main(argv=None):
     from bench.bench_broker import loopback_echo_rtt_us
     before = loopback_echo_rtt_us()
     print(f"calibration before: loopback_echo_rtt_us={before:.1f}", flush=True)
-    if args.fake:
+    if args.ab:
+        from tests.support.daemons import Cluster
+        roots, clusters = [], []
+        try:
+            for acl in (False, True):
+                root = tempfile.mkdtemp(prefix="bench-client-ab-")
+                roots.append(root)
+                ns_args, broker_args = tls_and_acl_args(root, "permissive", acl)
+                c = Cluster(root, args.broker_arg + broker_args)
+                c.namesrv.args += ns_args
+                clusters.append(c.start())
+            pin(args.pin, [p for c in clusters for p in (c.namesrv.proc.pid, c.broker.proc.pid)])
+            result = asyncio.run(run_ab({False: clusters[0].namesrv_addr, True: clusters[1].namesrv_addr}, args))
+        finally:
+            for c in clusters:
+                c.stop()
+            for root in roots:
+                shutil.rmtree(root, ignore_errors=True)
+    elif args.fake:
         from tests.support.fake_broker import FakeCluster
 
         async def fake():
@@ -600,7 +712,10 @@ def main(argv=None):
     else:
         from tests.support.daemons import Cluster
         root = tempfile.mkdtemp(prefix="bench-client-")
-        cluster = Cluster(root, args.broker_arg).start()
+        ns_args, broker_args = tls_and_acl_args(root, "enforcing" if args.tls else None, args.credentials)
+        cluster = Cluster(root, args.broker_arg + broker_args)
+        cluster.namesrv.args += ns_args
+        cluster.start()
         try:
             pin(args.pin, [cluster.namesrv.proc.pid, cluster.broker.proc.pid])
             args.broker_pid = cluster.broker.proc.pid

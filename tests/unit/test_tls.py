@@ -69,3 +69,19 @@ def test_client_tls_option():
     assert resolve_client_tls(mine) is mine and mine.check_hostname
     with pytest.raises(TypeError):
         resolve_client_tls("on")
+
+
+def test_spark_tls_enable_option():
+    from pocketmq.spark.options import OptionError, parse_reader_options, parse_writer_options
+    assert parse_reader_options({"namesrvAddr": "h:1", "subscribe": "T", "TLSENABLE": "true"}).tls is True
+    assert parse_writer_options({"namesrvAddr": "h:1"}).tls is False
+    with pytest.raises(OptionError, match="tlsEnable"):
+        parse_writer_options({"namesrvAddr": "h:1", "tlsEnable": "yes please"})
+
+
+def test_bench_tls_and_credentials_need_a_real_cluster(capsys):
+    from bench import bench_client
+    for argv in (["--fake", "--tls"], ["--fake", "--credentials"], ["--ab", "2", "--tls"]):
+        with pytest.raises(SystemExit):
+            bench_client.main(argv)
+    assert "need a real cluster" in capsys.readouterr().err
