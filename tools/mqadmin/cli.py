@@ -93,6 +93,14 @@ def build_parser(c: Command) -> argparse.ArgumentParser:
         else:
             kw["action"] = "store_true"
         p.add_argument(f"-{o.short}", f"--{o.long}", **kw)
+    return p
+
+
+def session_parser(c: Command) -> argparse.ArgumentParser:
+    """The session flags every command takes (besides its own, which keep RocketMQ's flag
+    set exactly): read from the command line first, the rest goes to the command's parser.
+    A flag the command itself defines stays the command's."""
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     taken = {o.long for o in c.opts}
     for long, text in _SESSION_FLAGS:
         if long not in taken:
@@ -168,11 +176,15 @@ def _main(argv: list[str]) -> int:
             if len(argv) == 1:
                 print(command_list())
             else:
-                print(build_parser(_get_command(argv[1])).format_help(), end="")
+                c = _get_command(argv[1])
+                print(build_parser(c).format_help(), end="")
+                text = session_parser(c).format_help()
+                print("\nsession options (every command):\n" + text[text.index("\n  -"):].strip("\n"))
             return EXIT_OK
         c = _get_command(argv[0])
         try:
-            args = build_parser(c).parse_args(argv[1:])
+            session_args, rest = session_parser(c).parse_known_args(argv[1:])
+            args = build_parser(c).parse_args(rest, namespace=session_args)
         except SystemExit as e:         # -h/--help inside a command
             return int(e.code or 0)
         asyncio.run(_run(c, args, _out))
