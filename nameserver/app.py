@@ -127,8 +127,8 @@ class NameServer:
                                   name="namesrv")
             try:
                 self.acl.load()
-            except AclConfigError as e:
-                raise KVConfigFileError(f"cannot load the ACL: {e}") from None
+            except AclConfigError as e:     # refused like a broken kvConfig.json: the start fails
+                raise AclConfigError(f"cannot load the ACL: {e}") from None
             table = self.acl.guard(table)
         if metrics_port:   # timed only when metrics are served: no cost on the request path otherwise
             table = timed_table(table, self.request_latency)
