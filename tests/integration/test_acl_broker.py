@@ -150,11 +150,22 @@ async def test_admin_codes_need_an_admin_account(cluster, client):
 
 
 async def test_oneway_denied_gets_no_answer(cluster, client):
+    from pocketmq.protocol.codes import FLAG_ONEWAY
+    from pocketmq.protocol.command import encode
+    from tests.support.raw_client import connect
     before = await max_offset(client, cluster.broker_addr, "AclT")
-    await client.invoke_oneway(cluster.broker_addr, send_cmd("AclT", b"oneway, unsigned"))
-    # a signed request after it is answered: the oneway one got nothing and stored nothing
-    r = await client.invoke(cluster.broker_addr, signed(send_cmd("AclT", b"after"), APP))
-    assert r.code == C.SUCCESS
+    raw = await connect(cluster.broker_addr)
+    try:
+        oneway = send_cmd("AclT", b"oneway, unsigned")
+        oneway.flag |= FLAG_ONEWAY
+        oneway.opaque = 777
+        raw.transport.write(encode(oneway))
+        # a signed request after it on the same connection is answered; the oneway got nothing
+        r = await raw.call(signed(send_cmd("AclT", b"after"), APP), 778)
+        assert r.code == C.SUCCESS, r.remark
+        assert raw.responses == []
+    finally:
+        raw.transport.close()
     assert await max_offset(client, cluster.broker_addr, "AclT") == before + 1
 
 
