@@ -554,13 +554,16 @@ async def run_all(addr, args):
 
 PHASES = ("sync", "floor", "layers", "inflight", "batch", "push", "lite", "orderly", "e2e")
 
+# (name, on the ACL cluster, client options); "signed-noacl": the client signs, the broker
+# has no ACL (the signature is ignored): the client's share of a signed send's cost
 AB_CONFIGS = (("plain", False, {}), ("tls", False, {"tls": True}),
+              ("signed-noacl", False, {"credentials": BENCH_ACCOUNT}),
               ("signed", True, {"credentials": BENCH_ACCOUNT}),
               ("signed+tls", True, {"credentials": BENCH_ACCOUNT, "tls": True}))
 
 
 async def run_ab(addrs: dict, args) -> dict:
-    """--ab ROUNDS: sync sends and 64 in flight, plaintext vs TLS vs signed (ACL on) vs both,
+    """--ab ROUNDS: sync sends and 64 in flight, plaintext vs TLS vs signed (ACL off, on) vs both,
     interleaved round by round on two clusters that run at once (tlsServerMode=permissive:
     one port serves both; the second with aclEnable), so every configuration sees the same
     host state; each configuration's figure is compared with plaintext's of the same round."""
@@ -571,7 +574,7 @@ async def run_ab(addrs: dict, args) -> dict:
         for name, acl, kw in AB_CONFIGS:
             CLIENT_KW.clear()
             CLIENT_KW.update(kw)
-            tag = name.replace("+", "")
+            tag = name.replace("+", "").replace("-", "")
             rows[name]["sync"].append(await bench_sync_send(addrs[acl], f"BenchSync{tag}{suffix}", args.n_sync, st))
             rows[name]["inflight"].append(await bench_inflight_send(addrs[acl], f"BenchAsync{tag}{suffix}",
                                                                     args.n_async, st))
