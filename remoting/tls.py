@@ -228,6 +228,7 @@ class _ServerSSLProtocol(asyncio.sslproto.SSLProtocol):
 
     def connection_lost(self, exc) -> None:
         connected = self._app_state != asyncio.sslproto.AppProtocolState.STATE_INIT
+        app = self._app_protocol          # (asyncio drops its reference in connection_lost)
         super().connection_lost(exc)
-        if not connected:
-            self._app_protocol.connection_lost(exc)
+        if not connected and app is not None:
+            app.connection_lost(exc)

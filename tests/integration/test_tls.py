@@ -4,6 +4,7 @@ tlsServerMode enforcing (our client over TLS works, plaintext is refused) and pe
 self-signed by openssl in the test."""
 from __future__ import annotations
 
+import asyncio
 import shutil
 import ssl
 import subprocess
@@ -112,8 +113,12 @@ async def test_plaintext_refused_in_enforcing_mode(enforcing, which):
             await client.invoke(addr, RemotingCommand(code), 3)
     finally:
         await client.close()
-    log = enforcing.namesrv.log_text() if which == "namesrv" else enforcing.broker.log_text()
-    assert "plaintext connection(s) refused (tlsServerMode=enforcing)" in log
+    daemon = enforcing.namesrv if which == "namesrv" else enforcing.broker
+    for _ in range(250):        # the daemon's log is read by a thread: wait for the line
+        if "plaintext connection(s) refused (tlsServerMode=enforcing)" in daemon.log_text():
+            break
+        await asyncio.sleep(0.02)
+    assert "plaintext connection(s) refused (tlsServerMode=enforcing)" in daemon.log_text()
     # and our client without tls=True gets no route (the nameserver closed on it)
     with pytest.raises(MQClientError):
         async with Producer(uniq("P"), enforcing.namesrv_addr, instance_name=uniq("p"), send_timeout_ms=1500) as p:
@@ -148,8 +153,6 @@ async def test_tls_client_against_a_plaintext_server_fails_clearly(tmp_path):
 def test_spark_source_and_sink_with_tls_enable(enforcing):
     """tlsEnable: the Spark connector's driver and executor paths (plan_read, pull_range,
     write_rows, without a Spark session) over TLS against enforcing daemons."""
-    import asyncio
-
     pytest.importorskip("pyarrow")
     from pocketmq.spark.options import parse_reader_options, parse_writer_options
     from pocketmq.spark.plan import plan_read
@@ -171,3 +174,56 @@ def test_spark_source_and_sink_with_tls_enable(enforcing):
     got = sum(len(part) for rr in plan_read(r)
               for parts in pull_range(r.namesrv_addr, rr, "*", True, tls=r.tls) for part in parts)
     assert got == 7
+
+
+@pytest.mark.parametrize("mode", ["permissive", "enforcing"])
+async def test_hostile_first_bytes_leave_nothing_behind(cert, mode):
+    """A RemotingServer in-process: a fake handshake (0x16 then junk), a plaintext frame in
+    enforcing mode, a connection closed before its first byte and one closed mid-handshake
+    are each closed and forgotten (no Connection left in the server's table), and the
+    server goes on serving."""
+    from pocketmq.protocol.command import encode
+    from pocketmq.remoting.server import RemotingServer
+    from pocketmq.remoting.tls import TlsGate, server_context
+
+    def echo(conn, cmd):
+        return cmd.response(ResponseCode.SUCCESS, "ok")
+    gate = TlsGate(mode, server_context(*cert), "test")
+    srv = RemotingServer({99: echo}, host="127.0.0.1", port=0, tls=gate)
+    port = await srv.start()
+    try:
+        async def send_and_wait(data: bytes | None) -> bytes:
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            if data is None:
+                w.close()
+                return b""
+            w.write(data)
+            try:
+                got = await asyncio.wait_for(r.read(65536), 5)     # a reply, or b"" when closed
+            finally:
+                w.close()
+            return got
+        # a fake handshake: at most a TLS alert back, then the server closes
+        junk = await send_and_wait(b"\x16\x03\x01\x00\x05hello, not a ClientHello" * 3)
+        assert junk == b"" or junk[0] == 0x15
+        await send_and_wait(None)
+        r, w = await asyncio.open_connection("127.0.0.1", port, ssl=client_context())
+        w.close()                                            # a TLS client that leaves at once
+        plain = await send_and_wait(encode(RemotingCommand(99)))
+        if mode == "enforcing":
+            assert plain == b"" and gate.refused_plaintext == 1
+        else:
+            assert plain                                      # answered
+        for _ in range(200):
+            if not srv.connections:
+                break
+            await asyncio.sleep(0.02)
+        assert not srv.connections
+        client = RemotingClient(ssl_context=client_context())
+        try:
+            resp = await client.invoke(f"127.0.0.1:{port}", RemotingCommand(99), 3)
+            assert resp.code == ResponseCode.SUCCESS
+        finally:
+            await client.close()
+    finally:
+        await srv.close()
