@@ -227,3 +227,11 @@ async def test_hostile_first_bytes_leave_nothing_behind(cert, mode):
             await client.close()
     finally:
         await srv.close()
+
+
+def test_mqadmin_tls_flag(enforcing, capsys):
+    from pocketmq.tools.mqadmin.cli import main as admin_main
+    assert admin_main(["clusterList", "-n", enforcing.namesrv_addr, "--tls"]) == 0
+    assert "broker-a" in capsys.readouterr().out
+    assert admin_main(["clusterList", "-n", enforcing.namesrv_addr]) != 0
+    assert "cannot reach nameserver" in capsys.readouterr().err
