@@ -4,7 +4,9 @@
     from pocketmq.client import TransactionProducer, LocalTransactionState
 """
 from pocketmq.client.consumer_config import LitePullConsumerConfig, PushConsumerConfig
+from pocketmq.client.credentials import Credentials
 from pocketmq.client.errors import (
+    AclDeniedError,
     BrokerError,
     ClientStateError,
     InvalidArgumentError,
@@ -45,6 +47,7 @@ __all__ = [
     "CONSUME_SUCCESS",
     "RECONSUME_LATER",
     "SUSPEND_CURRENT_QUEUE_A_MOMENT",
+    "AclDeniedError",
     "AllocateAveragely",
     "AllocateAveragelyByCircle",
     "AllocateByConfig",
@@ -53,6 +56,7 @@ __all__ = [
     "BrokerError",
     "ClientStateError",
     "ConsumeStatus",
+    "Credentials",
     "FlowLimits",
     "InvalidArgumentError",
     "LitePullConsumer",

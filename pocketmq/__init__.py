@@ -26,9 +26,9 @@ __version__ = "0.1.0"
 # The client's public names, re-exported lazily (PEP 562): a daemon importing
 # pocketmq.broker must not pay for, or depend on, the client package.
 _CLIENT_NAMES = frozenset({
-    "CONSUME_SUCCESS", "RECONSUME_LATER", "AllocateAveragely", "AllocateAveragelyByCircle",
+    "CONSUME_SUCCESS", "RECONSUME_LATER", "AclDeniedError", "AllocateAveragely", "AllocateAveragelyByCircle",
     "AllocateByConfig", "AllocateByMachineRoom", "AllocateConsistentHash", "BrokerError",
-    "ClientStateError", "ConsumeStatus", "FlowLimits", "InvalidArgumentError", "LitePullConsumer",
+    "ClientStateError", "ConsumeStatus", "Credentials", "FlowLimits", "InvalidArgumentError", "LitePullConsumer",
     "LitePullConsumerConfig", "PushConsumerConfig", "LocalTransactionState", "TransactionProducer",
     "TransactionSendResult", "MessageNotFoundError",
     "MQClientError", "Message", "MessageExt", "MessageQueue", "MessageSelector", "MessageTooLargeError", "NoRouteError",
