@@ -686,8 +686,12 @@ _OPTIONS = (
 
 
 def format_config(config: BrokerConfig, *, important_only: bool = False) -> str:
-    """The ``-p`` / ``-m`` listing: ``key=value`` lines."""
-    return format_properties(config.config_items(important_only=important_only))
+    """The ``-p`` / ``-m`` listing: ``key=value`` lines, the secrets masked."""
+    return format_properties(config.config_items(important_only=important_only), secret=SECRET_KEYS)
+
+
+# Keys whose values the listings never print in clear text.
+SECRET_KEYS = frozenset({"secretKey", "tlsServerKeyPassword"})
 
 
 _LOADER: DaemonConfigLoader[BrokerConfig] = DaemonConfigLoader(

@@ -403,9 +403,16 @@ def java_str(value: object) -> str:
     return str(value)
 
 
-def format_properties(items: Iterable[tuple[str, object]]) -> str:
-    """``key=value`` lines (RocketMQ's ``printConfigItem`` shape), newline-terminated."""
-    return "".join(f"{key}={java_str(value)}\n" for key, value in items)
+# What a listing shows in place of a secret that is set (an unset one stays empty).
+MASKED = "******"
+
+
+def format_properties(items: Iterable[tuple[str, object]], *, secret: Iterable[str] = ()) -> str:
+    """``key=value`` lines (RocketMQ's ``printConfigItem`` shape), newline-terminated.
+    The values of the keys in ``secret`` are printed as ``MASKED`` when set."""
+    hidden = frozenset(secret)
+    return "".join(f"{key}={MASKED if key in hidden and java_str(value) else java_str(value)}\n"
+                   for key, value in items)
 
 
 def closest_key(key: str, known: Iterable[str]) -> str | None:

@@ -163,8 +163,8 @@ _OPTIONS = (
 
 
 def format_config(config: NamesrvConfig) -> str:
-    """The ``-p`` listing: ``key=value`` lines."""
-    return format_properties(config.config_items())
+    """The ``-p`` listing: ``key=value`` lines, the TLS key's password masked."""
+    return format_properties(config.config_items(), secret=("tlsServerKeyPassword",))
 
 
 def _config_store_path_follows_the_file(config_file: str) -> list[Setting]:
