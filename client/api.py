@@ -760,6 +760,54 @@ class ClientAPI:
         except (BodyError, ValueError) as e:
             raise error_for(ResponseCode.SYSTEM_ERROR, f"unreadable reset offset answer: {e}", addr) from None
 
+    # -- plain ACL (admin codes 50-54) ----------------------------------------------------
+    async def update_acl_config(self, addr: str, config: dict) -> None:
+        """UPDATE_AND_CREATE_ACL_CONFIG (50): create or update one account. `config` holds
+        accessKey, secretKey and optionally whiteRemoteAddress, admin, defaultTopicPerm,
+        defaultGroupPerm, topicPerms and groupPerms (lists, sent comma-joined as Java's
+        PlainAccessConfig header). Failure: UPDATE_AND_CREATE_ACL_CONFIG_FAILED (209)."""
+        ext = {}
+        for key, value in config.items():
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            elif isinstance(value, (list, tuple)):
+                value = ",".join(value)
+            ext[key] = str(value)
+        await self._ok(addr, RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, ext)
+
+    async def delete_acl_config(self, addr: str, access_key: str) -> None:
+        """DELETE_ACL_CONFIG (51). Failure: DELETE_ACL_CONFIG_FAILED (210)."""
+        await self._ok(addr, RequestCode.DELETE_ACL_CONFIG, {"accessKey": access_key})
+
+    async def acl_version_info(self, addr: str) -> dict:
+        """GET_BROKER_CLUSTER_ACL_INFO (52): the answer's header, with `version` (the main
+        file's DataVersion) and `allAclFileVersion` ({file: DataVersion}) decoded."""
+        resp = await self._ok(addr, RequestCode.GET_BROKER_CLUSTER_ACL_INFO)
+        head = dict(resp.ext_fields or {})
+        try:
+            head["version"] = loads((head.get("version") or "{}").encode())
+            head["allAclFileVersion"] = loads((head.get("allAclFileVersion") or "{}").encode())
+        except (BodyError, ValueError) as e:
+            raise error_for(ResponseCode.SYSTEM_ERROR, f"unreadable ACL version info: {e}", addr) from None
+        return head
+
+    async def update_global_white_addrs(self, addr: str, addrs: str, acl_file: str | None = None) -> None:
+        """UPDATE_GLOBAL_WHITE_ADDRS_CONFIG (53): `addrs` a comma list (replaces the file's
+        globalWhiteRemoteAddresses; the main file unless `acl_file`). Failure: 211."""
+        ext = {"globalWhiteAddrs": addrs}
+        if acl_file:
+            ext["aclFileFullPath"] = acl_file
+        await self._ok(addr, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, ext)
+
+    async def acl_config(self, addr: str) -> dict:
+        """GET_BROKER_CLUSTER_ACL_CONFIG (54): {"globalWhiteAddrs": [...], "plainAccessConfigs":
+        [{accessKey, secretKey, whiteRemoteAddress, admin, defaultTopicPerm, defaultGroupPerm,
+        topicPerms, groupPerms}, ...]}."""
+        resp = await self._ok(addr, RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG)
+        return self._json(resp, addr, "ACL config")
+
 
 __all__ = [
     "ClientAPI",

@@ -14,7 +14,7 @@ set MQADMIN_DEBUG=1 to get tracebacks and remoting logs as well.
 
 This module is the argparse shell: the commands live in their families (topic.py,
 cluster.py, controller.py, stats.py, consumer.py, subgroup.py, offset.py, message.py, broker.py, namesrv.py,
-consume.py) and talk through session.AdminSession.
+consume.py, acl.py) and talk through session.AdminSession.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import os
 import sys
 
 from pocketmq.tools.mqadmin import (
+    acl,
     broker,
     cluster,
     consume,
@@ -65,7 +66,7 @@ _SESSION_FLAGS = (
 
 # in the order `mqadmin help` lists them
 COMMANDS: dict[str, Command] = {c.name: c for family in (topic, cluster, controller, stats, broker, namesrv, consumer,
-                                                         subgroup, offset, message, consume)
+                                                         subgroup, offset, message, consume, acl)
                                 for c in family.COMMANDS}
 
 
