@@ -27,6 +27,7 @@ from pocketmq.broker.core.metadata_sync import (SyncLog, adopt_groups, adopt_off
 from pocketmq.broker.core.offsets import ConsumerOffsetManager
 from pocketmq.broker.core.subscription_groups import SubscriptionGroupManager
 from pocketmq.broker.core.topics import TopicConfigManager
+from pocketmq.protocol.acl import sign_request
 from pocketmq.protocol.bodies import decode_consumer_offset_wrapper
 from pocketmq.protocol.codes import RequestCode, ResponseCode
 from pocketmq.protocol.command import RemotingCommand
@@ -51,8 +52,20 @@ def _reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-async def _ask(client, addr: str, code: int, timeout_s: float) -> bytes:
-    resp = await client.invoke(addr, RemotingCommand(code), timeout_s)
+# The broker's own (accessKey, secretKey), or None: its requests to peers go signed when set.
+Credentials = tuple[str, str] | None
+
+
+def _request(code: int, credentials: Credentials) -> RemotingCommand:
+    """A body-less request, signed with `credentials` when given (a master or slave whose
+    broker runs aclEnable refuses unsigned ones; these codes need any valid account)."""
+    if not credentials or not credentials[0]:
+        return RemotingCommand(code)
+    return RemotingCommand(code, ext_fields=sign_request({}, b"", credentials[0], credentials[1]))
+
+
+async def _ask(client, addr: str, code: int, timeout_s: float, credentials: Credentials = None) -> bytes:
+    resp = await client.invoke(addr, _request(code, credentials), timeout_s)
     if resp.code != ResponseCode.SUCCESS:
         raise Refused(f"code {resp.code} ({resp.remark})")
     return resp.body_bytes() or b""
@@ -66,8 +79,11 @@ class SlaveSyncService:
                  persist: Callable[..., Awaitable[None]], period_ms: int = PERIOD_MS,
                  first_delay_ms: int = FIRST_DELAY_MS, timeout_s: float = REQUEST_TIMEOUT_S,
                  client=None, mono_ms: Callable[[], int] = monotonic_ms,
-                 delete_queues: Callable[[set[str]], object] | None = None) -> None:
+                 delete_queues: Callable[[set[str]], object] | None = None,
+                 credentials: Credentials = None) -> None:
         self.master_addr = master_addr
+        # (accessKey, secretKey) the requests to the master are signed with (its ACL)
+        self.credentials = credentials
         # the store's delete_topics: the consume queues of topics the master deleted go too,
         # so a topic created again there starts its queues afresh here as on the master
         self.delete_queues = delete_queues
@@ -136,7 +152,7 @@ class SlaveSyncService:
         addr = self.master_addr()
         if not addr or addr == self.own_addr:
             return {}
-        answers = await asyncio.gather(*(_ask(self.client, addr, code, self.timeout_s)
+        answers = await asyncio.gather(*(_ask(self.client, addr, code, self.timeout_s, self.credentials)
                                          for _, code, _ in self._appliers), return_exceptions=True)
         failures: dict[str, str] = {}
         changed: list[str] = []
@@ -182,11 +198,12 @@ class SlaveSyncService:
         return adopt_offsets(self.offsets, body) > 0
 
 
-async def _ask_all(client, addrs: list[str], code: int, deadline: float) -> dict[str, bytes | str]:
+async def _ask_all(client, addrs: list[str], code: int, deadline: float,
+                   credentials: Credentials = None) -> dict[str, bytes | str]:
     """Ask every address at once; what each answered by `deadline` (loop time): the body,
     or the reason it did not."""
     loop = asyncio.get_running_loop()
-    tasks = {addr: loop.create_task(_ask(client, addr, code, max(0.001, deadline - loop.time())))
+    tasks = {addr: loop.create_task(_ask(client, addr, code, max(0.001, deadline - loop.time()), credentials))
              for addr in addrs}
     if tasks:
         await asyncio.wait(tasks.values(), timeout=max(0.0, deadline - loop.time()))
@@ -208,17 +225,20 @@ async def _ask_all(client, addrs: list[str], code: int, deadline: float) -> dict
 
 
 async def take_back_offsets(namesrv_addr: str, broker_name: str, own_addr: str, offsets: ConsumerOffsetManager, *,
-                            timeout_s: float = TAKE_BACK_TIMEOUT_S, client=None) -> int:
+                            timeout_s: float = TAKE_BACK_TIMEOUT_S, client=None,
+                            credentials: Credentials = None) -> int:
     """A master starting: merge its slaves' newer consumer offsets into `offsets` (module
     docstring); returns how many queues moved. Bounded by `timeout_s` as a whole; never
-    raises for a peer that fails."""
+    raises for a peer that fails. `credentials` sign the requests (the nameservers' cluster
+    info and the slaves' offsets) for peers running ACL."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     own_client = client is None
     if own_client:
         client = RemotingClient(connect_timeout_s=timeout_s)
     try:
-        infos = await _ask_all(client, split_addr_list(namesrv_addr), RequestCode.GET_BROKER_CLUSTER_INFO, deadline)
+        infos = await _ask_all(client, split_addr_list(namesrv_addr), RequestCode.GET_BROKER_CLUSTER_INFO, deadline,
+                               credentials)
         slaves: list[str] = []
         for ns, info in infos.items():
             if isinstance(info, str):
@@ -233,7 +253,7 @@ async def take_back_offsets(namesrv_addr: str, broker_name: str, own_addr: str, 
             log.log(logging.INFO if asked else logging.DEBUG, "offsets of %s: no slave to take newer offsets "
                     "back from%s", broker_name, f" (nameservers: {asked})" if asked else "")
             return 0
-        answers = await _ask_all(client, slaves, RequestCode.GET_ALL_CONSUMER_OFFSET, deadline)
+        answers = await _ask_all(client, slaves, RequestCode.GET_ALL_CONSUMER_OFFSET, deadline, credentials)
         moved: set[tuple[str, int]] = set()
         took: list[str] = []
         failed: list[str] = []
