@@ -587,6 +587,7 @@ def check_kill_run(client, run: KillRun) -> None:
     assert run.window(run.first_delivery) <= RECOVER_WITHIN_S
 
 
+@pytest.mark.release
 @pytest.mark.timeout(200)
 async def test_cpp_clients_follow_a_sigkilled_master_to_the_elected_slave(agent, etcd_server, tmp_path):
     client = CppFailoverClient(agent)

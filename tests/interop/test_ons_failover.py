@@ -83,6 +83,7 @@ class OnsFailoverClient:
         return offset_msg_port(m.get("msg_id")) == run.new_port
 
 
+@pytest.mark.release
 @pytest.mark.timeout(200)
 async def test_ons_clients_follow_a_sigkilled_master_to_the_elected_slave(ali_ons, etcd_server, tmp_path):
     client = OnsFailoverClient()
