@@ -278,6 +278,7 @@ class Broker:
         if not self.is_slave and cfg.namesrvAddr:
             # before serving: offsets consumers committed to a slave while this master was away
             if await take_back_offsets(cfg.namesrvAddr, cfg.brokerName, self.addr, self.offsets,
+                                       credentials=self._own_credentials(),
                                        **({"client": self.ns_client} if cfg.useTLS else {})):
                 await self._persist_async()
         self.stats.boot_timestamp = self.now_ms()
@@ -302,7 +303,8 @@ class Broker:
                 master_addr=lambda: self.master_addr, own_addr=self.addr, topics=self.topics, groups=self.groups,
                 offsets=self.offsets, cursors=self.schedule_cursors, persist=self._persist_async,
                 period_ms=cfg.slaveSyncIntervalMillis, first_delay_ms=min(3000, cfg.slaveSyncIntervalMillis),
-                delete_queues=self.store.delete_topics, **({"client": self.ns_client} if cfg.useTLS else {}))
+                delete_queues=self.store.delete_topics, credentials=self._own_credentials(),
+                **({"client": self.ns_client} if cfg.useTLS else {}))
             self.slave_sync.start()
         log.info("The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
                  cfg.brokerName, self.addr, cfg.namesrvAddr)
@@ -312,6 +314,12 @@ class Broker:
         else:
             log.info("SLAVE (brokerId %d) of %s follows its master at %s", cfg.brokerId, cfg.brokerName,
                      self.ha_slave.master_ha_addr or "the address the nameservers give")
+
+    def _own_credentials(self) -> tuple[str, str] | None:
+        """The broker's own account (accessKey/secretKey), signing what it asks other brokers
+        (a slave's metadata sync, a returning master's take-back) as it signs REGISTER_BROKER."""
+        cfg = self.config
+        return (cfg.accessKey, cfg.secretKey) if cfg.accessKey and cfg.secretKey else None
 
     async def _start_replication(self) -> None:
         cfg = self.config

@@ -118,8 +118,6 @@ async def test_signed_sync_copies_topics_and_offsets(tmp_path, ns, client):
         assert slave.offsets.table[f"{TOPIC}@{GROUP}"][1] == 11
 
 
-@pytest.mark.xfail(strict=True, reason="broker/app.py does not yet pass its accessKey/secretKey to "
-                                       "SlaveSyncService(credentials=...) and take_back_offsets(credentials=...)")
 async def test_slave_with_broker_credentials_syncs_from_acl_master(tmp_path, ns, client):
     async with acl_pair(tmp_path, ns, SYNC) as (master, slave):
         await create_topic_and_commit(client, master, 13)
