@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pocketmq.client import Message
 from pocketmq.client import sync
+from pocketmq.client.instance import default_instance_name
 from pocketmq.spark.options import WriterOptions
 
 _producers: dict[tuple, sync.Producer] = {}
@@ -13,7 +14,11 @@ def _producer(opts: WriterOptions) -> sync.Producer:
     key = (opts.namesrv_addr, opts.producer_group, opts.credentials, opts.tls)
     p = _producers.get(key)
     if p is None:
+        # an instance of its own per cached producer: this cache lives as long as the process,
+        # and sharing the process's default instance would hand its broker table (another
+        # cluster's, another account's) to the application's own clients
         p = _producers[key] = sync.Producer(opts.producer_group, opts.namesrv_addr,
+                                            instance_name=f"spark-sink-{default_instance_name()}-{len(_producers)}",
                                             credentials=opts.credentials, tls=opts.tls or None).start()
     return p
 

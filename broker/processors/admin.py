@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from pocketmq.broker.config import ConfigError, parse_runtime_update, persist_config_update
+from pocketmq.broker.config import SECRET_KEYS, ConfigError, parse_runtime_update, persist_config_update
 from pocketmq.broker.core.offsets import reset_table
 from pocketmq.broker.core.subscription_groups import validate_group_config
 from pocketmq.broker.core.topics import validate_topic
@@ -340,7 +340,8 @@ def process_invoke_broker_to_reset_offset(ctx, conn, cmd):
 def process_get_broker_config(ctx, conn, cmd):
     """GET_BROKER_CONFIG: every key as `key=value` lines (Java's properties2String) and
     the config's dataVersion JSON in the `version` header field."""
-    text = format_properties(ctx.config.config_items())
+    # the broker's own secretKey and TLS key password never leave it (mqbroker -p masks them too)
+    text = format_properties(ctx.config.config_items(), secret=SECRET_KEYS)
     version = bodies.dumps(ctx.config_version[0].to_json()).decode()
     return cmd.response(ResponseCode.SUCCESS, ext_fields={"version": version}, body=text.encode())
 

@@ -70,3 +70,20 @@ def test_format_properties_masks_only_named_keys_that_are_set():
     text = format_properties([("a", "x"), ("secretKey", "y"), ("tlsServerKeyPassword", None)],
                              secret={"secretKey", "tlsServerKeyPassword"})
     assert text == f"a=x\nsecretKey={MASKED}\ntlsServerKeyPassword=\n"
+
+
+def test_get_broker_config_on_the_wire_masks_the_secrets():
+    """GET_BROKER_CONFIG (admin-only under ACL) answers ****** for the broker's own secrets."""
+    from types import SimpleNamespace
+
+    from pocketmq.broker.processors.admin import process_get_broker_config
+    from pocketmq.protocol.bodies import DataVersion
+    from pocketmq.protocol.codes import RequestCode
+    from pocketmq.protocol.command import RemotingCommand
+    cfg = broker_config.BrokerConfig(accessKey="brokerAdmin", secretKey=SECRET)
+    ctx = SimpleNamespace(config=cfg, config_version=[DataVersion()])
+    resp = process_get_broker_config(ctx, None, RemotingCommand(RequestCode.GET_BROKER_CONFIG))
+    text = resp.body.decode()
+    assert SECRET not in text
+    props = dict(line.partition("=")[::2] for line in text.splitlines())
+    assert props["secretKey"] == MASKED and props["accessKey"] == "brokerAdmin"
