@@ -49,6 +49,7 @@ from pocketmq.broker.core.failover import (
 from pocketmq.broker.services.consensus import ConsensusError, EtcdConsensus, LeaseLost
 from pocketmq.broker.store.epoch import EPOCH_FILE_NAME, read_epoch_file, write_epoch_file
 from pocketmq.protocol.codes import ResponseCode
+from pocketmq.remoting.tasks import cancel_and_wait
 
 log = logging.getLogger("pocketmq.broker.failover")
 
@@ -176,12 +177,10 @@ class FailoverAgent:
         if self._deadline_timer is not None:
             self._deadline_timer.cancel()
         for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
             try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+                await cancel_and_wait(t)
+            except Exception:
+                log.debug("failover task ended with an error at close", exc_info=True)
         self._tasks = []
         await self._stop_app()
         if self.lease_id:

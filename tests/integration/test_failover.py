@@ -197,6 +197,17 @@ async def _send_to_new_master(addr: str, body: bytes, opaque: int, timeout_s: fl
         await asyncio.sleep(0.02)
 
 
+async def _pair_ready(g: FailoverGroup) -> tuple[int, int]:
+    """(master, slave) of a 2-replica group once the topic exists on both and the slave is in
+    the SyncStateSet."""
+    m = await g.master_id()
+    s = 2 if m == 1 else 1
+    await _topic(g, m)
+    await _in_sync(g, {1, 2})
+    await _slave_has_topic(g, s)
+    return m, s
+
+
 async def _log_says(path: str, text: str, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -223,11 +234,7 @@ async def test_a_sync_state_set_of_the_master_alone_stays_unavailable_when_it_di
     g = FailoverGroup(str(tmp_path), etcd.endpoint, replicas=2, extra_args=["--slaveSyncIntervalMillis=1000"])
     await g.start()
     try:
-        m = await g.master_id()
-        s = 2 if m == 1 else 1
-        await _topic(g, m)
-        await _in_sync(g, {1, 2})
-        await _slave_has_topic(g, s)
+        m, s = await _pair_ready(g)
         g.kill(s)
         # the slave is gone: the set shrinks to the master, which goes on acknowledging alone
         await _in_sync(g, {m})
@@ -258,11 +265,7 @@ async def test_a_paused_master_answers_no_send_ok_after_its_lease(tmp_path, etcd
     g = FailoverGroup(str(tmp_path), etcd.endpoint, replicas=2, extra_args=["--slaveSyncIntervalMillis=1000"])
     await g.start()
     try:
-        m = await g.master_id()
-        s = 2 if m == 1 else 1
-        await _topic(g, m)
-        await _in_sync(g, {1, 2})
-        await _slave_has_topic(g, s)
+        m, s = await _pair_ready(g)
         g.pause(m)
         waiting = asyncio.create_task(_raw_send(g.replicas[m].addr, b"<zombie>", 7, timeout_s=30))
         assert await g.master_id(not_=m, timeout_s=20) == s
@@ -291,11 +294,7 @@ async def test_a_partitioned_master_truncates_its_unconfirmed_tail_and_ends_byte
                       extra_args=["--slaveSyncIntervalMillis=1000", "--slaveTimeout=10000"])
     await g.start()
     try:
-        m = await g.master_id()
-        s = 2 if m == 1 else 1
-        await _topic(g, m)
-        await _in_sync(g, {1, 2})
-        await _slave_has_topic(g, s)
+        m, s = await _pair_ready(g)
         r = await _raw_send(g.replicas[m].addr, b"<before>", 1)
         assert r.code == 0
         g.partition(m)
