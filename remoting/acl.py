@@ -194,11 +194,15 @@ class AclService:
     def deny(self, conn, cmd):
         """None, or the reply to a denied request (a oneway one is not answered: the
         connection sends nothing for it)."""
-        addr = getattr(conn, "remote_addr", "") or ""
-        ip = addr.rpartition(":")[0].strip("[]") if ":" in addr else addr
+        # (the peer's IP was taken apart once, when the connection was made)
+        ip = getattr(conn, "remote_ip", None)
+        if ip is None:
+            addr = getattr(conn, "remote_addr", "") or ""
+            ip = addr.rpartition(":")[0].strip("[]") if ":" in addr else addr
         denial = rules.check(self.table, cmd.code, cmd.ext_fields, cmd.body, ip, self.admin_codes)
         if denial is None:
             return None
+        addr = getattr(conn, "remote_addr", "") or ""
         self._record(denial, cmd.code, addr)
         return cmd.response(ResponseCode.SYSTEM_ERROR, denial.remark)
 

@@ -106,6 +106,7 @@ class Connection(asyncio.Protocol):
         self.on_close = on_close
         self.name = name
         self.remote_addr = ""
+        self.remote_ip = ""        # the peer's address without the port (the ACL's white lists)
         self.closed = False
         self._can_write = asyncio.Event()
         self._can_write.set()
@@ -140,6 +141,7 @@ class Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.remote_addr = f"{peer[0]}:{peer[1]}"
+            self.remote_ip = str(peer[0])
         sock = transport.get_extra_info("socket")
         if sock is not None:
             import socket
