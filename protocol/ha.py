@@ -85,11 +85,13 @@ class ReportDecoder:
 
 class FrameDecoder:
     """The slave's side: frames ``(phy_offset, body)``; a heartbeat has an empty body.
+    ConfirmFrameDecoder (controller mode) is the same loop over a longer head.
 
     Bodies are memoryviews of what was read (no copy: a slave replicating at its master's
     ingest moves ~100 MiB/s through here); only a frame cut by a read is assembled."""
 
     __slots__ = ("_rest", "_body_max")
+    _head = _FRAME_HEAD
 
     def __init__(self, body_max: int = FRAME_BODY_MAX) -> None:
         self._rest = b""
@@ -99,23 +101,32 @@ class FrameDecoder:
     def buffered(self) -> int:
         return len(self._rest)
 
-    def feed(self, data: bytes) -> list[tuple[int, memoryview]]:
+    def feed(self, data: bytes) -> list[tuple]:
         buf = self._rest + data if self._rest else data
         view = memoryview(buf)
         out = []
         pos = 0
         end = len(buf)
-        while end - pos >= FRAME_HEAD_SIZE:
-            offset, size = _FRAME_HEAD.unpack_from(buf, pos)
-            if offset < 0 or size < 0 or size > self._body_max:
-                raise HAProtocolError(f"bad frame header: offset {offset}, size {size}")
-            if end - pos - FRAME_HEAD_SIZE < size:
+        unpack = self._head.unpack_from
+        head = self._head.size
+        while end - pos >= head:
+            # (offset, size) or (offset, size, confirm): every field is a non-negative long
+            fields = unpack(buf, pos)
+            size = fields[1]
+            if min(fields) < 0 or size > self._body_max:
+                raise HAProtocolError(f"bad frame header: {self._describe(fields)}")
+            if end - pos - head < size:
                 break
-            start = pos + FRAME_HEAD_SIZE
-            out.append((offset, view[start:start + size]))
+            start = pos + head
+            body = view[start:start + size]
+            out.append((fields[0], body) if head == FRAME_HEAD_SIZE else (fields[0], body, *fields[2:]))
             pos = start + size
         self._rest = bytes(view[pos:]) if pos < end else b""
         return out
+
+    @staticmethod
+    def _describe(fields: tuple) -> str:
+        return ", ".join(f"{name} {value}" for name, value in zip(("offset", "size", "confirm"), fields))
 
 
 # -- controller mode ------------------------------------------------------------------------
@@ -178,34 +189,8 @@ def encode_confirm_frame_head(offset: int, size: int, confirm: int) -> bytes:
     return _CONFIRM_HEAD.pack(offset, size, confirm)
 
 
-class ConfirmFrameDecoder:
+class ConfirmFrameDecoder(FrameDecoder):
     """FrameDecoder for controller mode: (phy_offset, body, confirm_offset) triples."""
 
-    __slots__ = ("_rest", "_body_max")
-
-    def __init__(self, body_max: int = FRAME_BODY_MAX) -> None:
-        self._rest = b""
-        self._body_max = body_max
-
-    @property
-    def buffered(self) -> int:
-        return len(self._rest)
-
-    def feed(self, data: bytes) -> list[tuple[int, memoryview, int]]:
-        buf = self._rest + data if self._rest else data
-        view = memoryview(buf)
-        out = []
-        pos = 0
-        end = len(buf)
-        head = CONFIRM_FRAME_HEAD_SIZE
-        while end - pos >= head:
-            offset, size, confirm = _CONFIRM_HEAD.unpack_from(buf, pos)
-            if offset < 0 or size < 0 or size > self._body_max or confirm < 0:
-                raise HAProtocolError(f"bad frame header: offset {offset}, size {size}, confirm {confirm}")
-            if end - pos - head < size:
-                break
-            start = pos + head
-            out.append((offset, view[start:start + size], confirm))
-            pos = start + size
-        self._rest = bytes(view[pos:]) if pos < end else b""
-        return out
+    __slots__ = ()
+    _head = _CONFIRM_HEAD

@@ -295,3 +295,25 @@ def test_whole_frame_over_the_size_bound_is_left_to_next_command():
     with pytest.raises(ProtocolError):
         d.next_command()
 
+
+
+def test_ha_frame_decoders_share_one_loop_plain_and_with_the_confirm_offset():
+    # protocol/ha.py: ConfirmFrameDecoder is FrameDecoder over the 20-byte head; both are
+    # fed the same stream cut at every byte
+    import pytest as _pytest
+    from pocketmq.protocol.ha import (ConfirmFrameDecoder, FrameDecoder, HAProtocolError, encode_confirm_frame_head,
+                                      encode_frame_head)
+    bodies = [b"", b"abc", b"x" * 70, b""]
+    plain = b"".join(encode_frame_head(100 + i, len(b)) + b for i, b in enumerate(bodies))
+    confirm = b"".join(encode_confirm_frame_head(100 + i, len(b), 7 * i) + b for i, b in enumerate(bodies))
+    for stream, cls, want in ((plain, FrameDecoder, [(100 + i, b) for i, b in enumerate(bodies)]),
+                              (confirm, ConfirmFrameDecoder, [(100 + i, b, 7 * i) for i, b in enumerate(bodies)])):
+        for cut in range(len(stream) + 1):
+            d = cls()
+            got = d.feed(stream[:cut]) + d.feed(stream[cut:])
+            assert [(f[0], bytes(f[1]), *f[2:]) for f in got] == want
+            assert d.buffered == 0
+    with _pytest.raises(HAProtocolError, match="confirm -1"):
+        ConfirmFrameDecoder().feed(encode_confirm_frame_head(1, 0, -1))
+    with _pytest.raises(HAProtocolError, match="size -2"):
+        FrameDecoder().feed(encode_frame_head(1, -2))
