@@ -14,32 +14,26 @@ Stores (`--stores`):
           client: cas_state (a transaction comparing the state key's mod_revision),
           read_group (one linearizable range read of the group's keys), keepalive.
   etcd1   1 etcd member (EtcdServer), same client.
-  pso3    3 processes (this file, --pso-serve), each a pysyncobj SyncObj with the same Raft
-          timings (heartbeat 50 ms, election timeout 0.5-1.0 s, leaderFallbackTimeout 1 s,
-          appendEntriesUseBatch off: an entry is sent at once instead of on the next 100 ms
-          batch; journal file on disk) replicating a small state machine: a dict of
-          key -> [value, version, lease]: cas(key, expected_version, value, lease),
-          read(prefix) through the log (linearizable) and read_local (this member's copy,
-          possibly stale), grant(ttl), keepalive(lease), expire(lease, renewals). Each
-          process also serves that API to clients over its own TCP port (JSON lines), as a
-          nameserver embedding the controller would serve brokers; a member that is not
-          the Raft leader forwards the command to it (pysyncobj's own forwarding).
-          The client: one request at a time, a timeout, the next member on any failure
-          (EtcdConsensus's rule).
+  pso3    3 members of tests/support/pso_store.py (PsoCluster; the server moved there so
+          brokers and the chaos test can use it: its doc describes the state machine, the
+          JSON-lines wire and the emulated leases), each a pysyncobj SyncObj with the same
+          Raft timings (heartbeat 50 ms, election timeout 0.5-1.0 s, leaderFallbackTimeout
+          1 s, appendEntriesUseBatch off: an entry is sent at once instead of on the next
+          100 ms batch; journal file on disk) replicating a dict of key -> [value, version,
+          lease]: here cas(key, expected_version, value, lease), read(prefix) through the
+          log (linearizable) and read_local (this member's copy, possibly stale),
+          grant(ttl), keepalive(lease). A member that is not the Raft leader forwards the
+          command to it (pysyncobj's own forwarding); during an election it answers
+          MISSING_LEADER at once (wait_leader_s=0, as the recorded figures were taken).
+          The client (PsoClient below): one request at a time, a timeout, the next member
+          on any failure (EtcdConsensus's rule). The agent's own client of these members
+          is broker/services/consensus_pso.py (controllerStore=pysyncobj).
   pso3-defaults  the same with pysyncobj's default timings (batched appends every 100 ms,
           election 0.4-1.4 s); not in the default list.
 
-Leases on pysyncobj (it has none): emulated as etcd's lessor does it. grant/keepalive are
-log entries; every member notes (its own monotonic clock, not replicated) when it applied a
-lease's last renewal; the member that is Raft leader checks every tick (~50 ms) and, past
-the TTL, proposes expire(lease, renewals seen), which deletes the lease and its keys unless
-a renewal got into the log first. A member that becomes leader restarts every lease's TTL
-from then (etcd's Promote). What that costs in safety: the lease code is ours (the issue
-wants no consensus code of our own); every keepalive is a log entry on every member (etcd
-renews leases on its leader only, outside the log); expiry depends on the leader's clock
-rate, as etcd's; and pysyncobj writes its journal through mmap without fsync, so an
-acknowledged CAS survives a process crash but not the loss of a majority of hosts' page
-caches (etcd fsyncs its WAL before answering).
+Leases on pysyncobj (it has none) are emulated as etcd's lessor does it, at a cost in
+safety (our lease code; every keepalive a log entry; no fsync of the journal): see
+tests/support/pso_store.py.
 
 Phases (`--phases`):
 
@@ -66,15 +60,14 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.support.pso_store import FAST_RAFT  # noqa: E402  (the store's members and their timings)
 
 STORES = ("etcd3", "etcd1", "pso3")
 ALL_STORES = STORES + ("pso3-defaults",)
@@ -88,9 +81,7 @@ STATE = json.dumps({"epoch": 7, "master": 1, "masterAddr": "127.0.0.1:10911", "s
 LEASE_TTL_S = 2
 LEASE_MARGIN = 0.8          # broker/services/failover.py: the holder fences at send + TTL * 0.8
 SETUP_LEASE_TTL_S = 600     # the group's leader/alive keys in the ops/kill phases: never expire there
-PSO_RAFT = {"pso3": dict(appendEntriesUseBatch=False, appendEntriesPeriod=0.05, raftMinTimeout=0.5,
-                         raftMaxTimeout=1.0, leaderFallbackTimeout=1.0),
-            "pso3-defaults": {}}
+PSO_RAFT = {"pso3": FAST_RAFT, "pso3-defaults": {}}
 
 
 def pct(values, p):
@@ -127,174 +118,6 @@ def loadavg() -> float:
 
 class StoreError(Exception):
     """a call failed (timeout, connection, the store's error); the client moved to the next member."""
-
-
-# -- the pysyncobj side: a member process ----------------------------------------------------
-
-def _group_state_class():
-    from pysyncobj import SyncObjConsumer, replicated
-
-    class GroupState(SyncObjConsumer):
-        """The replicated state machine (see the module doc). Methods marked @replicated
-        run on every member in log order; their result goes to the proposer's callback."""
-
-        def __init__(self):
-            # soft state, per member, not replicated (set before SyncObjConsumer.__init__,
-            # so pysyncobj leaves it out of its full dumps)
-            self.renewed: dict[int, float] = {}      # lease -> when this member applied its last renewal
-            self.proposed: dict[int, int] = {}       # lease -> renewals count an expire was proposed at
-            self.was_leader = False
-            super().__init__()
-            self.kv: dict[str, list] = {}            # key -> [value, version, lease]
-            self.leases: dict[int, list] = {}        # lease -> [ttl, renewals]
-            self.rev = 0
-            self.last_lease = 0
-
-        @replicated
-        def cas(self, key, expect, value, lease):
-            """expect: the key's version (0: absent; -1: any). [ok, version]."""
-            cur = self.kv.get(key)
-            ver = cur[1] if cur else 0
-            if expect >= 0 and ver != expect:
-                return [False, ver]
-            if lease and lease not in self.leases:
-                return [False, -1]
-            self.rev += 1
-            self.kv[key] = [value, self.rev, lease]
-            return [True, self.rev]
-
-        def _scan(self, prefix):
-            return [self.rev, [[k, v[0], v[1], v[2]] for k, v in list(self.kv.items()) if k.startswith(prefix)]]
-
-        @replicated
-        def read(self, prefix):
-            return self._scan(prefix)
-
-        def read_local(self, prefix):
-            return self._scan(prefix)
-
-        @replicated
-        def grant(self, ttl):
-            self.last_lease += 1
-            self.leases[self.last_lease] = [ttl, 0]
-            self.renewed[self.last_lease] = time.monotonic()
-            return self.last_lease
-
-        @replicated
-        def keepalive(self, lease):
-            entry = self.leases.get(lease)
-            if entry is None:
-                return -1
-            entry[1] += 1
-            self.renewed[lease] = time.monotonic()
-            return entry[0]
-
-        @replicated
-        def expire(self, lease, renewals):
-            entry = self.leases.get(lease)
-            if entry is None or entry[1] != renewals:
-                return False                         # renewed after the leader decided: keep it
-            del self.leases[lease]
-            self.renewed.pop(lease, None)
-            gone = [k for k, v in self.kv.items() if v[2] == lease]
-            if gone:
-                self.rev += 1
-                for k in gone:
-                    del self.kv[k]
-            return True
-
-        def tick(self):
-            """pysyncobj's tick thread, every tick (<= autoTickPeriod, 50 ms): the leader
-            proposes the expiry of leases not renewed for their TTL by its clock."""
-            so = self._syncObj
-            if so is None:
-                return
-            leader = so._isLeader()
-            now = time.monotonic()
-            if leader and not self.was_leader:
-                for lease in self.leases:            # a new leader restarts every TTL (etcd's Promote)
-                    self.renewed[lease] = now
-                self.proposed.clear()
-            self.was_leader = leader
-            if not leader:
-                return
-            for lease, (ttl, renewals) in list(self.leases.items()):
-                since = self.renewed.setdefault(lease, now)
-                if now - since > ttl and self.proposed.get(lease) != renewals:
-                    self.proposed[lease] = renewals
-                    self.expire(lease, renewals)
-
-    return GroupState
-
-
-def pso_serve(args) -> None:
-    """--pso-serve I: member I of the pysyncobj cluster, its client API on --pso-port."""
-    from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
-    names = {v: k for k, v in vars(FAIL_REASON).items() if k.isupper()}
-    raft = args.pso_raft.split(",")
-    me = raft[args.pso_serve]
-    state = _group_state_class()()
-    tag = me.replace(":", "_")
-    conf = SyncObjConf(journalFile=os.path.join(args.pso_dir, f"{tag}.journal"),
-                       fullDumpFile=os.path.join(args.pso_dir, f"{tag}.dump"),
-                       connectionRetryTime=0.5, **json.loads(args.pso_conf))
-    so = SyncObj(me, [a for a in raft if a != me], conf, consumers=[state])
-    so.addOnTickCallback(state.tick)
-
-    def status() -> dict:
-        st = so.getStatus()
-        leader = st["leader"]
-        return {"self": me, "state": st["state"], "leader": leader.id if leader is not None else None,
-                "term": st["raft_term"], "commit": st["commit_idx"], "applied": st["last_applied"],
-                "connected": sum(1 for k, v in st.items() if k.startswith("partner_node_status_server_") and v == 2),
-                "has_quorum": st["has_quorum"]}
-
-    async def serve() -> None:
-        loop = asyncio.get_running_loop()
-
-        def call(method, *a):
-            fut = loop.create_future()
-
-            def settle(res, err):
-                if fut.done():
-                    return
-                if err == FAIL_REASON.SUCCESS:
-                    fut.set_result(res)
-                else:
-                    fut.set_exception(RuntimeError(f"pysyncobj {names.get(err, err)}"))
-
-            method(*a, callback=lambda res, err: loop.call_soon_threadsafe(settle, res, err))
-            return fut
-
-        async def handle(reader, writer):
-            writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            try:
-                while line := await reader.readline():
-                    req = json.loads(line)
-                    op, a = req["op"], req.get("a", [])
-                    try:
-                        if op == "status":
-                            r = status()
-                        elif op == "read_local":
-                            r = state.read_local(*a)
-                        elif op in ("cas", "read", "grant", "keepalive"):
-                            r = await asyncio.wait_for(call(getattr(state, op), *a), 5.0)
-                        else:
-                            raise ValueError(f"unknown op {op!r}")
-                        resp = {"i": req["i"], "r": r}
-                    except Exception as e:
-                        resp = {"i": req["i"], "e": f"{type(e).__name__}: {e}"}
-                    writer.write(json.dumps(resp).encode() + b"\n")
-            except (ConnectionError, OSError):
-                pass
-            finally:
-                writer.close()
-
-        server = await asyncio.start_server(handle, "127.0.0.1", args.pso_port)
-        async with server:
-            await server.serve_forever()
-
-    asyncio.run(serve())
 
 
 # -- store clusters (processes) --------------------------------------------------------------
@@ -372,99 +195,17 @@ class EtcdStore:
 
 
 class PsoStore:
-    """n processes of this file in --pso-serve mode."""
+    """n members of tests/support/pso_store.py (PsoCluster), answering MISSING_LEADER at
+    once during an election (wait_leader_s=0: how the recorded figures were taken)."""
 
     def __init__(self, n: int, timeout_s: float, raft_conf: dict):
-        from tests.support.daemons import free_port
+        from tests.support.pso_store import PsoCluster
         self.n = n
         self.timeout_s = timeout_s
-        self.raft_conf = raft_conf
-        self.tmp = tempfile.TemporaryDirectory(prefix="bench-pso-")
-        self.raft = [f"127.0.0.1:{free_port()}" for _ in range(n)]
-        self.ports = [free_port() for _ in range(n)]
-        self.procs: list[subprocess.Popen | None] = [None] * n
-
-    @property
-    def endpoints(self) -> list[str]:
-        return [f"127.0.0.1:{p}" for p in self.ports]
-
-    def spawn(self, i: int) -> None:
-        log = open(os.path.join(self.tmp.name, f"n{i}.log"), "ab")
-        try:
-            self.procs[i] = subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__), "--pso-serve", str(i), "--pso-raft", ",".join(self.raft),
-                 "--pso-port", str(self.ports[i]), "--pso-dir", self.tmp.name,
-                 "--pso-conf", json.dumps(self.raft_conf)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        finally:
-            log.close()
-
-    def start(self) -> None:
-        for i in range(self.n):
-            self.spawn(i)
-        self.wait_healthy()
-
-    def stop(self) -> None:
-        for i in range(self.n):
-            self.kill(i)
-        self.tmp.cleanup()
-
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.procs if p is not None]
-
-    def status(self, i: int) -> dict | None:
-        if self.procs[i] is None or self.procs[i].poll() is not None:
-            return None
-        try:
-            with socket.create_connection(("127.0.0.1", self.ports[i]), timeout=0.5) as s:
-                s.sendall(b'{"i": 0, "op": "status"}\n')
-                buf = b""
-                while not buf.endswith(b"\n"):
-                    chunk = s.recv(4096)
-                    if not chunk:
-                        return None
-                    buf += chunk
-            return json.loads(buf).get("r")
-        except (OSError, ValueError):
-            return None
-
-    def leader_index(self) -> int | None:
-        best = None
-        for i in range(self.n):
-            st = self.status(i)
-            if st is not None and st["state"] == 2 and (best is None or st["term"] > best[1]):
-                best = (i, st["term"])
-        return best and best[0]
-
-    def wait_healthy(self, timeout_s: float = 20.0) -> None:
-        """Every member up, connected to all others, agreeing on one leader, and applied up
-        to the leader's commit index."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            sts = [self.status(i) for i in range(self.n)]
-            if all(sts):
-                leaders = {st["leader"] for st in sts}
-                lead = [st for st in sts if st["state"] == 2]
-                if (len(leaders) == 1 and None not in leaders and len(lead) == 1
-                        and all(st["connected"] == self.n - 1 for st in sts)
-                        and all(st["applied"] >= lead[0]["commit"] for st in sts)):
-                    return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"pysyncobj: no healthy cluster in time: {sts}")
-            time.sleep(0.05)
-
-    def kill(self, i: int) -> None:
-        p = self.procs[i]
-        if p is not None:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-            p.wait(5)
-            self.procs[i] = None
-
-    def restart(self, i: int) -> None:
-        self.kill(i)
-        self.spawn(i)
-        self.wait_healthy()
+        self.impl = PsoCluster(n, raft_conf=raft_conf, wait_leader_s=0.0)
+        self.endpoints = self.impl.endpoints
+        for name in ("start", "stop", "pids", "leader_index", "wait_healthy", "kill", "restart"):
+            setattr(self, name, getattr(self.impl, name))
 
     def fsyncs(self) -> tuple[float, float]:
         return 0.0, 0.0
@@ -877,15 +618,7 @@ def main(argv=None):
                     help="the client's timeout per call (the agent's: max(0.3, TTL / 4) = 0.5 s)")
     ap.add_argument("--quick", action="store_true", help="--ops 300 --kills 3 --lease-rounds 2")
     ap.add_argument("--json", help="write results here")
-    ap.add_argument("--pso-serve", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--pso-raft", help=argparse.SUPPRESS)
-    ap.add_argument("--pso-port", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--pso-dir", help=argparse.SUPPRESS)
-    ap.add_argument("--pso-conf", default="{}", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.pso_serve is not None:
-        pso_serve(args)
-        return
     if args.quick:
         args.ops, args.kills, args.lease_rounds = 300, 3, 2
     args.stores = args.stores.split(",")

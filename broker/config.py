@@ -53,7 +53,7 @@ import functools
 import os
 import socket
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, ConfigDict, Field, field_validator, model_validator
 
@@ -359,6 +359,11 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     # pocketmq's own: the consensus store (etcd endpoints host:port, ';' or ',' between)
     # and the master's lease there: a master not heard from for this long is replaced
     etcdEndpoints: str | None = None
+    # pocketmq's own: the store the agent uses: etcd (shipped) or pysyncobj, the measurement
+    # backend of docs/replication.md "Choosing the consensus store" (tests/support/pso_store.py
+    # members, their client ports in pysyncobjEndpoints)
+    controllerStore: Literal["etcd", "pysyncobj"] = "etcd"
+    pysyncobjEndpoints: str | None = None
     controllerLeaseSeconds: Annotated[int, Field(ge=2, le=60)] = 2
     # pocketmq's own: the HA address other replicas are told to connect to (default
     # brokerIP2:haListenPort), for a NAT or a proxy in front of this broker
@@ -506,9 +511,10 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
             if self.brokerId <= 0:
                 raise cross_field_error("brokerId", "in controller mode brokerId is this replica's id and must "
                                         "be >= 1 (the master registers as 0 whoever it is)", "enableControllerMode")
-            if not self.etcdEndpoints:
-                raise cross_field_error("etcdEndpoints", "controller mode needs the consensus store's endpoints "
-                                        "(etcdEndpoints=host:port;host:port)", "enableControllerMode")
+            key = "pysyncobjEndpoints" if self.controllerStore == "pysyncobj" else "etcdEndpoints"
+            if not getattr(self, key):
+                raise cross_field_error(key, "controller mode needs the consensus store's endpoints "
+                                        f"({key}=host:port;host:port)", "enableControllerMode")
         elif self.brokerRole is BrokerRole.SLAVE:
             if self.brokerId <= 0:
                 raise cross_field_error("brokerId", "a SLAVE's brokerId must be > 0", "brokerRole")
@@ -650,7 +656,8 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "haSlaveFallbehindMax", "slaveTimeout", "slaveReadEnable", "totalPhysicalMemoryBytes", "offsetCheckInSlave",
     "slaveSyncIntervalMillis",
     "enableControllerMode", "allAckInSyncStateSet", "minInSyncReplicas", "haMaxTimeSlaveNotCatchup",
-    "enableElectUncleanMaster", "etcdEndpoints", "controllerLeaseSeconds", "haAdvertisedAddress",
+    "enableElectUncleanMaster", "etcdEndpoints", "controllerStore", "pysyncobjEndpoints",
+    "controllerLeaseSeconds", "haAdvertisedAddress",
     "aclFilePath", "accessKey", "secretKey",
     "tlsServerMode", "tlsServerCertPath", "tlsServerKeyPath", "tlsServerKeyPassword", "useTLS",
 })  # fmt: skip

@@ -76,22 +76,25 @@ def _lease_not_found(e: BaseException) -> bool:
     return "lease not found" in str(e)
 
 
-class EtcdConsensus:
+class ConsensusKeys:
+    """What every consensus client shares (this module's EtcdConsensus; the measurement
+    backend broker/services/consensus_pso.py): the endpoints, the key layout above, and
+    turning a read of the group's keys into a GroupSnapshot."""
+
+    store = "consensus store"
+
     def __init__(self, endpoints: list[str], *, prefix: str = "/pocketmq", timeout_s: float = 1.0):
         if not endpoints:
-            raise ValueError("no etcd endpoints")
+            raise ValueError(f"no {self.store} endpoints")
         self._endpoints: list[tuple[str, int]] = []
         for ep in endpoints:
             host, sep, port = ep.strip().rpartition(":")
             if not sep or not host or not port.isdigit():
-                raise ValueError(f"etcd endpoint {ep!r}: expected host:port")
+                raise ValueError(f"{self.store} endpoint {ep!r}: expected host:port")
             self._endpoints.append((host, int(port)))
         self.prefix = prefix.rstrip("/")
         self.timeout_s = timeout_s
         self._next = 0                                   # the endpoint the next call uses
-        self._clients: dict[int, aetcd.Client] = {}
-        # clients dropped after a failure, closed once every call begun on them has timed out
-        self._retired: list[tuple[float, aetcd.Client]] = []
 
     # -- keys --------------------------------------------------------------------------------
     def _group(self, cluster: str, group: str) -> bytes:
@@ -100,11 +103,51 @@ class EtcdConsensus:
     def _request_key(self, cluster: str, group: str, name: str) -> bytes:
         return self._group(cluster, group) + b"request/" + _check_name("request", name).encode()
 
-    # -- the one call path -------------------------------------------------------------------
+    def _list_base(self, cluster: str | None) -> str:
+        return f"{self.prefix}/" + (f"{_check_name('cluster', cluster)}/" if cluster is not None else "")
+
     def endpoint(self, i: int | None = None) -> str:
         host, port = self._endpoints[self._next if i is None else i]
         return f"{host}:{port}"
 
+    @staticmethod
+    def _snapshot(base: bytes, revision: int, kvs) -> GroupSnapshot:
+        """kvs: (key, value, mod_revision, lease) of every key under the group's folder."""
+        state, state_rev, leader, leader_lease = None, 0, None, 0
+        alive: dict[int, tuple[bytes, int]] = {}
+        requests: dict[str, bytes] = {}
+        for key, value, mod_revision, lease in kvs:
+            tail = key[len(base):].decode(errors="replace")
+            if tail == "state":
+                state, state_rev = value, mod_revision
+            elif tail == "leader":
+                leader, leader_lease = value, lease
+            elif tail.startswith("alive/") and tail[6:].isdigit():
+                alive[int(tail[6:])] = (value, lease)
+            elif tail.startswith("request/") and len(tail) > 8:
+                requests[tail[8:]] = value
+        return GroupSnapshot(revision, state, state_rev, leader, leader_lease, alive, requests)
+
+    def _groups(self, keys) -> list[tuple[str, str]]:
+        """(cluster, group) of every state key among `keys`, sorted."""
+        found = []
+        for key in keys:
+            parts = key[len(self.prefix) + 1:].decode(errors="replace").split("/")
+            if len(parts) == 3 and parts[2] == "state":
+                found.append((parts[0], parts[1]))
+        return sorted(found)
+
+
+class EtcdConsensus(ConsensusKeys):
+    store = "etcd"
+
+    def __init__(self, endpoints: list[str], *, prefix: str = "/pocketmq", timeout_s: float = 1.0):
+        super().__init__(endpoints, prefix=prefix, timeout_s=timeout_s)
+        self._clients: dict[int, aetcd.Client] = {}
+        # clients dropped after a failure, closed once every call begun on them has timed out
+        self._retired: list[tuple[float, aetcd.Client]] = []
+
+    # -- the one call path -------------------------------------------------------------------
     async def _call(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
         await self._close_retired(force=False)
         i = self._next
@@ -176,32 +219,14 @@ class EtcdConsensus:
         """All of the group's keys in one read (one revision)."""
         base = self._group(cluster, group)
         res = await self._call(f"read of {base.decode()}", lambda c: c.get_prefix(base))
-        state, state_rev, leader, leader_lease = None, 0, None, 0
-        alive: dict[int, tuple[bytes, int]] = {}
-        requests: dict[str, bytes] = {}
-        for kv in res:
-            tail = kv.key[len(base):].decode(errors="replace")
-            if tail == "state":
-                state, state_rev = kv.value, kv.mod_revision
-            elif tail == "leader":
-                leader, leader_lease = kv.value, kv.lease
-            elif tail.startswith("alive/") and tail[6:].isdigit():
-                alive[int(tail[6:])] = (kv.value, kv.lease)
-            elif tail.startswith("request/") and len(tail) > 8:
-                requests[tail[8:]] = kv.value
-        return GroupSnapshot(res.header.revision, state, state_rev, leader, leader_lease, alive, requests)
+        return self._snapshot(base, res.header.revision, ((kv.key, kv.value, kv.mod_revision, kv.lease) for kv in res))
 
     async def list_groups(self, cluster: str | None = None) -> list[tuple[str, str]]:
         """(cluster, group) of every group with a state key, sorted."""
-        base = f"{self.prefix}/" + (f"{_check_name('cluster', cluster)}/" if cluster is not None else "")
+        base = self._list_base(cluster)
         res = await self._call(f"list of {base}",
                                lambda c: c.get_prefix(base.encode(), keys_only=True))
-        found = []
-        for kv in res:
-            parts = kv.key[len(self.prefix) + 1:].decode(errors="replace").split("/")
-            if len(parts) == 3 and parts[2] == "state":
-                found.append((parts[0], parts[1]))
-        return sorted(found)
+        return self._groups(kv.key for kv in res)
 
     # -- writes ------------------------------------------------------------------------------
     async def put_alive(self, cluster: str, group: str, replica_id: int, value: bytes, lease_id: int) -> None:

@@ -133,6 +133,9 @@ class FailoverAgent:
         self.cluster = config.brokerClusterName
         self.group = config.brokerName
         self.ttl = config.controllerLeaseSeconds
+        if consensus is None and config.controllerStore == "pysyncobj":    # the measurement backend
+            from pocketmq.broker.services.consensus_pso import PsoConsensus
+            consensus = PsoConsensus(split_endpoints(config.pysyncobjEndpoints or ""), timeout_s=max(0.3, self.ttl / 4))
         self.consensus = consensus or EtcdConsensus(split_endpoints(config.etcdEndpoints or ""),
                                                     timeout_s=max(0.3, self.ttl / 4))
         # the Broker class (broker/app.py, the composition root, injected: services never import it)

@@ -1,7 +1,10 @@
-"""broker/services/consensus.py against a real etcd (tests/support/etcd.py): leases, the
-state's CAS and its guards, the group read, timeouts on a paused etcd and the endpoint
-rotation in a 3-member cluster with one member dead. Each test has its own key prefix;
-every wait is bounded."""
+"""The consensus clients against real stores, one contract for both: etcd
+(broker/services/consensus.py EtcdConsensus, tests/support/etcd.py) and the pysyncobj
+measurement backend (broker/services/consensus_pso.py PsoConsensus, members of
+tests/support/pso_store.py; skipped when pysyncobj is not installed). Leases, the state's
+CAS and its guards, the group read, timeouts on a paused store and the endpoint rotation
+in a 3-member cluster with one member dead. Each test has its own key prefix; every wait
+is bounded."""
 import asyncio
 import time
 import uuid
@@ -9,30 +12,55 @@ import uuid
 import pytest
 
 from pocketmq.broker.services.consensus import ConsensusError, EtcdConsensus, GroupSnapshot, LeaseLost
-from tests.support.etcd import SKIP_REASON, EtcdCluster, etcd_available, serve
-
-pytestmark = pytest.mark.skipif(not etcd_available(), reason=SKIP_REASON)
+from pocketmq.broker.services.consensus_pso import PsoConsensus
+from tests.support.etcd import SKIP_REASON, EtcdCluster, EtcdServer, etcd_available
+from tests.support.pso_store import SKIP_REASON as PSO_SKIP_REASON
+from tests.support.pso_store import PsoCluster, pysyncobj_available
 
 C, G = "DefaultCluster", "broker-a"
 
 
+class Store:
+    """One kind of store: its processes and its client."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def single(self, root: str):
+        """One member, not started (start/stop, pause/resume, kill, endpoint)."""
+        return EtcdServer(root) if self.kind == "etcd" else PsoCluster(1, root)
+
+    def cluster(self, n: int, root: str):
+        return EtcdCluster(n, root) if self.kind == "etcd" else PsoCluster(n, root)
+
+    def client(self, endpoints, timeout_s: float = 1.0, prefix: str | None = None):
+        cls = EtcdConsensus if self.kind == "etcd" else PsoConsensus
+        return cls(endpoints, prefix=prefix or f"/t-{uuid.uuid4().hex[:8]}", timeout_s=timeout_s)
+
+
+@pytest.fixture(scope="module", params=[
+    pytest.param("etcd", marks=pytest.mark.skipif(not etcd_available(), reason=SKIP_REASON)),
+    pytest.param("pysyncobj", marks=pytest.mark.skipif(not pysyncobj_available(), reason=PSO_SKIP_REASON))])
+def store(request):
+    return Store(request.param)
+
+
 @pytest.fixture(scope="module")
-def etcd(tmp_path_factory):
-    yield from serve(tmp_path_factory.mktemp("etcd"))
+def etcd(store, tmp_path_factory):
+    """The module's shared one-member store (etcd or pysyncobj)."""
+    with store.single(str(tmp_path_factory.mktemp(store.kind))) as server:
+        yield server
 
 
 @pytest.fixture
-def own_etcd(tmp_path):
-    yield from serve(tmp_path)
-
-
-def consensus(endpoints, timeout_s: float = 1.0) -> EtcdConsensus:
-    return EtcdConsensus(endpoints, prefix=f"/t-{uuid.uuid4().hex[:8]}", timeout_s=timeout_s)
+def own_etcd(store, tmp_path):
+    with store.single(str(tmp_path)) as server:
+        yield server
 
 
 @pytest.fixture
-async def cs(etcd):
-    c = consensus([etcd.endpoint])
+async def cs(store, etcd):
+    c = store.client([etcd.endpoint])
     yield c
     await c.close()
 
@@ -80,9 +108,9 @@ async def test_revoke_deletes_the_leases_keys_at_once(cs):
             await cs.keepalive(lease)
 
 
-async def test_create_if_absent_has_exactly_one_winner(etcd):
+async def test_create_if_absent_has_exactly_one_winner(store, etcd):
     async with asyncio.timeout(10):
-        callers = [consensus([etcd.endpoint]) for _ in range(4)]
+        callers = [store.client([etcd.endpoint]) for _ in range(4)]
         for c in callers[1:]:
             c.prefix = callers[0].prefix
         try:
@@ -223,10 +251,10 @@ async def test_list_groups(cs):
         await cs.revoke(lease)
 
 
-async def test_a_paused_etcd_times_out_within_the_bound_and_serves_again_after(own_etcd):
+async def test_a_paused_etcd_times_out_within_the_bound_and_serves_again_after(store, own_etcd):
     async with asyncio.timeout(15):
-        cs = consensus([own_etcd.endpoint], timeout_s=0.5)
-        fresh = consensus([own_etcd.endpoint], timeout_s=0.5)
+        cs = store.client([own_etcd.endpoint], timeout_s=0.5)
+        fresh = store.client([own_etcd.endpoint], timeout_s=0.5)
         try:
             lease = await cs.grant_lease(30)
             assert await cs.cas_state(C, G, expect_state_rev=0, new_state=b"s")
@@ -255,10 +283,11 @@ async def test_a_paused_etcd_times_out_within_the_bound_and_serves_again_after(o
             await fresh.close()
 
 
-async def test_nothing_listening_is_a_consensus_error_naming_the_endpoint_and_a_return_is_seen_at_once(own_etcd):
+async def test_nothing_listening_is_a_consensus_error_naming_the_endpoint_and_a_return_is_seen_at_once(
+        store, own_etcd):
     async with asyncio.timeout(15):
         endpoint = own_etcd.endpoint
-        cs = consensus([endpoint], timeout_s=0.5)
+        cs = store.client([endpoint], timeout_s=0.5)
         try:
             assert await cs.cas_state(C, G, expect_state_rev=0, new_state=b"s")
             own_etcd.kill()
@@ -274,10 +303,10 @@ async def test_nothing_listening_is_a_consensus_error_naming_the_endpoint_and_a_
             await cs.close()
 
 
-async def test_a_dead_member_costs_one_failed_call_then_the_next_endpoint_serves(tmp_path):
+async def test_a_dead_member_costs_one_failed_call_then_the_next_endpoint_serves(store, tmp_path):
     async with asyncio.timeout(25):
-        cluster = await asyncio.to_thread(lambda: EtcdCluster(3, str(tmp_path)).start())
-        cs = consensus(cluster.endpoints, timeout_s=1.0)
+        cluster = await asyncio.to_thread(lambda: store.cluster(3, str(tmp_path)).start())
+        cs = store.client(cluster.endpoints, timeout_s=1.0)
         try:
             lease = await cs.grant_lease(30)
             assert await cs.cas_state(C, G, expect_state_rev=0, new_state=b"s0", put_leader=(b"0:a", lease))

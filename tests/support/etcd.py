@@ -47,6 +47,30 @@ def _healthy(client_port: int) -> bool:
         return False
 
 
+def wait_stopped(pid: int, what: str, timeout_s: float = 5.0) -> None:
+    """After SIGSTOP: wait (bounded) until every thread of `pid` is stopped (the stop
+    reaches a process's threads after kill() has returned)."""
+    deadline = time.monotonic() + timeout_s
+    task_dir = f"/proc/{pid}/task"
+    while True:
+        try:
+            tids = os.listdir(task_dir)
+        except OSError:
+            return      # no /proc (or the process is gone): nothing to wait for
+        states = []
+        for tid in tids:
+            try:
+                with open(f"{task_dir}/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                pass    # a thread that just ended
+        if all(st in ("T", "t") for st in states):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not stopped after SIGSTOP: thread states {states}")
+        time.sleep(0.01)
+
+
 class _Member:
     """One etcd process: its name, ports, data dir and log."""
 
@@ -100,25 +124,7 @@ class _Member:
             self.proc.send_signal(sig)
 
     def wait_stopped(self, timeout_s: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        task_dir = f"/proc/{self.proc.pid}/task"
-        while True:
-            try:
-                tids = os.listdir(task_dir)
-            except OSError:
-                return      # no /proc (or the process is gone): nothing to wait for
-            states = []
-            for tid in tids:
-                try:
-                    with open(f"{task_dir}/{tid}/stat") as f:
-                        states.append(f.read().rsplit(")", 1)[1].split()[0])
-                except OSError:
-                    pass    # a thread that just ended
-            if all(st in ("T", "t") for st in states):
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"etcd {self.name} not stopped after SIGSTOP: thread states {states}")
-            time.sleep(0.01)
+        wait_stopped(self.proc.pid, f"etcd {self.name}", timeout_s)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         if self.proc is None:
