@@ -45,6 +45,43 @@ def schedule_tags_code(queue_id: int, store_timestamp: int, delay_levels_ms: tup
     return store_timestamp + 1000
 
 
+def nearest_by_time(low: int, high: int, timestamp: int, ts_at) -> int | None:
+    """RocketMQ's ConsumeQueue.getOffsetInQueueByTime binary search, over positions
+    low..high of one queue file; both stores call it (each reads store times its own way).
+
+    ts_at(pos) -> the store time of the unit there; None for a unit to step over (its record
+    expired, or a filler: the search moves right of it); negative when the record cannot be
+    read (the search gives up: None). Returns the position whose time equals `timestamp`,
+    else the nearer of its neighbours (the right one on a tie), -1 when none was read."""
+    target = left = right = -1
+    left_ts = right_ts = -1
+    while high >= low:
+        mid = (low + high) // 2
+        ts = ts_at(mid)
+        if ts is None:
+            low = mid + 1
+            left = mid
+            continue
+        if ts < 0:
+            return None
+        if ts == timestamp:
+            target = mid
+            break
+        if ts > timestamp:
+            high = mid - 1
+            right, right_ts = mid, ts
+        else:
+            low = mid + 1
+            left, left_ts = mid, ts
+    if target != -1:
+        return target
+    if left_ts == -1:
+        return right
+    if right_ts == -1:
+        return left
+    return right if abs(timestamp - left_ts) > abs(timestamp - right_ts) else left
+
+
 class CleanResult(tuple):
     """(commit_log_segments_deleted, consume_queue_files_deleted)."""
 

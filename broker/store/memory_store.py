@@ -22,7 +22,7 @@ from pocketmq.protocol.message import (BLANK_MARKER_SIZE, KEY_SEPARATOR, KEYS, M
                                        store_timestamp_at, tags_code)
 from pocketmq.broker.store.api import (CleanResult, GetMessageResult, GetMessageStatus, MessageBatchToStore,
                                        MessageToStore, PutMessageResult, PutMessageStatus, QueryMessageResult,
-                                       RecoveryReport, schedule_tags_code, valid_topic)
+                                       RecoveryReport, nearest_by_time, schedule_tags_code, valid_topic)
 
 if TYPE_CHECKING:       # (a type only: the reference model imports nothing of the file store)
     from pocketmq.broker.store.store_config import StoreConfig
@@ -385,35 +385,15 @@ class MemoryStore:
         low = max(q.min_offset - chosen, 0)
         high = end - chosen - 1
         cl_min = self.commit_log_min_offset
-        target = left = right = -1
-        left_ts = right_ts = -1
-        while high >= low:
-            mid = (low + high) // 2
-            u = q.units[chosen + mid]
+
+        def ts_at(pos: int) -> int | None:
+            u = q.units[chosen + pos]
             if u is None or u[0] < cl_min:
-                low = mid + 1
-                left = mid
-                continue
-            ts = self._ts(u[0])
-            if ts < 0:
-                return 0
-            if ts == timestamp:
-                target = mid
-                break
-            if ts > timestamp:
-                high = mid - 1
-                right, right_ts = mid, ts
-            else:
-                low = mid + 1
-                left, left_ts = mid, ts
-        if target != -1:
-            pos = target
-        elif left_ts == -1:
-            pos = right
-        elif right_ts == -1:
-            pos = left
-        else:
-            pos = right if abs(timestamp - left_ts) > abs(timestamp - right_ts) else left
+                return None
+            return self._ts(u[0])
+        pos = nearest_by_time(low, high, timestamp, ts_at)
+        if pos is None:
+            return 0
         return q.min_offset if pos < 0 else chosen + pos
 
     def look_message_by_offset(self, commit_log_offset: int) -> bytes | None:

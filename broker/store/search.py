@@ -9,7 +9,7 @@ logical offset (ConsumeQueue.file_ranges / unit_at).
 from __future__ import annotations
 
 from pocketmq.protocol.message import store_timestamp_at
-from pocketmq.broker.store.api import CQ_FILLER_SIZE
+from pocketmq.broker.store.api import CQ_FILLER_SIZE, nearest_by_time
 
 
 class SearchPart:
@@ -60,37 +60,13 @@ class SearchPart:
         low = cq.min_offset - start if cq.min_offset > start else 0
         high = end - start - 1
         cl_min = self._commitlog.min_offset
-        target = left = right = -1
-        left_ts = right_ts = -1
-        while high >= low:
-            mid = (low + high) // 2
-            phys, size, _ = unit_at(start + mid)
+
+        def ts_at(pos: int) -> int | None:
+            phys, size, _ = unit_at(start + pos)
             if phys < cl_min or size == CQ_FILLER_SIZE:
-                low = mid + 1
-                left = mid
-                continue
-            ts = self._store_timestamp_at(phys, size)
-            if ts < 0:
-                return 0
-            if ts == timestamp:
-                target = mid
-                break
-            if ts > timestamp:
-                high = mid - 1
-                right = mid
-                right_ts = ts
-            else:
-                low = mid + 1
-                left = mid
-                left_ts = ts
-        if target != -1:
-            pos = target
-        elif left_ts == -1:
-            pos = right
-        elif right_ts == -1:
-            pos = left
-        else:
-            pos = right if abs(timestamp - left_ts) > abs(timestamp - right_ts) else left
-        if pos < 0:
-            return cq.min_offset
-        return start + pos
+                return None
+            return self._store_timestamp_at(phys, size)
+        pos = nearest_by_time(low, high, timestamp, ts_at)
+        if pos is None:
+            return 0
+        return cq.min_offset if pos < 0 else start + pos
