@@ -53,7 +53,7 @@ import functools
 import os
 import socket
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import AliasChoices, ConfigDict, Field, field_validator, model_validator
 
@@ -98,6 +98,7 @@ __all__ = [
     "BrokerConfig",
     "BrokerRole",
     "ConfigError",
+    "ControllerStore",
     "FlushDiskType",
     "LoadReport",
     "format_config",
@@ -114,6 +115,12 @@ class BrokerRole(StrEnum):
     ASYNC_MASTER = "ASYNC_MASTER"
     SYNC_MASTER = "SYNC_MASTER"
     SLAVE = "SLAVE"
+
+
+class ControllerStore(StrEnum):
+    # lower case: config enums are read by member name, and the value is the store's name
+    etcd = "etcd"               # the shipped choice
+    pysyncobj = "pysyncobj"     # the measurement backend (docs/replication.md)
 
 
 class FlushDiskType(StrEnum):
@@ -362,7 +369,7 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     # pocketmq's own: the store the agent uses: etcd (shipped) or pysyncobj, the measurement
     # backend of docs/replication.md "Choosing the consensus store" (tests/support/pso_store.py
     # members, their client ports in pysyncobjEndpoints)
-    controllerStore: Literal["etcd", "pysyncobj"] = "etcd"
+    controllerStore: ControllerStore = ControllerStore.etcd
     pysyncobjEndpoints: str | None = None
     controllerLeaseSeconds: Annotated[int, Field(ge=2, le=60)] = 2
     # pocketmq's own: the HA address other replicas are told to connect to (default
@@ -511,7 +518,7 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
             if self.brokerId <= 0:
                 raise cross_field_error("brokerId", "in controller mode brokerId is this replica's id and must "
                                         "be >= 1 (the master registers as 0 whoever it is)", "enableControllerMode")
-            key = "pysyncobjEndpoints" if self.controllerStore == "pysyncobj" else "etcdEndpoints"
+            key = "pysyncobjEndpoints" if self.controllerStore is ControllerStore.pysyncobj else "etcdEndpoints"
             if not getattr(self, key):
                 raise cross_field_error(key, "controller mode needs the consensus store's endpoints "
                                         f"({key}=host:port;host:port)", "enableControllerMode")

@@ -1,14 +1,14 @@
 """Chaos test of automatic failover (issue 31), modelled on openmessaging-chaos.
 
 A 3-replica broker group in controller mode (SYNC_MASTER, allAckInSyncStateSet=true) on a
-real etcd, every replica's etcd link and HA port behind a FaultProxy. Producers (our
+real consensus store, every replica's links to the store and its HA port behind FaultProxies. Producers (our
 Producer: 4 tasks on a plain topic, 4 sharding keys sending in sequence on an orderly
 topic) and consumers (a concurrent push consumer, an orderly one) run throughout while a
 seeded nemesis hits the current master, one fault per round:
 
   kill       SIGKILL, then the replica is started again (it rejoins, truncating);
   pause      SIGSTOP past its lease (the zombie), SIGCONT once a new master serves;
-  partition  its etcd link and its HA port blackholed, healed once a new master serves;
+  partition  its links to the store and its HA port blackholed, healed once a new master serves;
   restart    SIGTERM (a planned stop: the lease is revoked), then started again.
 
 After each fault the round waits for a new master and for every replica to be back in the
@@ -22,7 +22,10 @@ fault to the first SEND_OK on the new master and to the first delivery of a mess
 Seeded: POCKETMQ_CHAOS_SEED (default random, printed); rounds: POCKETMQ_CHAOS_ROUNDS
 (default 6 in CI; 50 for a release run, docs/replication.md records the figures); the
 nemeses drawn from: POCKETMQ_CHAOS_NEMESES (default kill,pause,partition,restart; `kill`
-alone gives issue 31's "50 master kills in one run").
+alone gives issue 31's "50 master kills in one run"); the store: POCKETMQ_CHAOS_CONSENSUS
+(default etcd, one member; etcd3: three; pysyncobj: the measurement backend, three members
+of tests/support/pso_store.py, the brokers on controllerStore=pysyncobj; docs/replication.md
+"Choosing the consensus store" compares them).
 """
 from __future__ import annotations
 
@@ -38,12 +41,17 @@ import pytest
 from pocketmq.client import CONSUME_SUCCESS, Message, Producer, PushConsumer
 from pocketmq.client.message import SendStatus
 from pocketmq.protocol.message import decode_offset_msg_id
-from tests.support.etcd import EtcdServer, etcd_available
-from tests.support.failover_group import FailoverGroup
+from tests.support.etcd import etcd_available
+from tests.support.failover_group import ConsensusStore, FailoverGroup
+from tests.support.pso_store import SKIP_REASON as PSO_SKIP_REASON
+from tests.support.pso_store import pysyncobj_available
 from tests.support.replica_pair import commit_log_bytes
 
+CONSENSUS = os.environ.get("POCKETMQ_CHAOS_CONSENSUS", "etcd")
 pytestmark = [pytest.mark.asyncio, pytest.mark.chaos,
-              pytest.mark.skipif(not etcd_available(), reason="etcd is not installed (Debian package etcd-server)")]
+              pytest.mark.skipif(CONSENSUS != "pysyncobj" and not etcd_available(),
+                                 reason="etcd is not installed (Debian package etcd-server)"),
+              pytest.mark.skipif(CONSENSUS == "pysyncobj" and not pysyncobj_available(), reason=PSO_SKIP_REASON)]
 
 SEED = int(os.environ.get("POCKETMQ_CHAOS_SEED") or random.SystemRandom().randrange(2**32))
 ROUNDS = int(os.environ.get("POCKETMQ_CHAOS_ROUNDS", "6"))
@@ -182,11 +190,12 @@ async def _all_in_sync(g: FailoverGroup, timeout_s: float = 60.0) -> None:
 async def test_failover_chaos(tmp_path):
     rng = random.Random(SEED)
     assert set(NEMESES) <= {"kill", "pause", "partition", "restart"}, NEMESES
-    print(f"\nchaos seed {SEED} (POCKETMQ_CHAOS_SEED), {ROUNDS} rounds of {','.join(NEMESES)}")
+    print(f"\nchaos seed {SEED} (POCKETMQ_CHAOS_SEED), {ROUNDS} rounds of {','.join(NEMESES)} "
+          f"on {CONSENSUS} (POCKETMQ_CHAOS_CONSENSUS)")
     checker = Checker()
     failovers = []
-    with EtcdServer(str(tmp_path / "etcd")) as etcd:
-        g = FailoverGroup(str(tmp_path), etcd.endpoint, replicas=3, proxies=True, lease_s=LEASE_S,
+    with ConsensusStore(CONSENSUS, str(tmp_path / "store")) as store:
+        g = FailoverGroup(str(tmp_path), store.endpoints, store=store.kind, replicas=3, proxies=True, lease_s=LEASE_S,
                           extra_args=["--slaveSyncIntervalMillis=1000", "--allAckInSyncStateSet=true",
                                       "--haMaxTimeSlaveNotCatchup=5000"])
         await g.start()
@@ -267,13 +276,18 @@ async def test_failover_chaos(tmp_path):
             dups_orderly = sum(n - 1 for k, n in checker.delivered.items() if n > 1 and k.startswith("o"))
             windows = sorted(f["send_ok_s"] for f in failovers)
             p99 = windows[min(len(windows) - 1, int(len(windows) * 0.99))] if windows else None
-            report = {"seed": SEED, "rounds": ROUNDS, "acked": len(checker.acked),
+            delivers = sorted(f["deliver_s"] for f in failovers if f["deliver_s"] is not None)
+            report = {"seed": SEED, "rounds": ROUNDS, "nemeses": ",".join(NEMESES), "consensus": CONSENSUS,
+                      "acked": len(checker.acked),
                       "lost_in_log": len(lost_log), "lost_in_delivery": len(lost_delivery),
                       "duplicates": dups, "duplicates_orderly": dups_orderly,
                       "order_violations": checker.order_violations,
                       "send_errors": checker.send_errors, "not_ok": checker.not_ok,
                       "send_ok_window_p50_s": windows[len(windows) // 2] if windows else None,
                       "send_ok_window_p99_s": p99, "send_ok_window_max_s": windows[-1] if windows else None,
+                      "deliver_window_p50_s": delivers[len(delivers) // 2] if delivers else None,
+                      "deliver_window_max_s": delivers[-1] if delivers else None,
+                      "deliver_window_missing": len(failovers) - len(delivers),
                       "failovers": failovers}
             with open(os.path.join(str(tmp_path), "chaos-report.json"), "w") as f:
                 json.dump(report, f, indent=1)
