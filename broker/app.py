@@ -8,7 +8,7 @@ housekeeping). Request logic lives in broker/processors, rules in broker/core.
 Start order: bind the listening socket (its port is the store host written
 into every record), open the store (recovery), load metadata, then serve,
 register with every nameserver, and log one readiness line. Close order:
-stop accepting (and stop parking pulls), stop the schedule and transaction
+stop accepting (and stop parking pulls), stop the schedule, timer and transaction
 check services, answer held pulls, stop the timers, unregister from the nameservers, close the
 connections, stop the flush thread, close the store (final flush,
 checkpoint), persist metadata (unless the start failed before loading it).
@@ -46,10 +46,11 @@ from pocketmq.broker.services.ha import HAMaster, HASlave
 from pocketmq.broker.services.hold import HoldService
 from pocketmq.broker.services.index_pump import IndexPump
 from pocketmq.broker.services.schedule import ScheduleService
+from pocketmq.broker.services.timer import TimerService
 from pocketmq.broker.services.slave_sync import SlaveSyncService, take_back_offsets
 from pocketmq.broker.services.stats import run_stats_ticks
 from pocketmq.broker.services.transaction_check import TransactionCheckService
-from pocketmq.common.constants import SCHEDULE_TOPIC
+from pocketmq.common.constants import SCHEDULE_TOPIC, TIMER_TOPIC
 from pocketmq.common.files import write_file_atomic
 from pocketmq.protocol import bodies
 from pocketmq.protocol import message as msgcodec
@@ -132,6 +133,7 @@ class Broker:
         self.delay_levels = config.delay_levels_ms()
         self.schedule_cursors = ScheduleCursors()
         self.schedule_service: ScheduleService | None = None
+        self.timer_service: TimerService | None = None     # RocketMQ 5's timer messages
         self.transactions = DecidedTransactions()
         self.transaction_service: TransactionCheckService | None = None
         self.sync_flush = config.flushDiskType == "SYNC_FLUSH"
@@ -139,6 +141,8 @@ class Broker:
         self.store = None
         self.flush_service: FlushService | None = None
         self.hold_service: HoldService | None = None
+        # enableProxy: the gRPC endpoint for RocketMQ 5.x clients (broker/proxy/server.py)
+        self.grpc_endpoint = None
         self.index_pump: IndexPump | None = None
         # replication: a master serves its slaves the HA stream; a slave follows its master
         self.is_slave = config.brokerRole is BrokerRole.SLAVE
@@ -245,6 +249,10 @@ class Broker:
         # a slave delivers no delayed messages and checks no transactions: its master does,
         # and the records it writes for them arrive here through the HA stream
         schedule_wake = self.schedule_service.wake if not self.is_slave else _nothing
+        if cfg.timerWheelEnable and not self.is_slave:
+            self.timer_service = TimerService(self.store, capacity=cfg.timerMaxInMemory, born_host=self.store_host,
+                                              now_ms=self.now_ms, checkpoint_interval_ms=cfg.timerFlushIntervalMs)
+        timer_wake = self.timer_service.wake if self.timer_service is not None else _nothing
         ha_notify = self.ha_master.notify if self.ha_master is not None else _nothing
         if cfg.messageIndexEnable:
             # a slave behind its master copies first, indexes once caught up
@@ -257,6 +265,8 @@ class Broker:
             def on_dispatch(topic, queue_id, max_offset, tags_code, store_ts):
                 if topic == SCHEDULE_TOPIC:
                     schedule_wake()
+                elif topic == TIMER_TOPIC:
+                    timer_wake()
                 hold_dispatch(topic, queue_id, max_offset, tags_code, store_ts)
                 index_kick()
                 ha_notify()
@@ -264,11 +274,15 @@ class Broker:
             def on_dispatch(topic, queue_id, max_offset, tags_code, store_ts):
                 if topic == SCHEDULE_TOPIC:
                     schedule_wake()
+                elif topic == TIMER_TOPIC:
+                    timer_wake()
                 hold_dispatch(topic, queue_id, max_offset, tags_code, store_ts)
                 ha_notify()
         self.store.on_dispatch = on_dispatch
         if not self.is_slave:
             self.schedule_service.start()
+            if self.timer_service is not None:
+                self.timer_service.start()
             # Decisions are rebuilt from the op queue before END_TRANSACTION can be served.
             self.transaction_service = TransactionCheckService(
                 ctx, interval_ms=cfg.transactionCheckInterval, timeout_ms=cfg.transactionTimeOut,
@@ -283,6 +297,8 @@ class Broker:
                 await self._persist_async()
         self.stats.boot_timestamp = self.now_ms()
         await self.server.start_serving()
+        if cfg.enableProxy:
+            await self._start_grpc(table)
         if self.acl is not None:
             self.acl.start()
         if cfg.metricsPort:
@@ -314,6 +330,21 @@ class Broker:
         else:
             log.info("SLAVE (brokerId %d) of %s follows its master at %s", cfg.brokerId, cfg.brokerName,
                      self.ha_slave.master_ha_addr or "the address the nameservers give")
+
+    async def _start_grpc(self, processors: dict) -> None:
+        """The gRPC endpoint (RocketMQ's proxy in local mode) on this loop, calling the
+        processor table (unguarded: enableProxy refuses aclEnable, broker/config.py)."""
+        try:
+            from pocketmq.broker.proxy.server import GrpcEndpoint
+            import grpc  # noqa: F401
+        except ImportError as e:
+            raise OSError(f"enableProxy needs the grpc extra (pip install 'pocketmq[grpc]'): {e}") from None
+        cfg = self.config
+        self.grpc_endpoint = GrpcEndpoint(self.ctx, processors, host=self.host, port=cfg.grpcServerPort,
+                                          advertised_host=cfg.brokerIP1, max_message_bytes=cfg.maxFrameSize)
+        port = await self.grpc_endpoint.start()
+        log.info("gRPC endpoint for RocketMQ 5.x clients listening on %s:%d (advertised %s:%d)", self.host, port,
+                 cfg.brokerIP1, port)
 
     def _own_credentials(self) -> tuple[str, str] | None:
         """The broker's own account (accessKey/secretKey), signing what it asks other brokers
@@ -373,6 +404,10 @@ class Broker:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(BrokerCollector(self, self.request_latency, self.flush_latency,
                                           partial(disk_used_ratio, commit_log_dir(self.config))))
+        if self.grpc_endpoint is not None:
+            from pocketmq.broker.proxy.server import GrpcCollector
+            registry.register(GrpcCollector(self.grpc_endpoint, ["cluster", "broker"],
+                                            [self.config.brokerClusterName, self.config.brokerName]))
         self.metrics_server = await serve_metrics(self.server.host, self.config.metricsPort, registry)
         self.metrics_port = bound_port(self.metrics_server)
         log.info("metrics served at http://%s:%d/metrics", self.server.host, self.metrics_port)
@@ -451,8 +486,12 @@ class Broker:
         self.closing = True   # from now on pulls are answered at once, never parked
         if self.server is not None:
             await self.server.stop_accepting()
+        if self.grpc_endpoint is not None:
+            await self.grpc_endpoint.stop()
         if self.schedule_service is not None:
             await self.schedule_service.close()
+        if self.timer_service is not None:
+            await self.timer_service.close()
         if self.transaction_service is not None:
             await self.transaction_service.close()
         if self.hold_service is not None:

@@ -345,6 +345,16 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     enableScheduleAsyncDeliver: bool = False
     scheduleAsyncDeliverMaxPendingLimit: JavaInt = 2000
     scheduleAsyncDeliverMaxResendNum2Blocked: JavaInt = 3
+    # RocketMQ 5's timer messages (docs/store.md "Timer messages"): off refuses them
+    # (SYSTEM_ERROR); a delivery time further than timerMaxDelaySec is refused (MESSAGE_ILLEGAL);
+    # the timer's checkpoint is appended at most every timerFlushIntervalMs (what a crash
+    # may deliver twice)
+    timerWheelEnable: bool = True
+    timerMaxDelaySec: PositiveInt = 3 * 24 * 3600
+    timerFlushIntervalMs: PositiveInt = 1000
+    # pocketmq's own: timer messages kept in memory; the later ones wait in the queue and
+    # are read again as the earlier ones are delivered
+    timerMaxInMemory: Annotated[int, Field(ge=4)] = 200_000
 
     # --- pocketmq's own bounds ---------------------------------------------
     # pocketmq's own: the memory accessMessageInMemoryMaxRatio is a percentage of (0: this
@@ -667,6 +677,7 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "controllerLeaseSeconds", "haAdvertisedAddress",
     "aclFilePath", "accessKey", "secretKey",
     "tlsServerMode", "tlsServerCertPath", "tlsServerKeyPath", "tlsServerKeyPassword", "useTLS",
+    "timerWheelEnable", "timerMaxDelaySec", "timerFlushIntervalMs", "timerMaxInMemory",
 })  # fmt: skip
 """Keys pocketmq acts on. Extend it when a component starts honouring a key."""
 

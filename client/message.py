@@ -50,10 +50,11 @@ class PropertyKey:
     CONSUME_START_TIME = msgcodec.CONSUME_START_TIME
     CLUSTER = msgcodec.CLUSTER
     SHARDING_KEY = msgcodec.SHARDING_KEY
+    TIMER_DELIVER_MS = msgcodec.TIMER_DELIVER_MS
 
 
 DELAY_LEVEL_MAX = 18
-_WIRE_KEYS = frozenset({"TAGS", "KEYS", "DELAY", "WAIT", "UNIQ_KEY"})
+_WIRE_KEYS = frozenset({"TAGS", "KEYS", "DELAY", "WAIT", "UNIQ_KEY", msgcodec.TIMER_DELIVER_MS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,11 @@ class Message:
     `keys` may be a string ("k1 k2") or an iterable; `properties` are user
     properties and must not use system keys (KEYS, TAGS, DELAY, ...): use the
     dedicated fields. A `str` body is encoded as UTF-8.
+
+    `deliver_at_ms` (ms since the epoch, by the broker's clock) makes it a timer message
+    (RocketMQ 5's TIMER_DELIVER_MS): consumers see it at that time, never earlier; a time
+    already past delivers at once, one more than the broker's timerMaxDelaySec (3 days)
+    away is refused. It cannot be combined with `delay_level` nor sent in a batch.
     """
     topic: str
     body: bytes = b""
@@ -72,6 +78,7 @@ class Message:
     delay_level: int = 0
     flag: int = 0
     wait_store_msg_ok: bool = True
+    deliver_at_ms: int | None = None
 
     # Written by hand (dataclass keeps a class's own __init__): the generated one sets each of
     # the 8 fields through object.__setattr__ and then runs __post_init__, ~3x the cost of
@@ -80,7 +87,7 @@ class Message:
     # generated __init__ + the former __post_init__ (tests/unit/test_client_fastpaths.py).
     def __init__(self, topic: str, body: bytes = b"", tags: str | None = None, keys: tuple = (),
                  properties: Mapping[str, str] | None = None, delay_level: int = 0, flag: int = 0,
-                 wait_store_msg_ok: bool = True):
+                 wait_store_msg_ok: bool = True, deliver_at_ms: int | None = None):
         _set_topic(self, topic)
         if type(body) is not bytes:
             if isinstance(body, str):
@@ -94,6 +101,7 @@ class Message:
         _set_delay_level(self, delay_level)
         _set_flag(self, flag)
         _set_wait_store_msg_ok(self, wait_store_msg_ok)
+        _set_deliver_at_ms(self, deliver_at_ms)
 
     def __post_init__(self):
         # Not called by the __init__ above: a dataclass *subclass*'s generated __init__
@@ -117,6 +125,8 @@ class Message:
             parts.append("KEYS\x01" + " ".join(self.keys))
         if self.delay_level > 0:
             parts.append(f"DELAY\x01{self.delay_level}")
+        if self.deliver_at_ms is not None:
+            parts.append(f"TIMER_DELIVER_MS\x01{self.deliver_at_ms}")
         parts.append("WAIT\x01true" if self.wait_store_msg_ok else "WAIT\x01false")
         if uniq_key is not None:
             parts.append(f"UNIQ_KEY\x01{uniq_key}")
@@ -137,6 +147,8 @@ class Message:
             props[PropertyKey.KEYS] = " ".join(self.keys)
         if self.delay_level > 0:
             props[PropertyKey.DELAY] = str(self.delay_level)
+        if self.deliver_at_ms is not None:
+            props[PropertyKey.TIMER_DELIVER_MS] = str(self.deliver_at_ms)
         props[PropertyKey.WAIT] = "true" if self.wait_store_msg_ok else "false"
         if uniq_key is not None:
             props[PropertyKey.UNIQ_KEY] = uniq_key
@@ -150,7 +162,7 @@ def _slot_setters(cls) -> tuple:
 
 
 (_set_topic, _set_body, _set_tags, _set_keys, _set_properties, _set_delay_level, _set_flag,
- _set_wait_store_msg_ok) = _slot_setters(Message)
+ _set_wait_store_msg_ok, _set_deliver_at_ms) = _slot_setters(Message)
 
 
 class SendStatus(Enum):

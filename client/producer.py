@@ -340,9 +340,15 @@ class Producer(QueryMixin):
             raise MessageTooLargeError(f"the message body size over max value, MAX: {self.max_message_size_bytes}")
         if msg.delay_level < 0:
             raise InvalidArgumentError("delay_level must be >= 0")
+        if msg.deliver_at_ms is not None:
+            if type(msg.deliver_at_ms) is not int or msg.deliver_at_ms < 0:
+                raise InvalidArgumentError(f"deliver_at_ms must be an int >= 0 (ms since the epoch), "
+                                           f"got {msg.deliver_at_ms!r}")
+            if msg.delay_level:
+                raise InvalidArgumentError("a message has either a delay_level or a deliver_at_ms, not both")
         if msg.properties:
             for k in msg.properties:
-                if k in ("TAGS", "KEYS", "DELAY", "WAIT", "UNIQ_KEY"):
+                if k in ("TAGS", "KEYS", "DELAY", "WAIT", "UNIQ_KEY", "TIMER_DELIVER_MS"):
                     raise InvalidArgumentError(f"property {k} is set by the client; use the Message field")
 
     # -- send -----------------------------------------------------------------------------
@@ -372,7 +378,8 @@ class Producer(QueryMixin):
                     queue = selector(list(info.queues), arg)
                 if not isinstance(queue, MessageQueue):
                     raise InvalidArgumentError("selector must return a MessageQueue")
-            elif self._sends_in_flight and self.coalesce_sends and not sys_flag and not msg.delay_level:
+            elif (self._sends_in_flight and self.coalesce_sends and not sys_flag and not msg.delay_level
+                  and "TIMER_DEL" not in props):     # the broker parks timers sent alone only
                 fut = self._coalesce(msg, props, body, uniq, timeout_s)
                 if fut is not None:
                     return await fut
@@ -550,6 +557,8 @@ class Producer(QueryMixin):
                 raise InvalidArgumentError("Retry Group is not supported for batching")
             if m.delay_level > 0:
                 raise InvalidArgumentError("TimeDelayLevel is not supported for batching")
+            if m.deliver_at_ms is not None:
+                raise InvalidArgumentError("deliver_at_ms (a timer message) is not supported for batching")
             if m.wait_store_msg_ok != wait:
                 raise InvalidArgumentError("The waitStoreMsgOK of the messages in one batch should the same")
         inst = self._inst()
@@ -617,7 +626,8 @@ class Producer(QueryMixin):
         each message and raises what it raises). One comprehension of field tuples and a
         list.count (C) instead of a check per message."""
         m0 = msgs[0]
-        if type(m0) is not Message or m0.delay_level or m0.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        if (type(m0) is not Message or m0.delay_level or m0.deliver_at_ms is not None
+                or m0.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)):
             return None
         try:
             self._check_message(m0)
@@ -626,7 +636,7 @@ class Producer(QueryMixin):
         if len(msgs) > 1:
             try:
                 shapes = [(type(m), m.topic, m.tags, m.keys, m.delay_level, m.flag, m.wait_store_msg_ok,
-                           m.properties) for m in msgs]
+                           m.properties, m.deliver_at_ms) for m in msgs]
             except Exception:       # not Messages: the general path names the problem
                 return None
             if shapes.count(shapes[0]) != len(msgs):

@@ -23,9 +23,13 @@ TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"   # half messages disc
 # the transaction check service's progress: its consumer offsets in the half and op topics
 TRANS_CHECK_GROUP = "CID_RMQ_SYS_TRANS"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+# RocketMQ 5's TimerMessageStore.TIMER_TOPIC: timer messages wait here (queue 0), the timer's
+# checkpoints follow them (queue 1); broker/core/timer.py
+TIMER_TOPIC = "rmq_sys_wheel_timer"
 # Topics a client may not send to (the broker answers NO_PERMISSION).
 NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
-                                     TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
+                                     TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT,
+                                     TIMER_TOPIC})
 # The name rules (Java's TopicValidator.VALID_PATTERN_STR for topics and groups, 127/255
 # characters; clientId and brokerName printable ASCII) are owned by protocol.names, whose
 # decoders check names where they enter; re-exported here with the other domain constants.

@@ -172,6 +172,17 @@ MSG_TYPE = "MSG_TYPE"
 INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
 INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
 SHARDING_KEY = "__SHARDINGKEY"
+# RocketMQ 5's timer messages (MessageConst 5.x; rules in broker/core/timer.py): what a
+# producer sets (an absolute time, or a delay from the broker's clock on arrival) ...
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+TIMER_DELAY_MS = "TIMER_DELAY_MS"
+# ... and what the broker writes: the delivery time it computed, when the message was
+# parked and when it was delivered; TIMER_DEL_UNIQKEY (cancel a timer) is refused.
+TIMER_OUT_MS = "TIMER_OUT_MS"
+TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 
 # --------------------------------------------------------------------------- hashing
 
@@ -838,7 +849,8 @@ SYSTEM_PROPERTY_KEYS = frozenset({
     TRACE_ON, UNIQ_KEY, MAX_RECONSUME_TIMES, CONSUME_START_TIME, TRAN_PREPARED_QUEUE_OFFSET,
     TRANSACTION_CHECK_TIMES, CHECK_IMMUNITY_TIME_IN_SECONDS, INSTANCE_ID, CORRELATION_ID, REPLY_TO_CLIENT,
     TTL, ARRIVE_TIME, PUSH_REPLY_TIME, CLUSTER, MSG_TYPE, INNER_MULTI_DISPATCH, INNER_MULTI_QUEUE_OFFSET,
-    SHARDING_KEY,
+    SHARDING_KEY, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_OUT_MS, TIMER_ENQUEUE_MS,
+    TIMER_DEQUEUE_MS, TIMER_DEL_UNIQKEY,
 })
 
 

@@ -6,7 +6,8 @@ The half message is looked up by the header's commitLogOffset and checked agains
 header (a half message, PGROUP = producerGroup, queue offset = tranStateTableOffset).
 COMMIT re-stores it to REAL_TOPIC / REAL_QID with the transaction type COMMIT and
 PREPAREDTRANSACTIONOFFSET = the half message's commit-log offset (through
-SCHEDULE_TOPIC_XXXX when it has a delay level, as a plain send would); ROLLBACK stores
+SCHEDULE_TOPIC_XXXX when it has a delay level, or rmq_sys_wheel_timer when it is a timer
+message, as a plain send would); ROLLBACK stores
 nothing. Both then write an op record (broker/core/transaction.py) so neither the
 check-back service nor a second END_TRANSACTION applies a decision again. The real
 message is stored before the op record: a crash between the two can deliver a
@@ -20,6 +21,8 @@ import logging
 from pocketmq.broker.core import transaction as tx
 from pocketmq.broker.core.delay import delay_level, to_schedule
 from pocketmq.broker.core.status import put_status_response
+from pocketmq.broker.core.timer import has_timer_property
+from pocketmq.broker.core.timer import place as timer_place
 from pocketmq.broker.store.api import MessageToStore, PutMessageResult, PutMessageStatus
 from pocketmq.common.constants import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from pocketmq.protocol import message as msgcodec
@@ -85,14 +88,22 @@ def discard(ctx, rec: msgcodec.MessageExt, origin: int) -> None:
 
 def _commit(ctx, rec: msgcodec.MessageExt, real: tx.RealMessage) -> PutMessageResult:
     topic, qid, props = real
+    now = ctx.now_ms()
+    level = 0
     if msgcodec.DELAY in rec.properties and ctx.delay_levels:
         level = delay_level(props)
         if level > 0:
             topic, qid, props = to_schedule(topic, qid, props, level, len(ctx.delay_levels))
+    if level <= 0 and has_timer_property(props) and ctx.config.timerWheelEnable:
+        # a timer message's time counts from the commit, as in Java; the send of the half
+        # message checked it (send.py), so the bound is not applied a second time here
+        timer = timer_place(topic, qid, props, now, 1 << 62)
+        if timer is not None:
+            topic, qid, props = timer
     sys_flag = msgcodec.MessageSysFlag.reset_transaction_value(rec.sys_flag, tx.COMMIT)
     return ctx.store.put_message(MessageToStore(
         topic, qid, rec.flag, rec.body, props, sys_flag, rec.born_timestamp,
-        msgcodec.parse_host(rec.born_host), ctx.now_ms(), rec.reconsume_times, rec.commit_log_offset))
+        msgcodec.parse_host(rec.born_host), now, rec.reconsume_times, rec.commit_log_offset))
 
 
 def process_end_transaction(ctx, conn, cmd):

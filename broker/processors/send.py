@@ -17,6 +17,11 @@ request: a batch or a coalesced group waits once); no slave connected, or the be
 more than haSlaveFallbehindMax behind, answers SLAVE_NOT_AVAILABLE at once, a wait longer
 than slaveTimeout FLUSH_SLAVE_TIMEOUT. The message is stored either way: both answers
 carry its msgId, queueId and queueOffset. A slave refuses every send (`refuse_on_slave`).
+
+Timer messages (RocketMQ 5: TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS) are parked
+in rmq_sys_wheel_timer by broker/core/timer.py's `place`; past timerMaxDelaySec the send is
+refused with MESSAGE_ILLEGAL and Java's remark. A batch's header may not ask for a timer
+(MESSAGE_ILLEGAL); timer properties inside a batch's elements are stored as sent.
 """
 from __future__ import annotations
 
@@ -25,6 +30,8 @@ import zlib
 
 from pocketmq.broker.core.delay import delay_level, to_schedule
 from pocketmq.broker.core.status import put_status_response
+from pocketmq.broker.core.timer import TimerError, has_timer_property
+from pocketmq.broker.core.timer import place as timer_place
 from pocketmq.broker.processors.end_transaction import store_half
 from pocketmq.broker.core.topics import validate_topic
 from pocketmq.broker.store.api import PutMessageStatus
@@ -121,6 +128,8 @@ def process_send(ctx, conn, cmd):
     born_host = _host_of(conn)
     store = ctx.store
     if batch:
+        if has_timer_property(props) and _asks_timer(topic, queue_id, props, now):
+            return _error(ctx, cmd, ResponseCode.MESSAGE_ILLEGAL, "timer messages cannot be sent in a batch")
         if sys_flag & msgcodec.MessageSysFlag.COMPRESSED_FLAG:
             # The C++ 1.2.x client zlib-compresses a whole batch body over 4 KiB (Java never
             # compresses batches, and a Java broker stores such a batch as one message).
@@ -150,12 +159,22 @@ def process_send(ctx, conn, cmd):
             return _send_half(ctx, cmd, conn, _group, topic, queue_id, flag, body, p, sys_flag, born_timestamp,
                               now, reconsume_times)
         store_topic, store_qid = topic, queue_id
+        level = 0
         if "DELAY\x01" in p and not topic.startswith(DLQ_PREFIX):
             level = delay_level(p)
             if level > 0 and (sys_flag & 0xC) in (0, 8):
                 # Parked in SCHEDULE_TOPIC_XXXX until due (reference 8.4); the reply still
                 # names the queue the producer asked for, as Java's does.
                 store_topic, store_qid, p = to_schedule(topic, queue_id, p, level, len(ctx.delay_levels))
+        if level <= 0 and has_timer_property(p) and not topic.startswith(DLQ_PREFIX) and (sys_flag & 0xC) in (0, 8):
+            # RocketMQ 5's timer message: parked in rmq_sys_wheel_timer until its time
+            # (broker/core/timer.py); a delay level above wins, as in Java
+            try:
+                timer = _timer_place(ctx, topic, queue_id, p, now)
+            except _TimerRefused as e:
+                return _error(ctx, cmd, *e.args)
+            if timer is not None:
+                store_topic, store_qid, p = timer
         props_b = p.encode()
         if len(props_b) > PROPERTIES_LENGTH_BYTES_MAX:
             return _error(ctx, cmd, ResponseCode.MESSAGE_ILLEGAL,
@@ -176,6 +195,28 @@ def process_send(ctx, conn, cmd):
     return cmd.response(_SUCCESS, None, ext)
 
 
+class _TimerRefused(Exception):
+    """(response code, remark) of a refused timer message."""
+
+
+def _timer_place(ctx, topic, queue_id, p, now):
+    """timer.place under the broker's settings; raises _TimerRefused."""
+    if not ctx.config.timerWheelEnable:
+        raise _TimerRefused(ResponseCode.SYSTEM_ERROR,   # Java's remark
+                            "accurate timer message is not enabled, timerWheelEnable is false")
+    try:
+        return timer_place(topic, queue_id, p, now, ctx.config.timerMaxDelaySec)
+    except TimerError as e:
+        raise _TimerRefused(ResponseCode.MESSAGE_ILLEGAL, str(e)) from None
+
+
+def _asks_timer(topic, queue_id, props, now) -> bool:
+    try:
+        return timer_place(topic, queue_id, props, now, 1 << 62) is not None
+    except TimerError:
+        return True
+
+
 def _send_half(ctx, cmd, conn, group, topic, queue_id, flag, body, p, sys_flag, born_timestamp, now,
                reconsume_times):
     """A prepared transactional message: stored as a half message (end_transaction.py), so
@@ -187,6 +228,12 @@ def _send_half(ctx, cmd, conn, group, topic, queue_id, flag, body, p, sys_flag, 
     if f"{msgcodec.TRAN_MSG}\x01true" not in p:
         return _error(ctx, cmd, ResponseCode.MESSAGE_ILLEGAL,
                       "sysFlag says TRANSACTION_PREPARED but the property TRAN_MSG is not true")
+    if has_timer_property(p):
+        # a timer message's time is checked now (it is parked when committed: end_transaction.py)
+        try:
+            _timer_place(ctx, topic, queue_id, p, now)
+        except _TimerRefused as e:
+            return _error(ctx, cmd, *e.args)
     result = store_half(ctx, topic, queue_id, flag, body, p, sys_flag, born_timestamp, _host_of(conn), now,
                         reconsume_times, group)
     if result.status is not _PUT_OK:

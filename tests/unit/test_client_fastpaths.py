@@ -255,7 +255,7 @@ def test_batch_elements_equal_encode_batch_body_and_ids_sequential():
 # --- the batch send path: one template per batch == the per-message path ---------------
 
 def _message_reference(topic, body=b"", tags=None, keys=(), properties=None, delay_level=0, flag=0,
-                       wait_store_msg_ok=True) -> tuple:
+                       wait_store_msg_ok=True, deliver_at_ms=None) -> tuple:
     """Message's fields as the dataclass-generated __init__ + the former __post_init__ set them."""
     if type(body) is not bytes:
         if isinstance(body, str):
@@ -267,7 +267,7 @@ def _message_reference(topic, body=b"", tags=None, keys=(), properties=None, del
     props = properties if properties is not None else {}
     if type(props) is not msgcodec.FrozenProperties:
         props = msgcodec.frozen_properties(props)
-    return (topic, body, tags, keys, props, delay_level, flag, wait_store_msg_ok)
+    return (topic, body, tags, keys, props, delay_level, flag, wait_store_msg_ok, deliver_at_ms)
 
 
 def test_message_init_equals_the_generated_one():
@@ -276,12 +276,13 @@ def test_message_init_equals_the_generated_one():
              (("T", memoryview(b"mv")), {"keys": ""}), (("T", b"x"), {"keys": "k1  k2"}),
              (("T", b"x"), {"keys": ["a", 1]}), (("T", b"x"), {"properties": {"a": 1, 2: "b"}}),
              (("T", b"x"), {"properties": msgcodec.frozen_properties({"z": "1"})}),
-             (("T", b"x", "tag", ("k",), {}, 3, 7, False), {})]
+             (("T", b"x", "tag", ("k",), {}, 3, 7, False), {}), (("T", b"x", "tag", ("k",), {}, 0, 7, False, 5), {})]
     for _ in range(200):
         kw = {k: v for k, v in (("tags", rnd.choice([None, "A"])), ("keys", rnd.choice([(), "a b", ("c",)])),
                                 ("properties", rnd.choice([None, {}, {"p": "q"}])),
                                 ("delay_level", rnd.randrange(3)), ("flag", rnd.randrange(3)),
-                                ("wait_store_msg_ok", rnd.random() < 0.5)) if rnd.random() < 0.5}
+                                ("wait_store_msg_ok", rnd.random() < 0.5),
+                                ("deliver_at_ms", rnd.choice([None, 0, 1_700_000_000_000]))) if rnd.random() < 0.5}
         cases.append((("T", bytes(rnd.randrange(4))), kw))
     for args, kw in cases[1:]:
         m = Message(*args, **kw)
