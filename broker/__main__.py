@@ -1,6 +1,8 @@
 """`mqbroker` / `python -m pocketmq.broker`: run one broker.
 
     mqbroker -c broker.conf -n 127.0.0.1:9876 --listenPort=10911
+    mqbroker --enable-proxy ...     also serve RocketMQ 5.x clients over gRPC on grpcServerPort
+                                    (RocketMQ's flag; the same as --enableProxy=true)
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ def main(argv=None) -> int:
     from pocketmq.broker.config import ConfigError, parse_args
     from pocketmq.remoting.daemon import install_uvloop, run_until_signal, setup_logging
     argv = sys.argv[1:] if argv is None else argv
+    # RocketMQ 5's start-script flag, as the config key it stands for
+    argv = ["--enableProxy=true" if a == "--enable-proxy" else a for a in argv]
     try:
         parsed = parse_args(argv)  # -h/-p/-m print and raise SystemExit(0)
     except ConfigError as e:

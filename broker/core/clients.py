@@ -18,10 +18,17 @@ CHANNEL_EXPIRED_MS = 120_000
 @dataclass(slots=True)
 class ClientChannelInfo:
     client_id: str
-    language: int
-    version: int
+    language: int          # remoting LanguageCode (a gRPC client's UA language mapped onto it)
+    version: int           # MQVersion ordinal
     remote_addr: str
     last_update_ms: int
+    # a RocketMQ 5.x client on the gRPC endpoint (broker/proxy): "grpc", its ClientType, and
+    # its user agent's language and version as it said them (NODE_JS has no LanguageCode;
+    # "1.0.8" no MQVersion)
+    protocol: str = "remoting"
+    client_type: str = ""
+    language_name: str = ""
+    version_text: str = ""
 
 
 @dataclass(slots=True)

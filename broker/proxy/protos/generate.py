@@ -4,12 +4,13 @@
     /tmp/gen/bin/python broker/proxy/protos/generate.py
 
 The generated modules are committed (grpcio-tools is a build tool, not a runtime
-dependency). The output is rewritten in three ways, each checked:
+dependency). The output is rewritten in these ways, each checked:
   * imports between the modules become relative (`from . import definition_pb2`), so the
     modules live at pocketmq.broker.proxy.pb and nowhere else;
   * descriptors go into pocketmq's own descriptor pool (pb/__init__.py POOL), not
     protobuf's default pool: the official RocketMQ 5 client registers the same
     `apache.rocketmq.v2` symbols there, and both must be importable in one process;
+  * each module starts with `# ruff: noqa` (generated text, not ours to lint);
   * pb/_source.py records the generator and the SHA-256 of each .proto, which
     tests/unit/test_proxy_protos.py compares with the .proto files (an edit without
     regenerating fails that test).
@@ -52,10 +53,14 @@ def main() -> int:
     _rewrite(OUT / "service_pb2.py", [pool, pool_import, ("import definition_pb2 as",
                                                           "from . import definition_pb2 as", 1)])
     _rewrite(OUT / "service_pb2_grpc.py", [("import service_pb2 as", "from . import service_pb2 as", 1)])
+    for name in ("definition_pb2.py", "service_pb2.py", "service_pb2_grpc.py"):
+        path = OUT / name     # generated text: the linters' rules are for code written here
+        path.write_text("# ruff: noqa\n" + path.read_text())
     digests = {p: hashlib.sha256((HERE / p).read_bytes()).hexdigest() for p in PROTOS}
     (OUT / "_source.py").write_text(
         '"""Written by broker/proxy/protos/generate.py: what the modules beside it were generated from."""\n'
-        f"GENERATOR = {GENERATOR!r}\nPROTO_SHA256 = {digests!r}\n")
+        f"GENERATOR = {GENERATOR!r}\nPROTO_SHA256 = {{\n"
+        + "".join(f"    {name!r}: {digest!r},\n" for name, digest in digests.items()) + "}\n")
     return 0
 
 
