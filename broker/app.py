@@ -40,10 +40,12 @@ from pocketmq.broker.processors import end_transaction
 from pocketmq.broker.processors.context import BrokerContext, BrokerStats
 from pocketmq.broker.processors.ha_status import ha_runtime_info
 from pocketmq.broker.processors.pull import replay
+from pocketmq.broker.processors.send_back import store_back
 from pocketmq.broker.config import BrokerRole
 from pocketmq.broker.services.flush import FlushService
 from pocketmq.broker.services.ha import HAMaster, HASlave
 from pocketmq.broker.services.hold import HoldService
+from pocketmq.broker.services.pop import PopService, load_secret, replay_held
 from pocketmq.broker.services.index_pump import IndexPump
 from pocketmq.broker.services.schedule import ScheduleService
 from pocketmq.broker.services.timer import TimerService
@@ -143,6 +145,7 @@ class Broker:
         self.hold_service: HoldService | None = None
         # enableProxy: the gRPC endpoint for RocketMQ 5.x clients (broker/proxy/server.py)
         self.grpc_endpoint = None
+        self.pop_service: PopService | None = None
         self.index_pump: IndexPump | None = None
         # replication: a master serves its slaves the HA stream; a slave follows its master
         self.is_slave = config.brokerRole is BrokerRole.SLAVE
@@ -233,19 +236,30 @@ class Broker:
         self.flush_service.start()
         await self._start_replication()
         self.ctx = ctx = self._context()
+        # POP consumption (services/pop.py): the processors and the gRPC endpoint reach it as ctx.pop
+        self.pop_service = PopService(ctx, secret=load_secret(self._config_path("popSecret")),
+                                      store_back=partial(store_back, ctx))
+        self.ctx = ctx = dataclasses.replace(ctx, pop=self.pop_service)
         table = build_processor_table(ctx)
         if self.acl is not None:
             table = self.acl.guard(table)     # the check before every processor
         # timed only when metrics are served: no cost on the request path otherwise
         self._processors.update(timed_table(table, self.request_latency) if cfg.metricsPort else table)
-        self.hold_service = HoldService(self.held_pulls, partial(replay, ctx), mono_ms=self.mono_ms,
+        # (replay_held: a parked pop is woken to pop again, a pull replayed)
+        self.hold_service = HoldService(self.held_pulls, partial(replay_held, partial(replay, ctx)),
+                                        mono_ms=self.mono_ms,
                                         max_offset_of=self.store.get_max_offset_in_queue,
                                         rescan_interval_ms=5000 if cfg.longPollingEnable
                                         else cfg.shortPollingTimeMills)
         self.hold_service.start()
         self.schedule_service = ScheduleService(self.store, self.schedule_cursors, self.delay_levels,
                                                 now_ms=self.now_ms)
-        hold_dispatch = self.hold_service.on_dispatch
+        held_dispatch = self.pop_service.hold_dispatch = self.hold_service.on_dispatch
+        pop_dispatch = self.pop_service.on_dispatch
+
+        def hold_dispatch(topic, queue_id, max_offset, tags_code, store_ts):
+            held_dispatch(topic, queue_id, max_offset, tags_code, store_ts)
+            pop_dispatch(topic, queue_id, max_offset, tags_code, store_ts)   # pops waiting on the topic
         # a slave delivers no delayed messages and checks no transactions: its master does,
         # and the records it writes for them arrive here through the HA stream
         schedule_wake = self.schedule_service.wake if not self.is_slave else _nothing
@@ -289,6 +303,9 @@ class Broker:
                 check_max=cfg.transactionCheckMax, discard=partial(end_transaction.discard, ctx))
             self.transaction_service.recover()
             self.transaction_service.start()
+            # popped-but-unacked messages rebuilt from the revive log before serving
+            self.pop_service.recover()
+            self.pop_service.start()
         if not self.is_slave and cfg.namesrvAddr:
             # before serving: offsets consumers committed to a slave while this master was away
             if await take_back_offsets(cfg.namesrvAddr, cfg.brokerName, self.addr, self.offsets,
@@ -494,6 +511,8 @@ class Broker:
             await self.timer_service.close()
         if self.transaction_service is not None:
             await self.transaction_service.close()
+        if self.pop_service is not None:
+            await self.pop_service.close()
         if self.hold_service is not None:
             await self.hold_service.close()
         if self.index_pump is not None:

@@ -57,6 +57,29 @@ def dlq_topic(group: str) -> str:
     return DLQ_GROUP_TOPIC_PREFIX + group
 
 
+# --- POP consumption (RocketMQ 5.x PopAckConstants / KeyBuilder) ------------------------------
+# Pop checkpoints and acks are records of this system topic (one per cluster, queue 0), so
+# the broker rebuilds its pop state from the CommitLog (broker/core/pop_log.py).
+REVIVE_LOG_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"
+# the revive log's progress: its consumer offset in consumerOffset.json, the record from
+# which a restart replays the log (every checkpoint before it is resolved)
+REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
+# a receipt handle's reviveQid for an orderly (FIFO) pop, as RocketMQ's POP_ORDER_REVIVE_QUEUE
+POP_ORDER_REVIVE_QUEUE = 999
+
+
+def revive_topic(cluster: str) -> str:
+    """`rmq_sys_REVIVE_LOG_<cluster>`: where a broker writes its pop checkpoints and acks."""
+    return REVIVE_LOG_TOPIC_PREFIX + cluster
+
+
+def pop_retry_topic(group: str, topic: str) -> str:
+    """`%RETRY%<group>_<topic>`: where a POP group's unacknowledged messages of `topic` wait
+    for redelivery (RocketMQ's buildPopRetryTopicV1: one per topic, so a pop of one topic
+    never receives another topic's retries)."""
+    return f"{RETRY_GROUP_TOPIC_PREFIX}{group}_{topic}"
+
+
 def is_retry_topic(topic: str) -> bool:
     return topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
 

@@ -85,6 +85,10 @@ class RequestCode(IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     # RocketMQ 5.x: mqadmin haStatus (the master's view of its slaves, the slave's of its master)
     GET_BROKER_HA_STATUS = 907
+    # RocketMQ 5.x POP consumption (broker/processors/pop.py)
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
 
 
 class ResponseCode(IntEnum):
@@ -112,6 +116,7 @@ class ResponseCode(IntEnum):
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
     FILTER_DATA_NOT_EXIST = 27
     FILTER_DATA_NOT_LATEST = 28
+    INVALID_PARAMETER = 29          # RocketMQ 5.x (POP: maxMsgNums > 32, a queue id out of range)
     TRANSACTION_SHOULD_COMMIT = 200
     TRANSACTION_SHOULD_ROLLBACK = 201
     TRANSACTION_STATE_UNKNOW = 202
@@ -125,6 +130,10 @@ class ResponseCode(IntEnum):
     DELETE_ACL_CONFIG_FAILED = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
     FLOW_CONTROL = 215
+    # RocketMQ 5.x POP answers. 5.x reuses 209/210 (4.x's ACL admin failures above, so these
+    # are aliases of those members): which one is meant follows from the request code.
+    POLLING_FULL = 209
+    POLLING_TIMEOUT = 210
 
 
 class LanguageCode(IntEnum):

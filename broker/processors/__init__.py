@@ -22,8 +22,8 @@ _SEND_CODES = frozenset({int(R.SEND_MESSAGE), int(R.SEND_MESSAGE_V2), int(R.SEND
 
 
 def build_processor_table(ctx: BrokerContext) -> dict:
-    from pocketmq.broker.processors import (acl_admin, admin, client_manage as cm, end_transaction, pull, query,
-                                            send, send_back, stats)
+    from pocketmq.broker.processors import (acl_admin, admin, client_manage as cm, end_transaction, pop, pull,
+                                            query, send, send_back, stats)
     table = {
         R.SEND_MESSAGE: send.process_send,
         R.SEND_MESSAGE_V2: send.process_send,
@@ -72,6 +72,9 @@ def build_processor_table(ctx: BrokerContext) -> dict:
         R.GET_BROKER_CLUSTER_ACL_INFO: acl_admin.process_get_acl_info,
         R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: acl_admin.process_update_global_white_addrs,
         R.GET_BROKER_CLUSTER_ACL_CONFIG: acl_admin.process_get_acl_config,
+        R.POP_MESSAGE: pop.process_pop,
+        R.ACK_MESSAGE: pop.process_ack,
+        R.CHANGE_MESSAGE_INVISIBLETIME: pop.process_change_invisible,
     }
     if ctx is not None and ctx.is_slave:   # (None: a caller that only wants the codes)
         from pocketmq.broker.processors.slave import SLAVE_OVERRIDES

@@ -97,3 +97,6 @@ class BrokerContext:
     schedule_cursors: ScheduleCursors | None = None
     # the plain ACL (remoting/acl.py AclService) the ACL admin codes edit; None: aclEnable=false
     acl: object | None = None
+    # POP consumption (services/pop.py PopService), called by processors/pop.py and the gRPC
+    # endpoint; None until the broker built it
+    pop: object | None = None

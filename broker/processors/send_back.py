@@ -64,7 +64,22 @@ def process_send_back(ctx, conn, cmd):
             # they become properties of the stored copy, whose separators these are
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 f"{name} holds a property separator (\\x01 or \\x02): {value!r}")
-    if msg.reconsume_times >= max_times or delay_level < 0:
+    dlq = msg.reconsume_times >= max_times or delay_level < 0
+    level = 0 if dlq else delay_level if delay_level > 0 else 3 + msg.reconsume_times
+    code, remark = store_back(ctx, group, msg, rtopic, min(gcfg.retryQueueNums, rtc.write_queue_nums), level, dlq=dlq,
+                              origin_topic=origin_topic, origin_id=origin_id, now=now)
+    return cmd.response(code, remark)
+
+
+def store_back(ctx, group: str, msg, retry_topic_name: str, retry_queues: int, level: int, *, dlq: bool,
+               origin_topic: str, origin_id: str, now: int) -> tuple[int, str | None]:
+    """Store `msg` (a decoded stored record) again for another delivery to `group`: into
+    `retry_topic_name` (a random one of `retry_queues` queues; through delay level `level`,
+    0: visible at once) with RECONSUME_TIME + 1, or with `dlq` into %DLQ%<group> queue 0
+    (created READ|WRITE). RETRY_TOPIC / ORIGIN_MESSAGE_ID keep their first values.
+    (SUCCESS, None) or (SYSTEM_ERROR, remark). The one writer of retries and dead letters:
+    CONSUMER_SEND_MSG_BACK and POP's revive (broker/services/pop.py) both call it."""
+    if dlq:
         topic = dlq_topic(group)
         created = ctx.topics.get(topic) is None
         # perm 6 (READ|WRITE) as RocketMQ >= 4.9.2, so the dead letters can be read back.
@@ -73,11 +88,10 @@ def process_send_back(ctx, conn, cmd):
             ctx.on_topics_changed()
         queue_id, level = 0, 0
     else:
-        topic = rtopic
+        topic = retry_topic_name
         # Java: random % retryQueueNums; bounded by the topic's queues in case it was created
         # with fewer by hand (a queue outside the route would never be pulled)
-        queue_id = random.randrange(max(1, min(gcfg.retryQueueNums, rtc.write_queue_nums)))
-        level = delay_level if delay_level > 0 else 3 + msg.reconsume_times
+        queue_id = random.randrange(max(1, retry_queues))
     props = send_back_properties(msg.properties, origin_topic, origin_id, level)
     store_topic, store_qid = topic, queue_id
     if level > 0:
@@ -87,6 +101,6 @@ def process_send_back(ctx, conn, cmd):
         msgcodec.parse_host(msg.born_host), now, msg.reconsume_times + 1))
     code, remark = put_status_response(result.status, ctx.config.maxMessageSize)
     if code != ResponseCode.SUCCESS:
-        return cmd.response(ResponseCode.SYSTEM_ERROR, remark)
+        return ResponseCode.SYSTEM_ERROR, remark
     ctx.stats.count_put(topic, result)
-    return cmd.response(ResponseCode.SUCCESS)
+    return ResponseCode.SUCCESS, None
