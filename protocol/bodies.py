@@ -495,13 +495,18 @@ class SubscriptionGroupConfig:
     brokerId: int = 0
     whichBrokerWhenConsumeSlowly: int = 1
     notifyConsumerIdsChangedEnable: bool = True
+    # RocketMQ 5.x: POP consumers of the group get FIFO queues (broker/services/pop.py)
+    consumeMessageOrderly: bool = False
 
     def to_json(self) -> dict:
-        return {"brokerId": self.brokerId, "consumeBroadcastEnable": self.consumeBroadcastEnable,
-                "consumeEnable": self.consumeEnable, "consumeFromMinEnable": self.consumeFromMinEnable,
-                "groupName": self.groupName, "notifyConsumerIdsChangedEnable": self.notifyConsumerIdsChangedEnable,
-                "retryMaxTimes": self.retryMaxTimes, "retryQueueNums": self.retryQueueNums,
-                "whichBrokerWhenConsumeSlowly": self.whichBrokerWhenConsumeSlowly}
+        d = {"brokerId": self.brokerId, "consumeBroadcastEnable": self.consumeBroadcastEnable,
+             "consumeEnable": self.consumeEnable, "consumeFromMinEnable": self.consumeFromMinEnable,
+             "groupName": self.groupName, "notifyConsumerIdsChangedEnable": self.notifyConsumerIdsChangedEnable,
+             "retryMaxTimes": self.retryMaxTimes, "retryQueueNums": self.retryQueueNums,
+             "whichBrokerWhenConsumeSlowly": self.whichBrokerWhenConsumeSlowly}
+        if self.consumeMessageOrderly:   # 5.x's key, written when set (4.9's JSON otherwise)
+            d["consumeMessageOrderly"] = True
+        return d
 
     @classmethod
     def from_json(cls, d) -> "SubscriptionGroupConfig":
@@ -523,7 +528,7 @@ class SubscriptionGroupConfig:
 
 
 _GROUP_BOOL_FIELDS = ("consumeEnable", "consumeFromMinEnable", "consumeBroadcastEnable",
-                      "notifyConsumerIdsChangedEnable")
+                      "notifyConsumerIdsChangedEnable", "consumeMessageOrderly")
 _GROUP_INT_FIELDS = ("retryQueueNums", "retryMaxTimes", "brokerId", "whichBrokerWhenConsumeSlowly")
 
 

@@ -391,7 +391,7 @@ class PopService:
         if not gcfg.consumeEnable:
             raise PopError(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
         if fifo is None:
-            fifo = bool(getattr(gcfg, "consumeMessageOrderly", False))
+            fifo = gcfg.consumeMessageOrderly
         rtopic = pop_retry_topic(group, topic)
         if name_error(NAME_TOPIC, "topic", rtopic):
             raise PopError(ResponseCode.INVALID_PARAMETER,

@@ -69,16 +69,23 @@ class PopClient:
             out.reconsume.append(orders.get(f"{retry}@qo{m.queue_id}%{m.queue_offset}", m.reconsume_times))
         return out
 
-    async def ack(self, group: str, topic: str, extra_info: str) -> RemotingCommand:
+    @staticmethod
+    def _place(extra_info: str) -> tuple[str, str]:
+        """(queueId, offset) the request header carries: the extraInfo's (0, 0 for junk)."""
         f = extra_info.split(" ")
+        return (f[6], f[7]) if len(f) >= 8 else ("0", "0")
+
+    async def ack(self, group: str, topic: str, extra_info: str) -> RemotingCommand:
+        qid, offset = self._place(extra_info)
         return await self.call(RemotingCommand(R.ACK_MESSAGE, ext_fields={
-            "consumerGroup": group, "topic": topic, "queueId": f[6], "extraInfo": extra_info, "offset": f[7]}))
+            "consumerGroup": group, "topic": topic, "queueId": qid, "extraInfo": extra_info, "offset": offset}))
 
     async def change(self, group: str, topic: str, extra_info: str, invisible_ms: int) -> tuple[RemotingCommand, str]:
         """(the answer, the new extraInfo a Java client would build from it)"""
         f = extra_info.split(" ")
+        qid, offset = self._place(extra_info)
         resp = await self.call(RemotingCommand(R.CHANGE_MESSAGE_INVISIBLETIME, ext_fields={
-            "consumerGroup": group, "topic": topic, "queueId": f[6], "extraInfo": extra_info, "offset": f[7],
+            "consumerGroup": group, "topic": topic, "queueId": qid, "extraInfo": extra_info, "offset": offset,
             "invisibleTime": str(invisible_ms)}))
         new = extra_info
         if resp.code == C.SUCCESS:
