@@ -3,6 +3,9 @@
     pocketmq dev            a nameserver and a broker in one process (store in ./pocketmq-dev),
                             listening on 127.0.0.1 only (--bind 0.0.0.0: every interface)
     pocketmq dev --demo     the same, then send and consume a few messages and print them
+    pocketmq dev --grpc-port 8081
+                            the gRPC endpoint for RocketMQ 5.x clients (the default, when the
+                            grpc extra is installed and ACL is off; --grpc-port 0 turns it off)
     pocketmq dev --accessKey AK --secretKey SK
                             with plain ACL on both daemons, AK an admin account
                             (also from $ROCKETMQ_ACCESS_KEY / $ROCKETMQ_SECRET_KEY)
@@ -48,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
                           "the broker then advertises this host's first non-loopback address)")
     dev.add_argument("--demo", action="store_true", help="send and consume a few messages, print them, exit")
     dev.add_argument("--sync-flush", action="store_true", help="flushDiskType=SYNC_FLUSH")
+    dev.add_argument("--grpc-port", type=int, default=8081, metavar="PORT",
+                     help="the gRPC endpoint for RocketMQ 5.x clients (default 8081; 0: not served); needs "
+                          "pip install 'pocketmq[grpc]' and no ACL")
     dev.add_argument("--accessKey", metavar="AK",
                      help="run plain ACL with this admin account (default: $ROCKETMQ_ACCESS_KEY); "
                           "the demo signs with it; keys longer than 6 characters")
@@ -71,6 +77,29 @@ def _acl_args(store_dir: str, creds) -> tuple[list[str], list[str]]:
     os.chmod(path, 0o600)
     common = ["--aclEnable=true", f"--aclFilePath={path}"]
     return common, common + [f"--accessKey={creds.access_key}", f"--secretKey={creds.secret_key}"]
+
+
+def _grpc_args(port: int, creds, bind: str) -> tuple[list[str], str]:
+    """The broker's gRPC endpoint for `pocketmq dev`: on unless --grpc-port 0, the grpc extra
+    is missing, ACL is on (the endpoint does not check ACL yet) or the port is taken (an
+    optional part of a development cluster: the 4.x ports still start, and the line printed
+    says how to get it). Returns (broker args, why it is off)."""
+    off = "gRPC endpoint (RocketMQ 5.x clients) off: "
+    if port == 0:
+        return [], ""
+    if creds is not None:
+        return [], off + "it does not check ACL yet"
+    try:
+        import grpc  # noqa: F401
+    except ImportError:
+        return [], off + "pip install 'pocketmq[grpc]' to serve it"
+    import socket
+    with socket.socket(socket.AF_INET6 if ":" in bind else socket.AF_INET) as probe:
+        try:
+            probe.bind((bind, port))
+        except OSError as e:
+            return [], off + f"cannot listen on {bind}:{port} ({e.strerror}); pick another port with --grpc-port PORT"
+    return ["--enableProxy=true", f"--grpcServerPort={port}"], ""
 
 
 async def _demo(namesrv_addr: str, broker_addr: str, count: int = 5, credentials=None) -> list:
@@ -117,7 +146,8 @@ async def _dev(args) -> int:
     # the bound address itself, or (bound to every interface) loopback and the default brokerIP1.
     local_ip = "127.0.0.1" if every_interface else args.bind
     namesrv_addr = f"{local_ip}:{args.namesrv_port}"
-    b_cfg, _ = broker_args(["-n", namesrv_addr, f"--listenPort={args.broker_port}",
+    grpc_args, grpc_note = _grpc_args(args.grpc_port, creds, args.bind)
+    b_cfg, _ = broker_args(grpc_args + ["-n", namesrv_addr, f"--listenPort={args.broker_port}",
                             f"--storePathRootDir={store_dir}/store",
                             "--mappedFileSizeCommitLog=134217728"]
                            + ([] if every_interface else [f"--brokerIP1={args.bind}"])
@@ -136,6 +166,12 @@ async def _dev(args) -> int:
             raise
         try:
             where = "every interface" if every_interface else args.bind
+            # before the ready line (the last line printed once serving)
+            if broker.grpc_endpoint is not None:
+                print(f"pocketmq dev: RocketMQ 5.x clients: endpoints {local_ip}:{broker.grpc_endpoint.port}",
+                      flush=True)
+            elif grpc_note:
+                print(f"pocketmq dev: {grpc_note}", flush=True)
             print(f"pocketmq dev: nameserver {namesrv_addr}, broker {broker.addr}, listening on {where} "
                   f"(export NAMESRV_ADDR={namesrv_addr})", flush=True)
             if args.demo:

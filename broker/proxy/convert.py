@@ -30,9 +30,9 @@ from pocketmq.protocol.codes import CURRENT_VERSION, VERSION_NAMES, LanguageCode
 Code = pb.Code
 OK = Code.OK
 
-# RocketMQ 5's MessageConst.PROPERTY_TIMER_DELIVER_MS: the wall-clock ms a timer message is
-# due (the timer store delivers it then; a broker without one delivers it at once).
-TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+# RocketMQ 5's PROPERTY_TIMER_DELIVER_MS: the wall-clock ms a timer message is due (the
+# broker's timer store, broker/core/timer.py, delivers it then)
+TIMER_DELIVER_MS = msgcodec.TIMER_DELIVER_MS
 # Java's proxy bounds (ProxyConfig): a message group's length, a tag's and a key's.
 MESSAGE_GROUP_LENGTH_MAX = 64
 # What every route queue accepts (a topic without Java's `message.type` attribute is MIXED
@@ -127,7 +127,7 @@ def message_to_send(m: pb.Message, *, max_body_size: int, queue_count: int, max_
         raise Refused(Code.ILLEGAL_MESSAGE_ID, "the message has no message_id")
     props: dict[str, str] = {}
     for k, v in m.user_properties.items():
-        if k in msgcodec.SYSTEM_PROPERTY_KEYS or k == TIMER_DELIVER_MS:
+        if k in msgcodec.SYSTEM_PROPERTY_KEYS:
             raise Refused(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {k!r} is a system property name")
         if not k or "\x01" in k or "\x02" in k or "\x01" in v or "\x02" in v:
             raise Refused(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
@@ -206,7 +206,7 @@ def record_to_message(rec: msgcodec.MessageExt, *, topic: str | None = None, que
     m = pb.Message()
     m.topic.name = topic if topic is not None else rec.topic
     for k, v in props.items():
-        if k not in msgcodec.SYSTEM_PROPERTY_KEYS and k != TIMER_DELIVER_MS:
+        if k not in msgcodec.SYSTEM_PROPERTY_KEYS:
             m.user_properties[k] = v
     body = rec.body
     m.body = body

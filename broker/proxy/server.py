@@ -50,7 +50,8 @@ class GrpcEndpoint:
         host = f"[{self.host}]" if ":" in self.host else self.host
         port = self.server.add_insecure_port(f"{host}:{self.port}")
         if port == 0:
-            raise OSError(f"cannot listen on grpcServerPort {self.port} ({self.host}): address in use?")
+            raise OSError(f"cannot listen on grpcServerPort {self.port} ({self.host}): the port is in use "
+                          f"(or not allowed); pick another with grpcServerPort")
         self.port = port
         self.service = MessagingService(self.ctx, self.processors, grpc_port=port,
                                         advertised_host=self.advertised_host)

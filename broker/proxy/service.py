@@ -320,8 +320,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 if kind == "settings":
                     reply = self._take_settings(ch, command.settings)
                     self._count("Telemetry", reply.status)
-                    if not ch.push(reply):
-                        log.warning("gRPC client %s does not read its Telemetry stream: settings answer dropped",
+                    if not ch.push(reply) and ch.dropped_commands == 1:    # logged once per client
+                        log.warning("gRPC client %s does not read its Telemetry stream: commands to it are dropped",
                                     ch.client_id)
                 # thread_stack_trace / verify_message_result answer commands we never send
 
@@ -351,7 +351,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             tc = await self._topic(m.topic.name, create=True)
             f = convert.message_to_send(m, max_body_size=cfg.maxMessageSize, queue_count=tc.write_queue_nums,
-                                        max_delay_ms=int(getattr(cfg, "timerMaxDelaySec", 259_200)) * 1000,
+                                        max_delay_ms=cfg.timerMaxDelaySec * 1000,
                                         now_ms=ctx.now_ms())
         except Refused as e:
             return spb.SendResultEntry(status=e.status())
@@ -431,8 +431,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         command.recover_orphaned_transaction_command.message.CopyFrom(convert.record_to_message(rec))
         command.recover_orphaned_transaction_command.transaction_id = transaction_id
         if not ch.push(command):
-            log.warning("transaction check of %s not delivered to gRPC client %s (no Telemetry stream, or it "
-                        "does not read); the check service asks again", transaction_id, ch.client_id)
+            log.log(logging.WARNING if ch.dropped_commands <= 1 else logging.DEBUG,
+                    "transaction check of %s not delivered to gRPC client %s (no Telemetry stream, or it "
+                    "does not read); the check service asks again", transaction_id, ch.client_id)
 
     async def EndTransaction(self, request, context):
         topic, transaction_id = request.topic.name, request.transaction_id

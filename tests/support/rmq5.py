@@ -71,8 +71,8 @@ def ensure_venv(timeout_s: float = 600) -> str:
     return str(_python(d))
 
 
-@pytest.fixture(scope="session")
-def rmq5_python() -> str:
+@pytest.fixture(scope="session", name="rmq5_python")
+def rmq5_python_fixture() -> str:
     """The Python of a venv holding rocketmq-python-client RMQ5_VERSION (skips when none)."""
     try:
         return ensure_venv()
