@@ -196,6 +196,8 @@ class PopService:
                     log.error("revive log record at %d skipped: %s", m.queue_offset, e)
                     continue
                 self.state.apply(rec, m.queue_offset)
+                # pop times stay increasing across a restart whatever the wall clock did
+                self._last_pop_time = max(self._last_pop_time, rec.pop_time, rec.new_pop_time)
                 if rec.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                     self._learn_retry(rec.group, rec.topic)
                 n += 1
