@@ -550,6 +550,11 @@ class PopService:
             h = decode_handle(handle)
         except ValueError as e:
             raise InvalidReceiptHandle(str(e)) from None
+        retry_prefix = f"{RETRY_GROUP_TOPIC_PREFIX}{group}_"
+        if h.topic_type == RETRY_TOPIC and topic.startswith(retry_prefix):
+            # a Java 5 client names the topic it read from (ExtraInfoUtil.getRealTopic): the
+            # handle's topic is the one it retries
+            topic = topic[len(retry_prefix):]
         if h.offset < 0:
             if offset is None:
                 raise InvalidReceiptHandle("no queue offset")
