@@ -467,6 +467,9 @@ def _add(res: dict, resource, perm: int) -> None:
         res[resource] = perm
 
 
+_CONSUME_CODES = frozenset({R.PULL_MESSAGE, R.POP_MESSAGE, R.ACK_MESSAGE, R.CHANGE_MESSAGE_INVISIBLETIME})
+
+
 def request_resources(code: int, ext: dict, body) -> dict:
     """PlainAccessValidator.parse's resources (insertion-ordered): resource -> needed perm.
     Raises ValueError for a heartbeat body that does not decode (Java: AclException from
@@ -485,7 +488,8 @@ def request_resources(code: int, ext: dict, body) -> dict:
             _add(res, _retry(ext.get("group")), SUB)
         else:
             _add(res, topic, PUB)
-    elif code == R.PULL_MESSAGE:
+    elif code in _CONSUME_CODES:
+        # (RocketMQ 5's POP codes carry the same two names as a pull: the topic and the group)
         _add(res, ext.get("topic"), SUB)
         _add(res, _retry(ext.get("consumerGroup")), SUB)
     elif code == R.CONSUMER_SEND_MSG_BACK:

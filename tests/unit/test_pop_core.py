@@ -158,3 +158,11 @@ def test_replay_of_the_revive_log_rebuilds_the_leases():
 def test_bad_revive_log_records_raise_value_error(body):
     with pytest.raises(ValueError):
         pop_log.decode(body)
+
+
+@pytest.mark.parametrize("code", ["POP_MESSAGE", "ACK_MESSAGE", "CHANGE_MESSAGE_INVISIBLETIME"])
+def test_plain_acl_asks_the_pop_codes_for_what_a_pull_needs(code):
+    from pocketmq.common.acl import request_resources
+    from pocketmq.protocol.codes import RequestCode as R
+    ext = {"topic": "T", "consumerGroup": "g"}
+    assert request_resources(R[code], ext, None) == request_resources(R.PULL_MESSAGE, ext, None) != {}
