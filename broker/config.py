@@ -365,6 +365,13 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     # (Java's fixed 10 s); the first copy is made min(3 s, this) after start.
     slaveSyncIntervalMillis: PositiveInt = 10_000
     maxHeldPulls: PositiveInt = 100_000
+    # --- POP consumption (broker/services/pop.py, docs/broker.md "POP consumption") ---
+    # RocketMQ 5's: the percentage of pops that read the group's retry topic first
+    popFromRetryProbability: Annotated[int, Field(ge=0, le=100)] = 20
+    # pocketmq's own: popped-but-unacked messages kept in memory, in the broker and per
+    # group; a pop past either is answered SYSTEM_BUSY until acks or revivals free room
+    maxPopInflightMessages: PositiveInt = 200_000
+    maxPopInflightMessagesPerGroup: PositiveInt = 50_000
     # --- automatic failover (controller mode, docs/replication.md "Automatic failover") --
     # RocketMQ 5's names: a group's master is elected among its in-sync replicas; brokerId
     # is then this replica's id (>= 1) and brokerRole the mode it runs in as master.
@@ -676,6 +683,7 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "accessMessageInMemoryMaxRatio", "clusterTopicEnable", "brokerTopicEnable", "traceTopicEnable", "msgTraceTopicName",
     "regionId", "traceOn", "notifyConsumerIdsChangedEnable", "aclEnable",
     "rejectTransactionMessage", "serverChannelMaxIdleTimeSeconds", "maxHeldPulls", "maxFrameSize", "busyPollMicros",
+    "popFromRetryProbability", "maxPopInflightMessages", "maxPopInflightMessagesPerGroup",
     "maxConnections", "reservedFileDescriptors",
     "metricsPort", "enableProxy", "grpcServerPort",
     "maxHeldPullsPerConnection", "maxBufferedRequestBytes", "frameReadTimeoutMillis",
