@@ -345,7 +345,7 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     enableScheduleAsyncDeliver: bool = False
     scheduleAsyncDeliverMaxPendingLimit: JavaInt = 2000
     scheduleAsyncDeliverMaxResendNum2Blocked: JavaInt = 3
-    # RocketMQ 5's timer messages (docs/store.md "Timer messages"): off refuses them
+    # RocketMQ 5's timer messages (docs/broker.md "Timer messages"): off refuses them
     # (SYSTEM_ERROR); a delivery time further than timerMaxDelaySec is refused (MESSAGE_ILLEGAL);
     # the timer's checkpoint is appended at most every timerFlushIntervalMs (what a crash
     # may deliver twice)

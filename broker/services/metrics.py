@@ -89,6 +89,8 @@ class BrokerCollector:
             ("pocketmq_flush_behind_bytes", "Commit log bytes not yet flushed",
              max(0, max_offset - store.flushed_offset)),
             ("pocketmq_held_pulls", "Pull requests parked for long polling", b.held_pulls.count),
+            ("pocketmq_timer_messages_waiting", "Timer messages not delivered yet (RocketMQ 5's TIMER_*)",
+             b.timer_service.waiting if getattr(b, "timer_service", None) is not None else 0),
             ("pocketmq_connections", "Open client connections",
              len(b.server.connections) if b.server is not None else 0),
         ]

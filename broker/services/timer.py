@@ -15,7 +15,7 @@ pulls keep being served while it catches up after a restart or a burst:
 Between turns it sleeps until the earliest due time (to the millisecond, re-checking the
 clock when it wakes: a timer firing early delivers nothing), a new entry, or the next
 checkpoint. The rebuild at start reads only the last checkpoint record; the queue itself
-is then read by the enqueue slices. See docs/store.md, "Timer messages".
+is then read by the enqueue slices. See docs/broker.md, "Timer messages".
 """
 from __future__ import annotations
 

@@ -6,7 +6,9 @@ unchanged. Short delays: each test takes a few seconds."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+import urllib.request
 
 import pytest
 
@@ -17,7 +19,7 @@ from pocketmq.protocol.command import RemotingCommand
 from pocketmq.protocol.message import decode_records
 from pocketmq.remoting.client import RemotingClient
 from tests.integration.test_broker import pull_cmd, send_cmd
-from tests.support.daemons import Cluster
+from tests.support.daemons import Cluster, free_port
 
 pytestmark = pytest.mark.asyncio
 
@@ -47,7 +49,8 @@ async def queue_size(c, addr, topic, qid=0) -> int:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster(str(tmp_path_factory.mktemp("timer")), [LEVELS, "--timerMaxDelaySec=600"]).start()
+    c = Cluster(str(tmp_path_factory.mktemp("timer")), [LEVELS, "--timerMaxDelaySec=600",
+                                                        f"--metricsPort={free_port()}"]).start()
     try:
         yield c
     finally:
@@ -153,3 +156,21 @@ async def test_pending_timers_survive_sigkill_and_delivered_ones_are_not_repeate
     finally:
         await c.close()
         cluster.stop()
+
+
+async def test_waiting_timers_are_a_metrics_gauge(cluster):
+    port = next(a.split("=")[1] for a in cluster.broker_args if a.startswith("--metricsPort="))
+
+    def waiting() -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return float(re.search(r"^pocketmq_timer_messages_waiting\{[^}]*\} (\S+)$", text, re.M).group(1))
+
+    c = RemotingClient()
+    try:
+        before = await asyncio.to_thread(waiting)
+        r = await c.invoke(cluster.broker_addr, send_cmd("TimerM", b"later", props={"TIMER_DELAY_SEC": "500"}))
+        assert r.code == C.SUCCESS
+        assert await asyncio.to_thread(waiting) == before + 1
+    finally:
+        await c.close()
