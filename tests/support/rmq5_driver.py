@@ -8,6 +8,8 @@ Prints one JSON event per line on stdout; exits non-zero on any client error.
 Scenarios:
   send         {"topic", "messages": [{"body", "tag"?, "keys"?: [...], "props"?: {...},
                 "group"?, "deliver_in_s"?}]}: a Producer's sync sends -> "sent" events
+  bench        {"topic", "count", "size"}: `count` sync sends of `size`-byte bodies after a
+                warm-up -> one "bench" event (elapsed seconds, sends per second)
   transaction  {"topic", "body", "end": "commit" | "rollback" | "check", "wait_s"?}: a half
                 message, then commit or rollback; "check": no end, the checker (answering
                 COMMIT) is awaited -> "sent", then "ended" or "checked"
@@ -58,6 +60,21 @@ def send(endpoint, args):
         p.shutdown()
 
 
+def bench(endpoint, args):
+    p = producer(endpoint, args["topic"])
+    try:
+        m = build(args["topic"], {"body": "x" * args["size"]})
+        for _ in range(50):                  # warm-up: channels, routes, settings
+            p.send(m)
+        t0 = time.perf_counter()
+        for _ in range(args["count"]):
+            p.send(m)
+        elapsed = time.perf_counter() - t0
+        emit(event="bench", count=args["count"], elapsed_s=elapsed, per_s=args["count"] / elapsed)
+    finally:
+        p.shutdown()
+
+
 class Checker(TransactionChecker):
     def __init__(self):
         self.checked = threading.Event()
@@ -95,4 +112,4 @@ def transaction(endpoint, args):
 
 if __name__ == "__main__":
     endpoint, scenario, raw = sys.argv[1], sys.argv[2], sys.argv[3]
-    {"send": send, "transaction": transaction}[scenario](endpoint, json.loads(raw))
+    {"send": send, "bench": bench, "transaction": transaction}[scenario](endpoint, json.loads(raw))

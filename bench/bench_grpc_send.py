@@ -1,0 +1,98 @@
+"""Sync sends through the gRPC endpoint (the official RocketMQ 5.x Python client,
+rocketmq-python-client 5.1.2, in its own venv: tests/support/rmq5.py) against our remoting
+Producer's sync sends, one after the other against the same broker (issue 33's target: the
+5.x producer at >= 0.5x ours). Both send `--count` messages of `--size` bytes, one at a
+time, each waiting for its answer, from one thread, after a warm-up.
+
+    python3 bench/bench_grpc_send.py                  # 5000 sends of 100 bytes each, 3 rounds
+    python3 bench/bench_grpc_send.py --count 2000 --rounds 1
+    python3 bench/bench_grpc_send.py --stub           # also: our generated stubs as a sync grpc
+                                                      # client, Heartbeat (no work) and SendMessage
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import pathlib
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from pocketmq.client import Message, Producer  # noqa: E402
+from tests.support.daemons import Cluster, free_port  # noqa: E402
+from tests.support.rmq5 import ensure_venv, run_driver  # noqa: E402
+
+
+async def remoting_rate(namesrv: str, topic: str, count: int, size: int) -> float:
+    async with Producer("bench_grpc_pg", namesrv) as p:
+        m = Message(topic, b"x" * size)
+        for _ in range(50):
+            await p.send(m)
+        t0 = time.perf_counter()
+        for _ in range(count):
+            await p.send(m)
+        return count / (time.perf_counter() - t0)
+
+
+def stub_rates(endpoint: str, topic: str, count: int, size: int) -> dict:
+    """Microseconds per call of our own stubs as a sync client: what the endpoint costs
+    without the official client's overhead (Heartbeat does no work in the service)."""
+    import grpc
+
+    from pocketmq.broker.proxy.pb import definition_pb2 as pb
+    from pocketmq.broker.proxy.pb import service_pb2 as spb
+    from pocketmq.broker.proxy.pb import service_pb2_grpc
+    stub = service_pb2_grpc.MessagingServiceStub(grpc.insecure_channel(endpoint))
+    md = [("x-mq-client-id", "bench-stub")]
+    stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic)), metadata=md)
+    m = pb.Message(topic=pb.Resource(name=topic), body=b"x" * size)
+    m.system_properties.message_id = "BENCH-STUB"
+    m.system_properties.message_type = pb.NORMAL
+    calls = {"Heartbeat": lambda: stub.Heartbeat(spb.HeartbeatRequest(client_type=pb.PRODUCER), metadata=md),
+             "SendMessage": lambda: stub.SendMessage(spb.SendMessageRequest(messages=[m]), metadata=md)}
+    out = {}
+    for name, call in calls.items():
+        for _ in range(100):
+            call()
+        t0 = time.perf_counter()
+        for _ in range(count):
+            call()
+        out[name] = (time.perf_counter() - t0) / count * 1e6
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--count", type=int, default=5000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--stub", action="store_true", help="also time our own stubs as the client")
+    a = ap.parse_args()
+    python = ensure_venv()
+    grpc_port = free_port()
+    c = Cluster(tempfile.mkdtemp(prefix="bench-grpc"), broker_args=["--enable-proxy", f"--grpcServerPort={grpc_port}"])
+    c.start()
+    try:
+        for r in range(a.rounds):
+            topic = f"BenchGrpc{os.getpid()}x{r}"
+            [ev] = run_driver(python, f"127.0.0.1:{grpc_port}", "bench", timeout_s=600, topic=topic, count=a.count,
+                              size=a.size)
+            ours = asyncio.run(remoting_rate(c.namesrv_addr, topic, a.count, a.size))
+            print(f"round {r}: 5.x Python producer over gRPC {ev['per_s']:.0f} sends/s, "
+                  f"pocketmq Producer over remoting {ours:.0f} sends/s, ratio {ev['per_s'] / ours:.2f}", flush=True)
+            if a.stub:
+                us = stub_rates(f"127.0.0.1:{grpc_port}", topic, a.count, a.size)
+                print(f"round {r}: our stubs, sync grpc client: " + ", ".join(
+                    f"{name} {v:.0f} us/call" for name, v in us.items()), flush=True)
+    finally:
+        c.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
