@@ -20,7 +20,8 @@ list gRPC clients, the housekeeping expiry drops them, and the transaction check
 service asks them (`GrpcChannel.oneway` turns CHECK_TRANSACTION_STATE into a
 recover_orphaned_transaction_command on the client's Telemetry stream).
 
-Bounds: clients known at once (MAX_CLIENTS, then TOO_MANY_REQUESTS), messages per send
+Bounds: clients known at once (MAX_CLIENTS: when full, clients silent for 120 s without a
+Telemetry stream are forgotten first, then TOO_MANY_REQUESTS), messages per send
 (MAX_MESSAGES_PER_SEND), commands queued for one Telemetry stream (TELEMETRY_OUTBOX: a
 client that does not read loses check-backs, which the check service repeats; nothing
 waits on it), pending transaction ids (MAX_PENDING_TRANSACTIONS, oldest dropped: its
@@ -33,7 +34,7 @@ import logging
 from collections import OrderedDict
 
 from pocketmq.broker.core import transaction as tx
-from pocketmq.broker.core.clients import ClientChannelInfo
+from pocketmq.broker.core.clients import CHANNEL_EXPIRED_MS, ClientChannelInfo
 from pocketmq.broker.core.topics import validate_topic
 from pocketmq.broker.processors.client_manage import notify_consumer_ids_changed
 from pocketmq.broker.proxy import convert
@@ -89,6 +90,7 @@ class GrpcChannel:
         self.info: ClientChannelInfo | None = None
         self.outbox: asyncio.Queue | None = None    # the live Telemetry stream's commands
         self.dropped_commands = 0
+        self.last_seen_ms = 0                       # monotonic: the last RPC naming this client
         self._service = service
 
     def __repr__(self) -> str:
@@ -160,14 +162,26 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         client_id = self._client_id(context)
         if client_id is None:
             raise Refused(Code.CLIENT_ID_REQUIRED, f"the {CLIENT_ID_HEADER} header is missing")
+        now = self.ctx.mono_ms()
         ch = self.clients.get(client_id)
         if ch is None or ch.closed:
             if not create:
                 raise Refused(Code.UNRECOGNIZED_CLIENT_TYPE, f"client {client_id} is not known")
             if len(self.clients) >= MAX_CLIENTS:
+                self._expire(now)
+            if len(self.clients) >= MAX_CLIENTS:
                 raise Refused(Code.TOO_MANY_REQUESTS, f"this broker serves at most {MAX_CLIENTS} gRPC clients")
             ch = self.clients[client_id] = GrpcChannel(client_id, _peer_addr(context.peer()), self)
+        ch.last_seen_ms = now
         return ch
+
+    def _expire(self, now_ms: int) -> None:
+        """Forget clients silent for CHANNEL_EXPIRED_MS without a Telemetry stream (a client
+        id used once, or a client gone without NotifyClientTermination): the table's bound
+        must not be filled for good by ids nobody uses any more."""
+        for ch in [c for c in self.clients.values()
+                   if c.outbox is None and now_ms - c.last_seen_ms > CHANNEL_EXPIRED_MS]:
+            ch.close()
 
     def forget(self, ch: GrpcChannel) -> None:
         """A channel closed (terminated, expired): out of every registry."""
