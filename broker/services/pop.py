@@ -235,7 +235,10 @@ class PopService:
         ck = self.state.checkpoint()
         if ck is None:
             ck = ctx.store.get_max_offset_in_queue(self.revive_topic, 0)
-        if ck != ctx.offsets.query(REVIVE_GROUP, self.revive_topic, 0):
+        known = ctx.offsets.query(REVIVE_GROUP, self.revive_topic, 0)
+        # (a broker that never popped keeps no entry: its offset table, what slaves copy
+        # and mqadmin lists, stays as it was before POP existed)
+        if ck != known and (ck > 0 or known >= 0):
             ctx.offsets.commit(REVIVE_GROUP, self.revive_topic, 0, ck)
 
     # -- helpers -------------------------------------------------------------------------
