@@ -11,8 +11,14 @@ What lives here, and the rule each follows (Java's proxy, `grpc/v2/` of apache/r
   hashes to), `delivery_timestamp` -> TIMER_DELIVER_MS, TRANSACTION -> a prepared half
   message of producer group = topic. Bad input answers the v2 code Java answers.
 * `record_to_message`: a stored record -> a v2 Message (a transaction check-back's
-  payload; the POP service's deliveries use it too): user properties are the
-  non-system ones, body_digest an uppercase MD5.
+  payload; ReceiveMessage's deliveries with their receipt handle, delivery attempt and
+  invisible duration): user properties are the non-system ones, body_digest an
+  uppercase MD5.
+* `polling_ms`, `receive_invisible_ms`, `receive_batch`, `ack_status`: ReceiveMessage's and
+  AckMessage's rules (`ReceiveMessageActivity`, `AckMessageActivity`): the long poll
+  clamped to 5-20 s and the call's deadline, the 10 s - 12 h invisible time (a 60 s
+  lease the broker renews with auto_renew), batches of at most 32, one status for many
+  ack entries.
 * `route_queues`, `assignment_queues`: QueryRoute's and QueryAssignment's answers.
 * `settings_reply`: the Telemetry handshake's answer (`GrpcClientSettingsManager`).
 * `channel_info_of`: a client's user agent as the remoting registry's language/version.
@@ -21,8 +27,10 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import itertools
 from typing import NamedTuple
 
+from pocketmq.broker.core.pop import InvalidReceiptHandle, PopError
 from pocketmq.broker.proxy.pb import definition_pb2 as pb
 from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.codes import CURRENT_VERSION, VERSION_NAMES, LanguageCode, PermName, ResponseCode
@@ -45,6 +53,13 @@ PRODUCER_BACKOFF_MS = (10, 1000, 2.0)       # initial, max, multiplier
 # Consumer settings: receive batch and long polling (ProxyConfig's defaults).
 RECEIVE_BATCH_SIZE = 32
 LONG_POLLING_TIMEOUT_MS = 20_000
+# ReceiveMessage (ProxyConfig): the long poll's bounds, the first client version told
+# ILLEGAL_POLLING_TIME (older ones get BAD_REQUEST), the lease of an auto_renew receive
+# (renewSliceTimeMillis: the broker renews it until the message is acked).
+MIN_LONG_POLLING_MS = 5_000
+MAX_LONG_POLLING_MS = 20_000
+ILLEGAL_POLLING_TIME_SINCE = (5, 0, 3)
+AUTO_RENEW_INVISIBLE_MS = 60_000
 
 
 def status(code: int, message: str = "") -> pb.Status:
@@ -68,6 +83,10 @@ _FROM_REMOTING = {
     ResponseCode.TOPIC_NOT_EXIST: Code.TOPIC_NOT_FOUND,
     ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: Code.CONSUMER_GROUP_NOT_FOUND,
     ResponseCode.TRANSACTION_FAILED: Code.INVALID_TRANSACTION_ID,
+    # the POP engine's refusals (broker/services/pop.py PopError codes)
+    ResponseCode.INVALID_PARAMETER: Code.BAD_REQUEST,
+    ResponseCode.SUBSCRIPTION_PARSE_FAILED: Code.ILLEGAL_FILTER_EXPRESSION,
+    ResponseCode.POLLING_FULL: Code.TOO_MANY_REQUESTS,
 }
 
 
@@ -77,6 +96,14 @@ def from_remoting(code: int, remark: str | None) -> pb.Status:
     if v2 == OK:
         return status(OK)
     return status(v2, remark or f"remoting code {code}")
+
+
+def from_pop_error(e: PopError) -> pb.Status:
+    """The POP engine's refusal as a v2 Status: a handle that names no live lease (forged,
+    stale, acked, another group's) is INVALID_RECEIPT_HANDLE; the rest as from_remoting."""
+    if isinstance(e, InvalidReceiptHandle):
+        return status(Code.INVALID_RECEIPT_HANDLE, e.remark)
+    return from_remoting(e.code, e.remark)
 
 
 class Refused(Exception):
@@ -198,10 +225,12 @@ def _timestamp(field, ms: int) -> None:
 
 
 def record_to_message(rec: msgcodec.MessageExt, *, topic: str | None = None, queue_id: int | None = None,
-                      delivery_attempt: int | None = None, receipt_handle: str | None = None) -> pb.Message:
+                      delivery_attempt: int | None = None, receipt_handle: str | None = None,
+                      invisible_ms: int | None = None) -> pb.Message:
     """A stored record as a v2 Message (GrpcConverter.buildMessage). `topic`/`queue_id`
     override the record's (a half message's real topic); `delivery_attempt` defaults to
-    reconsumeTimes + 1."""
+    reconsumeTimes + 1; a received message carries its `receipt_handle` and the
+    `invisible_ms` of its lease."""
     props = rec.properties
     m = pb.Message()
     m.topic.name = topic if topic is not None else rec.topic
@@ -245,7 +274,77 @@ def record_to_message(rec: msgcodec.MessageExt, *, topic: str | None = None, que
     sp.delivery_attempt = rec.reconsume_times + 1 if delivery_attempt is None else delivery_attempt
     if receipt_handle is not None:
         sp.receipt_handle = receipt_handle
+    if invisible_ms is not None:
+        sp.invisible_duration.FromMilliseconds(invisible_ms)
     return m
+
+
+# ---- receiving ----------------------------------------------------------------------------
+
+def _version(text: str) -> tuple[int, ...] | None:
+    parts = []
+    for piece in text.split("."):
+        digits = "".join(itertools.takewhile(str.isdigit, piece))
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) or None
+
+
+def polling_ms(requested_ms: int | None, remaining_ms: int | None, request_timeout_ms: int,
+               client_version: str) -> int:
+    """How long a ReceiveMessage may wait for a message (ReceiveMessageActivity): the
+    requested long poll, else what the call's deadline leaves after half the client's
+    request timeout; clamped to [5 s, 20 s], then to the deadline (`remaining_ms`, None:
+    none). A deadline below 5 s is refused: ILLEGAL_POLLING_TIME (BAD_REQUEST for clients
+    older than 5.0.3, as Java's proxy answers them)."""
+    if remaining_ms is None:
+        remaining_ms = 2**62
+    ms = requested_ms if requested_ms is not None else remaining_ms - request_timeout_ms // 2
+    ms = min(max(ms, MIN_LONG_POLLING_MS), MAX_LONG_POLLING_MS)
+    if ms > remaining_ms:
+        if remaining_ms < MIN_LONG_POLLING_MS:
+            version = _version(client_version)
+            code = Code.ILLEGAL_POLLING_TIME if version is not None and version >= ILLEGAL_POLLING_TIME_SINCE \
+                else Code.BAD_REQUEST
+            raise Refused(code, "The deadline time remaining is not enough for polling, please check network "
+                          "condition")
+        ms = remaining_ms
+    return ms
+
+
+def receive_invisible_ms(requested_ms: int | None, auto_renew: bool, min_ms: int, max_ms: int) -> int:
+    """A receive's lease: AUTO_RENEW_INVISIBLE_MS with auto_renew (the broker renews it),
+    else the requested invisible_duration, which must lie in [min_ms, max_ms] (Refused
+    ILLEGAL_INVISIBLE_TIME)."""
+    if auto_renew:
+        return AUTO_RENEW_INVISIBLE_MS
+    ms = requested_ms or 0
+    if ms < min_ms:
+        raise Refused(Code.ILLEGAL_INVISIBLE_TIME, f"the invisibleTime is too small. min is {min_ms}")
+    if ms > max_ms:
+        raise Refused(Code.ILLEGAL_INVISIBLE_TIME, f"the invisibleTime is too large. max is {max_ms}")
+    return ms
+
+
+def receive_batch(batch_size: int) -> int:
+    """How many messages one receive may take: at most RECEIVE_BATCH_SIZE (a larger ask
+    is served with 32, as Java's proxy does); below 1 is Refused."""
+    if batch_size < 1:
+        raise Refused(Code.BAD_REQUEST, f"batch_size {batch_size} must be at least 1")
+    return min(batch_size, RECEIVE_BATCH_SIZE)
+
+
+def ack_status(codes: list[int]) -> pb.Status:
+    """AckMessage's top status from its entries' (AckMessageActivity): the common code,
+    MULTIPLE_RESULTS when they differ."""
+    distinct = set(codes)
+    if len(distinct) > 1:
+        return status(Code.MULTIPLE_RESULTS, "MULTIPLE_RESULTS")
+    if not distinct:
+        return status(Code.BAD_REQUEST, "AckMessage carries no entry")
+    code = distinct.pop()
+    return status(code, pb.Code.Name(code))
 
 
 # ---- routes -------------------------------------------------------------------------------

@@ -7,11 +7,22 @@ client gets), as a SEND_MESSAGE / END_TRANSACTION command built from the request
 Java's LocalMessageService does. The conversions are broker/proxy/convert.py's.
 
 Served: QueryRoute, Heartbeat, Telemetry, NotifyClientTermination, SendMessage,
-EndTransaction, QueryAssignment. Answered with a clear status and no effect:
-ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue (POP
-consumption is not yet served), PullMessage, UpdateOffset, GetOffset, QueryOffset (no
-official client calls them), SyncLiteSubscription and RecallMessage (lite topics and
-recalls are not supported).
+EndTransaction, QueryAssignment, and POP consumption over the broker's POP engine
+(broker/services/pop.py, `ctx.pop`): ReceiveMessage, AckMessage, ChangeInvisibleDuration,
+ForwardMessageToDeadLetterQueue. Answered with a clear status and no effect: PullMessage,
+UpdateOffset, GetOffset, QueryOffset (no official client calls them), SyncLiteSubscription
+and RecallMessage (lite topics and recalls are not supported).
+
+ReceiveMessage follows Java's ReceiveMessageActivity (the rules are convert.py's): the
+long poll clamped to 5-20 s and the call's deadline, invisible_duration 10 s - 12 h, or
+with auto_renew a 60 s lease the engine renews (owner = the client id) until the message
+is acked or changed, or the client goes (NotifyClientTermination, its live Telemetry
+stream ending, expiry: `_release`); at most 32 messages; the queue the client names is
+not used (the engine pops every queue and the group's retry topic, as Java's proxy pops
+with queue -1); the group's consumeMessageOrderly makes the pop FIFO, `attempt_id`
+gets a retried FIFO receive its batch back. A message the stream could not deliver
+(the client cancelled, or took no frame for RECEIVE_WRITE_TIMEOUT_S) is made visible
+again after NACK_INVISIBLE_MS.
 
 Clients are known by the `x-mq-client-id` header. Each is one `GrpcChannel`: the object
 the broker's own producer/consumer registry (broker/core/clients.py) holds for it, as it
@@ -25,7 +36,10 @@ Telemetry stream are forgotten first, then TOO_MANY_REQUESTS), messages per send
 (MAX_MESSAGES_PER_SEND), commands queued for one Telemetry stream (TELEMETRY_OUTBOX: a
 client that does not read loses check-backs, which the check service repeats; nothing
 waits on it), pending transaction ids (MAX_PENDING_TRANSACTIONS, oldest dropped: its
-EndTransaction then answers INVALID_TRANSACTION_ID and the check-back decides).
+EndTransaction then answers INVALID_TRANSACTION_ID and the check-back decides), entries per
+AckMessage (MAX_ACK_ENTRIES), the time a receive's frame may wait for a client that does
+not read (RECEIVE_WRITE_TIMEOUT_S); the POP engine bounds messages in flight and waiting
+receives (SYSTEM_BUSY / POLLING_FULL -> TOO_MANY_REQUESTS).
 """
 from __future__ import annotations
 
@@ -35,6 +49,7 @@ from collections import OrderedDict
 
 from pocketmq.broker.core import transaction as tx
 from pocketmq.broker.core.clients import CHANNEL_EXPIRED_MS, ClientChannelInfo
+from pocketmq.broker.core.pop import GRPC_MIN_INVISIBLE_MS, MAX_INVISIBLE_MS, PopError, invisible_error
 from pocketmq.broker.core.topics import validate_topic
 from pocketmq.broker.processors.client_manage import notify_consumer_ids_changed
 from pocketmq.broker.proxy import convert
@@ -42,7 +57,7 @@ from pocketmq.broker.proxy.convert import OK, Code, Refused, status
 from pocketmq.broker.proxy.pb import definition_pb2 as pb
 from pocketmq.broker.proxy.pb import service_pb2 as spb
 from pocketmq.broker.proxy.pb import service_pb2_grpc
-from pocketmq.common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, retry_topic
+from pocketmq.common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, NAME_GROUP, name_error, retry_topic
 from pocketmq.protocol import bodies
 from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.codes import PermName, RequestCode, ResponseCode
@@ -60,10 +75,18 @@ MAX_MESSAGES_PER_SEND = 1024
 TELEMETRY_OUTBOX = 64
 MAX_PENDING_TRANSACTIONS = 100_000
 CLIENT_ID_HEADER = "x-mq-client-id"
-POP_NOT_SERVED = ("POP consumption (ReceiveMessage, AckMessage, ChangeInvisibleDuration, "
-                  "ForwardMessageToDeadLetterQueue) is not yet served by this broker; consume over the "
-                  "4.x remoting protocol (listenPort) meanwhile")
+MAX_ACK_ENTRIES = 1024
+RECEIVE_WRITE_TIMEOUT_S = 30.0    # a ReceiveMessage frame the client does not take within this ends the call
+NACK_INVISIBLE_MS = 1000          # messages a receive could not deliver are visible again after this
+SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
 _CLOSE = object()     # put in an outbox: end the Telemetry stream
+
+
+def _delivery_frame(now_ms: int) -> spb.ReceiveMessageResponse:
+    """A receive's last frame: when the broker handed the messages over."""
+    frame = spb.ReceiveMessageResponse()
+    frame.delivery_timestamp.FromMilliseconds(now_ms)
+    return frame
 
 
 def _peer_addr(peer: str | None) -> str:
@@ -140,6 +163,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         # (producer group, transaction id) -> (half message's commit-log offset, queue offset)
         self.pending_transactions: OrderedDict = OrderedDict()
         self.calls: dict[tuple[str, int], int] = {}      # (rpc, status code) -> count (metrics)
+        self._background: set[asyncio.Task] = set()      # nacks of undelivered messages
 
     # -- helpers --------------------------------------------------------------------------
     def _count(self, rpc: str, st: pb.Status) -> pb.Status:
@@ -193,6 +217,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if gcfg is None or gcfg.notifyConsumerIdsChangedEnable:
                 notify_consumer_ids_changed(ctx.consumers, group)
         ctx.producers.remove_channel(ch)
+        self._release(ch)
+
+    def _release(self, ch: GrpcChannel) -> None:
+        """The client's auto-renewed leases are renewed no more (they run out and come back)."""
+        if self.ctx.pop is not None:
+            self.ctx.pop.release_owner(ch.client_id)
 
     async def _topic(self, topic: str, create: bool):
         """The topic's config; auto-created from TBW102 (as a 4.x send would) when
@@ -298,7 +328,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             gcfg = ctx.groups.find(group, ctx.now_ms()) if group else None
             retry_max = gcfg.retryMaxTimes if gcfg is not None else 16
             return convert.settings_reply(settings, max_body_size=ctx.config.maxMessageSize,
-                                          fifo=bool(getattr(gcfg, "consumeMessageOrderly", False)),
+                                          fifo=gcfg is not None and gcfg.consumeMessageOrderly,
                                           max_attempts=retry_max + 1, backoff_ms=tuple(ctx.delay_levels))
         return convert.settings_reply(settings, max_body_size=ctx.config.maxMessageSize)
 
@@ -355,8 +385,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 yield item
         finally:
             reader.cancel()
-            if ch.outbox is outbox:
+            if ch.outbox is outbox:     # the live stream ended (not replaced by a newer one)
                 ch.outbox = None
+                self._release(ch)
 
     # -- sending ------------------------------------------------------------------------------
     async def _send_one(self, ch: GrpcChannel, m: pb.Message) -> spb.SendResultEntry:
@@ -488,26 +519,166 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 f"{ctx.config.brokerName} (autoCreateSubscriptionGroup=false)")))
         perm = tc.perm & ctx.config.brokerPermission
         queues = convert.assignment_queues(tc.topic_name, tc.read_queue_nums, perm, self._broker(),
-                                           fifo=bool(getattr(gcfg, "consumeMessageOrderly", False)))
+                                           fifo=gcfg.consumeMessageOrderly)
         return spb.QueryAssignmentResponse(status=self._count("QueryAssignment", status(OK)),
                                            assignments=[pb.Assignment(message_queue=q) for q in queues])
 
-    # -- not served ---------------------------------------------------------------------------------
+    # -- POP consumption ----------------------------------------------------------------------------
+    def _pop_target(self, context, group: str, topic: str) -> GrpcChannel:
+        """The calling client, once the group and topic are names a consumer may use; the
+        POP engine present (a broker started without it refuses). Raises Refused."""
+        ch = self._channel(context)
+        bad = validate_topic(topic)
+        if bad:
+            raise Refused(Code.ILLEGAL_TOPIC, bad)
+        if self.ctx.topics.is_system_topic(topic):
+            raise Refused(Code.ILLEGAL_TOPIC, f"cannot access system topic {topic}")
+        bad = name_error(NAME_GROUP, "consumer group", group)
+        if bad:
+            raise Refused(Code.ILLEGAL_CONSUMER_GROUP, bad)
+        if group.startswith(SYSTEM_GROUP_PREFIX):
+            raise Refused(Code.ILLEGAL_CONSUMER_GROUP, f"cannot use system consumer group {group}")
+        if self.ctx.pop is None:
+            raise Refused(Code.NOT_IMPLEMENTED, "POP consumption is not available on this broker")
+        return ch
+
+    def _receive_args(self, ch: GrpcChannel, request, context) -> tuple[int, int, int]:
+        """(long poll ms, lease ms, batch) of a ReceiveMessage, by Java's proxy's rules."""
+        remaining = context.time_remaining()
+        settings = ch.settings
+        request_timeout_ms = settings.request_timeout.ToMilliseconds() if settings is not None else 0
+        version = settings.user_agent.version if settings is not None else ""
+        poll = convert.polling_ms(
+            request.long_polling_timeout.ToMilliseconds() if request.HasField("long_polling_timeout") else None,
+            None if remaining is None else int(remaining * 1000), request_timeout_ms, version)
+        invisible = convert.receive_invisible_ms(
+            request.invisible_duration.ToMilliseconds() if request.HasField("invisible_duration") else None,
+            request.auto_renew, GRPC_MIN_INVISIBLE_MS, MAX_INVISIBLE_MS)
+        return poll, invisible, convert.receive_batch(request.batch_size)
+
+    async def _write(self, context, frame: spb.ReceiveMessageResponse) -> None:
+        # a client that does not read its stream stalls only this call, and only so long
+        await asyncio.wait_for(context.write(frame), RECEIVE_WRITE_TIMEOUT_S)
+
     async def ReceiveMessage(self, request, context):
-        yield spb.ReceiveMessageResponse(status=self._count("ReceiveMessage", status(Code.NOT_IMPLEMENTED,
-                                                                                      POP_NOT_SERVED)))
+        """POP: the group's next messages of the topic from any of its queues (the queue
+        the client names is not used: Java's proxy pops with queue -1 too), streamed as
+        status, one frame per message, the delivery timestamp."""
+        group, topic = request.group.name, request.message_queue.topic.name
+        try:
+            ch = self._pop_target(context, group, topic)
+            poll, invisible, batch = self._receive_args(ch, request, context)
+        except Refused as e:
+            await context.write(spb.ReceiveMessageResponse(status=self._count("ReceiveMessage", e.status())))
+            return
+        fe = request.filter_expression
+        attempt_id = request.attempt_id if request.HasField("attempt_id") and request.attempt_id else None
+        try:
+            r = await self.ctx.pop.pop(group, topic, -1, batch, invisible, attempt_id=attempt_id,
+                                       expression=fe.expression or "*",
+                                       expression_type="SQL92" if fe.type == pb.SQL else "TAG", poll_ms=poll,
+                                       auto_renew=request.auto_renew, owner=ch.client_id)
+        except PopError as e:
+            await context.write(spb.ReceiveMessageResponse(status=self._count("ReceiveMessage",
+                                                                               convert.from_pop_error(e))))
+            return
+        if not r.messages:
+            await context.write(spb.ReceiveMessageResponse(status=self._count("ReceiveMessage", status(
+                Code.MESSAGE_NOT_FOUND, "no new message"))))
+            await context.write(_delivery_frame(self.ctx.now_ms()))
+            return
+        self._count("ReceiveMessage", status(OK))
+        frames = [spb.ReceiveMessageResponse(message=convert.record_to_message(
+            p.message, delivery_attempt=p.delivery_attempt, receipt_handle=p.receipt_handle,
+            invisible_ms=r.invisible_ms)) for p in r.messages]
+        sent = 0
+        try:
+            await self._write(context, spb.ReceiveMessageResponse(status=status(OK)))
+            for frame in frames:
+                await self._write(context, frame)
+                sent += 1
+            await self._write(context, _delivery_frame(self.ctx.now_ms()))
+        except BaseException as e:
+            # the client went away (cancelled, the transport failed) or does not read (the
+            # write timed out): what it did not get is visible again soon (Java's proxy:
+            # NACK_INVISIBLE_TIME), not at the end of a lease the broker would renew
+            if sent < len(r.messages):
+                log.info("ReceiveMessage of %s: %d of %d messages not delivered (%s), visible again in %d ms",
+                         ch.client_id, len(r.messages) - sent, len(r.messages), type(e).__name__, NACK_INVISIBLE_MS)
+                self._nack_later(group, topic, [p.receipt_handle for p in r.messages[sent:]])
+            if not isinstance(e, Exception):
+                raise       # cancelled: grpc ends the call
+            # a write that failed or timed out: the call is over for this client
+
+    def _nack_later(self, group: str, topic: str, handles: list[str]) -> None:
+        async def nack() -> None:
+            for handle in handles:
+                try:
+                    await self.ctx.pop.change_invisible(group, topic, handle, NACK_INVISIBLE_MS)
+                except PopError as e:      # acked or changed meanwhile: nothing to give back
+                    log.debug("nack of an undelivered message skipped: %s", e)
+        task = asyncio.get_running_loop().create_task(nack())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _ack_one(self, group: str, topic: str, entry: spb.AckMessageEntry) -> spb.AckMessageResultEntry:
+        try:
+            await self.ctx.pop.ack(group, topic, entry.receipt_handle)
+            st = status(OK)
+        except PopError as e:
+            st = convert.from_pop_error(e)
+        return spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st)
 
     async def AckMessage(self, request, context):
-        return spb.AckMessageResponse(status=self._count("AckMessage", status(Code.NOT_IMPLEMENTED, POP_NOT_SERVED)))
+        group, topic = request.group.name, request.topic.name
+        try:
+            self._pop_target(context, group, topic)
+            if len(request.entries) > MAX_ACK_ENTRIES:
+                raise Refused(Code.PAYLOAD_TOO_LARGE,
+                              f"{len(request.entries)} entries in one AckMessage; at most {MAX_ACK_ENTRIES}")
+        except Refused as e:
+            return spb.AckMessageResponse(status=self._count("AckMessage", e.status()))
+        # concurrently: each ack's record is written at once, then their flush waits overlap
+        entries = await asyncio.gather(*(self._ack_one(group, topic, e) for e in request.entries))
+        top = convert.ack_status([e.status.code for e in entries])
+        return spb.AckMessageResponse(status=self._count("AckMessage", top), entries=entries)
 
     async def ChangeInvisibleDuration(self, request, context):
-        return spb.ChangeInvisibleDurationResponse(status=self._count("ChangeInvisibleDuration", status(
-            Code.NOT_IMPLEMENTED, POP_NOT_SERVED)))
+        """A new lease of the message, visible again after invisible_duration (0 .. 12 h:
+        the PushConsumer's retry backoff starts at 1 s); the answer carries the new
+        receipt handle, the old one is stale. Auto-renewal of the message ends."""
+        group, topic = request.group.name, request.topic.name
+        ms = request.invisible_duration.ToMilliseconds()
+        if ms == 0:
+            ms = 1      # Java takes 0 (visible at once); the engine's shortest lease is 1 ms
+        try:
+            self._pop_target(context, group, topic)
+            err = invisible_error(ms)
+            if err:
+                raise Refused(Code.ILLEGAL_INVISIBLE_TIME, err)
+            handle, _lease = await self.ctx.pop.change_invisible(group, topic, request.receipt_handle, ms)
+        except Refused as e:
+            return spb.ChangeInvisibleDurationResponse(status=self._count("ChangeInvisibleDuration", e.status()))
+        except PopError as e:
+            return spb.ChangeInvisibleDurationResponse(status=self._count("ChangeInvisibleDuration",
+                                                                          convert.from_pop_error(e)))
+        return spb.ChangeInvisibleDurationResponse(status=self._count("ChangeInvisibleDuration", status(OK)),
+                                                   receipt_handle=handle)
 
     async def ForwardMessageToDeadLetterQueue(self, request, context):
-        return spb.ForwardMessageToDeadLetterQueueResponse(status=self._count(
-            "ForwardMessageToDeadLetterQueue", status(Code.NOT_IMPLEMENTED, POP_NOT_SERVED)))
+        """A FIFO PushConsumer out of local retries: the message goes to %DLQ%<group> now."""
+        group, topic = request.group.name, request.topic.name
+        try:
+            self._pop_target(context, group, topic)
+            await self.ctx.pop.forward_to_dlq(group, topic, request.receipt_handle)
+            st = status(OK)
+        except Refused as e:
+            st = e.status()
+        except PopError as e:
+            st = convert.from_pop_error(e)
+        return spb.ForwardMessageToDeadLetterQueueResponse(status=self._count("ForwardMessageToDeadLetterQueue", st))
 
+    # -- not served ---------------------------------------------------------------------------------
     async def PullMessage(self, request, context):
         yield spb.PullMessageResponse(status=self._count("PullMessage", status(
             Code.NOT_IMPLEMENTED, "PullMessage is not served (no official client calls it); "

@@ -13,17 +13,37 @@ Scenarios:
   transaction  {"topic", "body", "end": "commit" | "rollback" | "check", "wait_s"?}: a half
                 message, then commit or rollback; "check": no end, the checker (answering
                 COMMIT) is awaited -> "sent", then "ended" or "checked"
+  receive      {"topic", "group", "expect", "invisible_s"?, "batch"?, "tag"? | "sql"?, "ack"?,
+                "await_s"?, "seconds"?}: a SimpleConsumer's receives until `expect` messages
+                (or `seconds`) -> a "msg" event each, then "acked" / "ack_error" when `ack`
+  nack         {"topic", "group"}: receive one message (10 s invisible), change its invisible
+                duration to 1 s, ack with the old handle, receive it again, ack, ack again ->
+                "msg", "changed", "ack_error", "msg", "acked", "ack_error"
+  push         {"topic", "group", "expect", "fail_until"?, "sleep_ms"?, "seconds"?, "linger_s"?}: a
+                PushConsumer whose listener takes sleep_ms and fails while a message's delivery
+                attempt is below `fail_until` (-1: always), until `expect` deliveries (or
+                `seconds`), then linger_s for acks in flight -> a "delivery" event each
+                (body, message_id, attempt, message_group, ok, t, monotonic t)
+  bench_receive {"topic", "group", "count", "batch"}: receive(batch) + ack each until `count`
+                messages -> one "bench" event (elapsed seconds, messages per second)
 """
 import json
 import sys
 import threading
 import time
 
-from rocketmq import ClientConfiguration, Credentials, Message, Producer, TransactionChecker, TransactionResolution
+from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression, Message, MessageListener,
+                      Producer, PushConsumer, SimpleConsumer, TransactionChecker, TransactionResolution)
+from rocketmq.grpc_protocol import FilterType
+
+
+_EMIT = threading.Lock()       # listeners emit from the client's consumption threads
 
 
 def emit(**event):
-    print(json.dumps(event), flush=True)
+    line = json.dumps(event)
+    with _EMIT:
+        print(line, flush=True)
 
 
 def producer(endpoint, topic, checker=None):
@@ -110,6 +130,133 @@ def transaction(endpoint, args):
         p.shutdown()
 
 
+def config(endpoint):
+    return ClientConfiguration(endpoint, Credentials(), request_timeout=10)
+
+
+def subscription(args):
+    if args.get("sql"):
+        return FilterExpression(args["sql"], FilterType.SQL)
+    return FilterExpression(args.get("tag") or "*")
+
+
+def describe(m):
+    return dict(body=m.body.decode(), message_id=m.message_id, attempt=m.delivery_attempt, tag=m.tag,
+                keys=sorted(m.keys), props=dict(m.properties), message_group=m.message_group, topic=m.topic,
+                corrupted=m.corrupted)
+
+
+def simple_consumer(endpoint, args):
+    c = SimpleConsumer(config(endpoint), args["group"], {args["topic"]: subscription(args)},
+                       await_duration=args.get("await_s", 5))
+    c.startup()
+    return c
+
+
+def error_code(e):
+    return getattr(e, "code", None) or type(e).__name__
+
+
+def ack(c, m):
+    """Ack one message -> "acked", or "ack_error" with the status code the client raised."""
+    try:
+        c.ack(m)
+        emit(event="acked", message_id=m.message_id)
+    except Exception as e:
+        emit(event="ack_error", message_id=m.message_id, code=error_code(e), error=str(e))
+
+
+def receive(endpoint, args):
+    c = simple_consumer(endpoint, args)
+    got, deadline = 0, time.monotonic() + args.get("seconds", 30)
+    try:
+        while got < args["expect"] and time.monotonic() < deadline:
+            for m in c.receive(args.get("batch", 32), args.get("invisible_s", 15)):
+                got += 1
+                emit(event="msg", **describe(m))
+                if args.get("ack", True):
+                    ack(c, m)
+    finally:
+        c.shutdown()
+
+
+def receive_one(c, deadline_s=20):
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        ms = c.receive(1, 10)
+        if ms:
+            return ms[0]
+    raise SystemExit("no message received")
+
+
+def nack(endpoint, args):
+    c = simple_consumer(endpoint, args)
+    try:
+        m = receive_one(c)
+        emit(event="msg", **describe(m))
+        old = m.receipt_handle
+        c.change_invisible_duration(m, 1)        # the client adopts the new receipt handle
+        emit(event="changed", same_handle=m.receipt_handle == old)
+        new = m.receipt_handle
+        m.receipt_handle = old
+        ack(c, m)
+        m.receipt_handle = new
+        again = receive_one(c)                   # not acked: back after 1 s, attempt 2
+        emit(event="msg", **describe(again))
+        ack(c, again)
+        ack(c, again)                            # names a lease that is gone
+    finally:
+        c.shutdown()
+
+
+class Listener(MessageListener):
+    def __init__(self, expect, fail_until, sleep_ms=0):
+        self.expect = expect
+        self.sleep_s = sleep_ms / 1000
+        self.fail_until = fail_until
+        self.count = 0
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+
+    def consume(self, m):
+        ok = not (self.fail_until == -1 or (m.delivery_attempt or 1) < self.fail_until)
+        time.sleep(self.sleep_s)
+        emit(event="delivery", body=m.body.decode(), message_id=m.message_id, attempt=m.delivery_attempt,
+             message_group=m.message_group, ok=ok, t=time.time(), thread=threading.get_ident())
+        with self.lock:
+            self.count += 1
+            if self.count >= self.expect:
+                self.done.set()
+        return ConsumeResult.SUCCESS if ok else ConsumeResult.FAILURE
+
+
+def push(endpoint, args):
+    listener = Listener(args["expect"], args.get("fail_until", 0), args.get("sleep_ms", 0))
+    c = PushConsumer(config(endpoint), args["group"], listener, {args["topic"]: subscription(args)})
+    c.startup()
+    try:
+        if not listener.done.wait(args.get("seconds", 30)):
+            emit(event="timeout", deliveries=listener.count)
+        time.sleep(args.get("linger_s", 0))     # acks in flight reach the broker
+    finally:
+        c.shutdown()
+
+
+def bench_receive(endpoint, args):
+    c = simple_consumer(endpoint, dict(args, await_s=5))
+    try:
+        got, t0 = 0, time.perf_counter()
+        while got < args["count"]:
+            for m in c.receive(args["batch"], 30):
+                c.ack(m)
+                got += 1
+        elapsed = time.perf_counter() - t0
+        emit(event="bench", count=got, elapsed_s=elapsed, per_s=got / elapsed)
+    finally:
+        c.shutdown()
+
+
 if __name__ == "__main__":
     endpoint, scenario, raw = sys.argv[1], sys.argv[2], sys.argv[3]
-    {"send": send, "bench": bench, "transaction": transaction}[scenario](endpoint, json.loads(raw))
+    {"send": send, "bench": bench, "transaction": transaction, "receive": receive, "nack": nack, "push": push,
+     "bench_receive": bench_receive}[scenario](endpoint, json.loads(raw))

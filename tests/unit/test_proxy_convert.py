@@ -116,8 +116,9 @@ def test_record_to_message_round_trip():
     rec = msgcodec.MessageExt("T1", b"hello", 3, 17, properties=props, born_timestamp=NOW - 10,
                               born_host="10.0.0.1:1234", store_timestamp=NOW, store_host="10.0.0.2:10911",
                               reconsume_times=2)
-    m = convert.record_to_message(rec, receipt_handle="rh")
+    m = convert.record_to_message(rec, receipt_handle="rh", invisible_ms=15_000)
     sp = m.system_properties
+    assert sp.invisible_duration.ToMilliseconds() == 15_000
     assert m.topic.name == "T1" and m.body == b"hello" and dict(m.user_properties) == {"color": "red"}
     assert (sp.tag, list(sp.keys), sp.message_id, sp.message_group, sp.message_type) == \
         ("TagA", ["k1", "k2"], "01ABC", "g1", pb.FIFO)
@@ -154,6 +155,49 @@ def test_remoting_codes_map_to_v2_codes(code, v2code):
     st = convert.from_remoting(code, "why")
     assert st.code == v2code
     assert st.message == ("OK" if v2code == Code.OK else "why")
+
+
+def test_pop_errors_map_to_v2_codes():
+    from pocketmq.broker.core.pop import InvalidReceiptHandle, PopError
+    assert convert.from_pop_error(InvalidReceiptHandle("stale")).code == Code.INVALID_RECEIPT_HANDLE
+    for code, v2code in ((ResponseCode.INVALID_PARAMETER, Code.BAD_REQUEST),
+                         (ResponseCode.SUBSCRIPTION_PARSE_FAILED, Code.ILLEGAL_FILTER_EXPRESSION),
+                         (ResponseCode.POLLING_FULL, Code.TOO_MANY_REQUESTS),
+                         (ResponseCode.SYSTEM_BUSY, Code.TOO_MANY_REQUESTS),
+                         (ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, Code.CONSUMER_GROUP_NOT_FOUND)):
+        st = convert.from_pop_error(PopError(code, "why"))
+        assert (st.code, st.message) == (v2code, "why")
+
+
+def test_long_polling_is_clamped_as_javas_proxy_does():
+    poll = convert.polling_ms
+    assert poll(20_000, 30_000, 10_000, "5.1.2") == 20_000
+    assert poll(1_000, 30_000, 10_000, "5.1.2") == 5_000            # at least 5 s
+    assert poll(60_000, 90_000, 10_000, "5.1.2") == 20_000          # at most 20 s
+    assert poll(20_000, 8_000, 10_000, "5.1.2") == 8_000            # within the deadline
+    assert poll(None, 16_000, 10_000, "5.1.2") == 11_000            # no ask: the deadline less half the timeout
+    assert poll(None, None, 3_000, "5.1.2") == 20_000               # no deadline
+    for version, code in (("5.1.2", Code.ILLEGAL_POLLING_TIME), ("5.0.3", Code.ILLEGAL_POLLING_TIME),
+                          ("5.0.2", Code.BAD_REQUEST), ("", Code.BAD_REQUEST), ("1.0.8", Code.BAD_REQUEST)):
+        with pytest.raises(Refused) as e:
+            poll(20_000, 4_000, 10_000, version)
+        assert e.value.code == code, version
+
+
+def test_receive_invisible_time_batch_and_ack_status():
+    assert convert.receive_invisible_ms(None, True, 10_000, 43_200_000) == convert.AUTO_RENEW_INVISIBLE_MS
+    assert convert.receive_invisible_ms(10_000, False, 10_000, 43_200_000) == 10_000
+    for bad in (None, 9_999, 43_200_001):
+        with pytest.raises(Refused) as e:
+            convert.receive_invisible_ms(bad, False, 10_000, 43_200_000)
+        assert e.value.code == Code.ILLEGAL_INVISIBLE_TIME
+    assert [convert.receive_batch(n) for n in (1, 32, 33, 2**31 - 1)] == [1, 32, 32, 32]
+    with pytest.raises(Refused):
+        convert.receive_batch(0)
+    assert convert.ack_status([Code.OK, Code.OK]).code == Code.OK
+    assert convert.ack_status([Code.INVALID_RECEIPT_HANDLE]).code == Code.INVALID_RECEIPT_HANDLE
+    assert convert.ack_status([Code.OK, Code.INVALID_RECEIPT_HANDLE]).code == Code.MULTIPLE_RESULTS
+    assert convert.ack_status([]).code == Code.BAD_REQUEST
 
 
 def test_status_ok_is_20000_never_0():

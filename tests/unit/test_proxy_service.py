@@ -40,8 +40,10 @@ def service(monkeypatch):
     monkeypatch.setattr(svc, "MAX_CLIENTS", 3)
     clock = Clock()
     groups = types.SimpleNamespace(find=lambda group, now=0: None)
+    pop = types.SimpleNamespace(released=[])
+    pop.release_owner = pop.released.append
     ctx = types.SimpleNamespace(mono_ms=clock, now_ms=clock, consumers=ConsumerManager(), producers=ProducerManager(),
-                                groups=groups)
+                                groups=groups, pop=pop)
     s = svc.MessagingService(ctx, {}, grpc_port=8081, advertised_host="127.0.0.1")
     s.clock = clock
     return s
@@ -87,3 +89,4 @@ def test_closing_a_client_unregisters_it(service):
     ch.close()
     assert service.ctx.producers.groups == {} and "p1" not in service.clients
     assert ch.push(object()) is False                   # nothing is queued for a closed client
+    assert service.ctx.pop.released == ["p1"]           # its auto-renewed leases are renewed no more

@@ -208,7 +208,8 @@ def test_update_sub_group_flags_are_javas():
     assert flags == {"-n": "--namesrvAddr", "-b": "--brokerAddr", "-c": "--clusterName", "-g": "--groupName",
                      "-s": "--consumeEnable", "-m": "--consumeFromMinEnable", "-d": "--consumeBroadcastEnable",
                      "-q": "--retryQueueNums", "-r": "--retryMaxTimes", "-i": "--brokerId",
-                     "-w": "--whichBrokerWhenConsumeSlowly", "-a": "--notifyConsumerIdsChanged"}
+                     "-w": "--whichBrokerWhenConsumeSlowly", "-a": "--notifyConsumerIdsChanged",
+                     "-o": "--consumeOrderly"}
     delete = {a.option_strings[0] for a in build_parser(COMMANDS["deleteSubGroup"])._actions}
     assert delete == {"-h", "-n", "-b", "-c", "-g", "-r"}
 
@@ -227,6 +228,9 @@ def test_update_sub_group_sends_javas_config():
         "SubscriptionGroupConfig [groupName=G, consumeEnable=false, consumeFromMinEnable=true, "
         "consumeBroadcastEnable=true, retryQueueNums=3, retryMaxTimes=16, brokerId=1, "
         "whichBrokerWhenConsumeSlowly=2, notifyConsumerIdsChangedEnable=false]")
+    c = config_from_flags(parse("-b", "h:1", "-g", "G", "-o", "true"))
+    assert c.consumeMessageOrderly and group_config_line(c).endswith(
+        "notifyConsumerIdsChangedEnable=true, consumeMessageOrderly=true]")
     with pytest.raises((SystemExit, Exception)):
         parse("-g", "G", "-r", "-1")
     with pytest.raises((SystemExit, Exception)):

@@ -1,5 +1,7 @@
 """Subscription group commands: updateSubGroup, deleteSubGroup (Java 4.9's
-UpdateSubGroupSubCommand and DeleteSubscriptionGroupCommand, same flags).
+UpdateSubGroupSubCommand and DeleteSubscriptionGroupCommand, same flags; plus RocketMQ 5's
+`-o consumeOrderly`: the group's POP consumers, 5.x gRPC clients among them, get FIFO
+order per queue).
 
 updateSubGroup sends a whole SubscriptionGroupConfig, as Java's does: flags not given
 take Java's defaults, except consumeBroadcastEnable and consumeFromMinEnable, which the
@@ -24,7 +26,9 @@ def group_config_line(c: SubscriptionGroupConfig) -> str:
             f"consumeBroadcastEnable={b(c.consumeBroadcastEnable)}, retryQueueNums={c.retryQueueNums}, "
             f"retryMaxTimes={c.retryMaxTimes}, brokerId={c.brokerId}, "
             f"whichBrokerWhenConsumeSlowly={c.whichBrokerWhenConsumeSlowly}, "
-            f"notifyConsumerIdsChangedEnable={b(c.notifyConsumerIdsChangedEnable)}]")
+            f"notifyConsumerIdsChangedEnable={b(c.notifyConsumerIdsChangedEnable)}"
+            # RocketMQ 5's field, printed only when set: 4.9's line is unchanged otherwise
+            + (", consumeMessageOrderly=true" if c.consumeMessageOrderly else "") + "]")
 
 
 def config_from_flags(a) -> SubscriptionGroupConfig:
@@ -33,7 +37,8 @@ def config_from_flags(a) -> SubscriptionGroupConfig:
                         ("consumeBroadcastEnable", "consumeBroadcastEnable"), ("retryQueueNums", "retryQueueNums"),
                         ("retryMaxTimes", "retryMaxTimes"), ("brokerId", "brokerId"),
                         ("whichBrokerWhenConsumeSlowly", "whichBrokerWhenConsumeSlowly"),
-                        ("notifyConsumerIdsChanged", "notifyConsumerIdsChangedEnable")):
+                        ("notifyConsumerIdsChanged", "notifyConsumerIdsChangedEnable"),
+                        ("consumeOrderly", "consumeMessageOrderly")):
         value = getattr(a, flag)
         if value is not None:
             setattr(c, field, value)
@@ -93,6 +98,8 @@ COMMANDS = [
         Opt("i", "brokerId", "consumer from which broker id", type=non_negative_int),
         Opt("w", "whichBrokerWhenConsumeSlowly", "which broker id when consume slowly", type=non_negative_int),
         Opt("a", "notifyConsumerIdsChanged", "notify consumerId changed", type=java_bool),
+        Opt("o", "consumeOrderly", "consume message orderly (RocketMQ 5: POP consumers get FIFO order)",
+            type=java_bool),
     ], update_sub_group, needs_namesrv=False),
     Command("deleteSubGroup", "Delete subscription group from broker.", [
         Opt("b", "brokerAddr", "delete subscription group from which broker", metavar="ip:port", type=stripped),
