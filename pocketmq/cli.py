@@ -9,6 +9,13 @@
     pocketmq dev --accessKey AK --secretKey SK
                             with plain ACL on both daemons, AK an admin account
                             (also from $ROCKETMQ_ACCESS_KEY / $ROCKETMQ_SECRET_KEY)
+    pocketmq dev --console-port 8080
+                            the web console too (the default when the console extra is
+                            installed; 0: not served)
+    pocketmq console --namesrv ADDR [--bind 127.0.0.1] [--port 8080] [--read-only] [--users FILE]
+                            the web console of a cluster (pip install 'pocketmq[console]')
+    pocketmq console --hash-password
+                            print a users-file hash of a password read from the terminal
 """
 from __future__ import annotations
 
@@ -58,6 +65,22 @@ def _parser() -> argparse.ArgumentParser:
                      help="run plain ACL with this admin account (default: $ROCKETMQ_ACCESS_KEY); "
                           "the demo signs with it; keys longer than 6 characters")
     dev.add_argument("--secretKey", metavar="SK", help="its secret key (default: $ROCKETMQ_SECRET_KEY)")
+    dev.add_argument("--console-port", type=int, default=8080, metavar="PORT",
+                     help="the web console (default 8080; 0: not served); needs pip install 'pocketmq[console]'")
+    con = sub.add_parser("console", help="serve the web console of a cluster")
+    con.add_argument("--namesrv", "-n", default=os.environ.get("NAMESRV_ADDR"), metavar="ADDR",
+                     help="nameserver ip:port[;ip:port] (default: $NAMESRV_ADDR)")
+    con.add_argument("--bind", type=_ip, default=DEV_BIND, metavar="ADDR",
+                     help=f"address to listen on (default {DEV_BIND}; 0.0.0.0 = every interface)")
+    con.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    con.add_argument("--read-only", action="store_true", help="show everything, change nothing (every write refused)")
+    con.add_argument("--users", metavar="FILE", help="log in with the accounts of FILE (name:role:hash lines, "
+                                                     "role viewer or admin; see --hash-password)")
+    con.add_argument("--access-key", "--accessKey", dest="access_key", metavar="AK",
+                     help="sign requests for ACL brokers (default: $ROCKETMQ_ACCESS_KEY)")
+    con.add_argument("--secret-key", "--secretKey", dest="secret_key", metavar="SK",
+                     help="its secret key (default: $ROCKETMQ_SECRET_KEY)")
+    con.add_argument("--hash-password", action="store_true", help="read a password, print its users-file hash, exit")
     return p
 
 
@@ -172,18 +195,76 @@ async def _dev(args) -> int:
                       flush=True)
             elif grpc_note:
                 print(f"pocketmq dev: {grpc_note}", flush=True)
+            console = None if args.demo else await _dev_console(args, namesrv_addr, creds)
             print(f"pocketmq dev: nameserver {namesrv_addr}, broker {broker.addr}, listening on {where} "
                   f"(export NAMESRV_ADDR={namesrv_addr})", flush=True)
             if args.demo:
                 got = await _demo(namesrv_addr, broker.addr, credentials=creds)
                 print(f"pocketmq dev --demo: {len(got)} messages consumed", flush=True)
                 return 0 if got else 1
-            from pocketmq.remoting.daemon import run_until_signal
-            await run_until_signal()
+            try:
+                from pocketmq.remoting.daemon import run_until_signal
+                await run_until_signal()
+            finally:
+                if console is not None:
+                    await console.close()
         finally:
             await broker.close()
     finally:
         await namesrv.close()
+    return 0
+
+
+async def _dev_console(args, namesrv_addr: str, creds):
+    """`pocketmq dev`'s web console: on unless --console-port 0 or the console extra is missing
+    (an optional part: the cluster still starts, and the line printed says how to get it)."""
+    if args.console_port == 0:
+        return None
+    try:
+        from pocketmq.console.server import start_console
+    except ImportError:
+        print("pocketmq dev: web console off: pip install 'pocketmq[console]' to serve it", flush=True)
+        return None
+    try:
+        console = await start_console(namesrv_addr, bind=args.bind, port=args.console_port, credentials=creds)
+    except OSError as e:
+        print(f"pocketmq dev: web console off: cannot listen on {args.bind}:{args.console_port} ({e.strerror}); "
+              "pick another port with --console-port PORT", flush=True)
+        return None
+    print(f"pocketmq dev: web console {console.url}", flush=True)
+    return console
+
+
+async def _console(args) -> int:
+    from pocketmq.client.credentials import resolve_credentials
+    from pocketmq.console.server import start_console
+    from pocketmq.tools.mqadmin.session import parse_namesrv_addrs
+    if not args.namesrv:
+        print("pocketmq console: pass --namesrv ip:port[;ip:port] or set NAMESRV_ADDR", file=sys.stderr)
+        return 2
+    parse_namesrv_addrs(args.namesrv)
+    creds = resolve_credentials(args.access_key, args.secret_key)
+    console = await start_console(args.namesrv, bind=args.bind, port=args.port, read_only=args.read_only,
+                                  users_file=args.users, credentials=creds)
+    mode = " (read-only)" if args.read_only else ""
+    print(f"pocketmq console: {console.url} for nameserver {args.namesrv}{mode}", flush=True)
+    try:
+        from pocketmq.remoting.daemon import run_until_signal
+        await run_until_signal()
+    finally:
+        await console.close()
+    return 0
+
+
+def _hash_password() -> int:
+    import getpass
+    import secrets
+    from pocketmq.console.auth import hash_password
+    pw = getpass.getpass("password: ")
+    if pw != getpass.getpass("again: "):
+        print("pocketmq console: the passwords differ", file=sys.stderr)
+        return 1
+    print(hash_password(pw, secrets.token_bytes(16)))
     return 0
 
 
@@ -213,6 +294,21 @@ def main(argv=None) -> int:
             return asyncio.run(_dev(args))
         except (PortInUse, OSError, StoreError, MetadataError, InvalidArgumentError, ConfigError) as e:
             print(f"pocketmq dev: {e}", file=sys.stderr)
+            return 1
+    if args.command == "console":
+        if args.hash_password:
+            return _hash_password()
+        try:
+            from pocketmq.console.auth import UsersFileError
+        except ImportError:
+            print("pocketmq console: the console extra is missing: pip install 'pocketmq[console]'", file=sys.stderr)
+            return 1
+        from pocketmq.client.errors import InvalidArgumentError
+        from pocketmq.tools.mqadmin.errors import UsageError
+        try:
+            return asyncio.run(_console(args))
+        except (OSError, UsersFileError, InvalidArgumentError, UsageError) as e:
+            print(f"pocketmq console: {e}", file=sys.stderr)
             return 1
     return 2
 

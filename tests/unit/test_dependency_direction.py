@@ -22,6 +22,9 @@ that owns it:
     pyspark_pocketmq  spark only (the top-level shim Spark discovers)
     jobs          spark, client, protocol, common, remoting (the Spark jobs; nothing imports them,
                   not even the root)
+    console       tools, client, protocol, common, remoting (the web console: it talks to the
+                  cluster through mqadmin's AdminSession over the client's ClientAPI; only the
+                  root's cli imports it)
     pocketmq      anything (the import root: cli, lazy re-exports)
 
 Siblings (broker, nameserver, client, tools) never import each other except tools ->
@@ -53,6 +56,7 @@ FOLDERS = {
     "spark": "pocketmq.spark",
     "pyspark_pocketmq": "pyspark_pocketmq",
     "jobs": "pocketmq.jobs",
+    "console": "pocketmq.console",
 }
 SHIM = "pyspark_pocketmq"   # the one top-level name besides pocketmq; a layer of its own
 # sub-layers: an installed package prefix that is a layer of its own
@@ -74,6 +78,7 @@ ALLOWED: dict[str, set[str]] = {
     "spark": {"client", "protocol", "common", "remoting"},
     SHIM: {"spark"},
     "jobs": {"spark", "client", "protocol", "common", "remoting"},
+    "console": {"tools", "client", "protocol", "common", "remoting"},
 }
 LEAVES = {"jobs"}          # layers nothing else may import (the root included)
 TOP = "pocketmq"           # the import root's own modules may import every layer
@@ -312,6 +317,11 @@ FAKE_TREE = {
                       "spark/plan.py:1 (spark) imports pocketmq.jobs.ingest: nothing may import jobs"),
     "pocketmq/jobs_cli.py": ("def f():\n    from pocketmq.jobs import replay\n",
                              "pocketmq/jobs_cli.py:2 (pocketmq) imports pocketmq.jobs.replay: nothing may import jobs"),
+    "console/__init__.py": ("", None),
+    "console/app.py": ("from pocketmq.tools.mqadmin import session\nfrom pocketmq.broker import app\n",
+                       "console/app.py:2 (console) imports pocketmq.broker.app: console may not depend on broker"),
+    "tools/web.py": ("from pocketmq.console import app\n",
+                     "tools/web.py:1 (tools) imports pocketmq.console.app: tools may not depend on console"),
     "pocketmq/__init__.py": ("from pocketmq import client\n", None),
     "pocketmq/cli.py": ("from pocketmq.broker import app\nfrom pocketmq.nameserver import route\n"
                         "from .tools import admin\n", None),
