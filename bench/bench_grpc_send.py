@@ -8,6 +8,9 @@ time, each waiting for its answer, from one thread, after a warm-up.
     python3 bench/bench_grpc_send.py --count 2000 --rounds 1
     python3 bench/bench_grpc_send.py --stub           # also: our generated stubs as a sync grpc
                                                       # client, Heartbeat (no work) and SendMessage
+
+What a call costs without the broker's work (a no-op server, several server set-ups) and
+the official client's own CPU per send: bench/bench_grpc_floor.py.
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.bench_broker import loopback_echo_rtt_us  # noqa: E402
+from bench.bench_grpc_floor import stub_us  # noqa: E402
 from pocketmq.client import Message, Producer  # noqa: E402
 from tests.support.daemons import Cluster, free_port  # noqa: E402
 from tests.support.rmq5 import ensure_venv, run_driver  # noqa: E402
@@ -39,33 +44,6 @@ async def remoting_rate(namesrv: str, topic: str, count: int, size: int) -> floa
         return count / (time.perf_counter() - t0)
 
 
-def stub_rates(endpoint: str, topic: str, count: int, size: int) -> dict:
-    """Microseconds per call of our own stubs as a sync client: what the endpoint costs
-    without the official client's overhead (Heartbeat does no work in the service)."""
-    import grpc
-
-    from pocketmq.broker.proxy.pb import definition_pb2 as pb
-    from pocketmq.broker.proxy.pb import service_pb2 as spb
-    from pocketmq.broker.proxy.pb import service_pb2_grpc
-    stub = service_pb2_grpc.MessagingServiceStub(grpc.insecure_channel(endpoint))
-    md = [("x-mq-client-id", "bench-stub")]
-    stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic)), metadata=md)
-    m = pb.Message(topic=pb.Resource(name=topic), body=b"x" * size)
-    m.system_properties.message_id = "BENCH-STUB"
-    m.system_properties.message_type = pb.NORMAL
-    calls = {"Heartbeat": lambda: stub.Heartbeat(spb.HeartbeatRequest(client_type=pb.PRODUCER), metadata=md),
-             "SendMessage": lambda: stub.SendMessage(spb.SendMessageRequest(messages=[m]), metadata=md)}
-    out = {}
-    for name, call in calls.items():
-        for _ in range(100):
-            call()
-        t0 = time.perf_counter()
-        for _ in range(count):
-            call()
-        out[name] = (time.perf_counter() - t0) / count * 1e6
-    return out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--count", type=int, default=5000)
@@ -77,6 +55,8 @@ def main() -> int:
     grpc_port = free_port()
     c = Cluster(tempfile.mkdtemp(prefix="bench-grpc"), broker_args=["--enable-proxy", f"--grpcServerPort={grpc_port}"])
     c.start()
+    print(f"calibration before: loopback_echo_rtt_us={loopback_echo_rtt_us():.1f}, "
+          f"load average {os.getloadavg()[0]:.2f}", flush=True)
     try:
         for r in range(a.rounds):
             topic = f"BenchGrpc{os.getpid()}x{r}"
@@ -86,9 +66,12 @@ def main() -> int:
             print(f"round {r}: 5.x Python producer over gRPC {ev['per_s']:.0f} sends/s, "
                   f"pocketmq Producer over remoting {ours:.0f} sends/s, ratio {ev['per_s'] / ours:.2f}", flush=True)
             if a.stub:
-                us = stub_rates(f"127.0.0.1:{grpc_port}", topic, a.count, a.size)
+                us = stub_us(f"127.0.0.1:{grpc_port}", a.count, a.size, c.broker.proc.pid)
                 print(f"round {r}: our stubs, sync grpc client: " + ", ".join(
-                    f"{name} {v:.0f} us/call" for name, v in us.items()), flush=True)
+                    f"{name} {w:.0f} us/call (broker CPU {s:.0f}, client CPU {cl:.0f})"
+                    for name, (w, s, cl) in us.items()), flush=True)
+        print(f"calibration after: loopback_echo_rtt_us={loopback_echo_rtt_us():.1f}, "
+              f"load average {os.getloadavg()[0]:.2f}", flush=True)
     finally:
         c.stop()
     return 0

@@ -18,6 +18,31 @@ MAX_CONCURRENT_RPCS = 20_000
 KEEPALIVE_MS = 60_000
 
 
+class _GenericOnly:
+    """A grpc server seen through the generated `add_..._to_server`, which registers every
+    RPC twice: as a generic handler (a dict lookup per call) and as a "registered method".
+    grpc.aio (1.85) asks the core for the next call of each registered method with a
+    future of its own and, for every call accepted, `asyncio.wait`s on all of them: 17
+    RPCs + 1 generic = 18 futures, 18 done callbacks added and 17 removed per call, the
+    largest Python cost of a no-op call in the server (bench/bench_grpc_floor.py,
+    docs/benchmarks.md). With the generic handler alone it waits on one future."""
+
+    def __init__(self, server):
+        self._server = server
+
+    def add_generic_rpc_handlers(self, handlers) -> None:
+        self._server.add_generic_rpc_handlers(handlers)
+
+    def add_registered_method_handlers(self, service_name: str, handlers: dict) -> None:
+        pass     # deliberately not: see the class's docstring
+
+
+def add_servicer(servicer, server) -> None:
+    """MessagingService's RPCs on a grpc (aio or sync) server, as generic handlers only."""
+    from pocketmq.broker.proxy.pb import service_pb2_grpc
+    service_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, _GenericOnly(server))
+
+
 class GrpcEndpoint:
     """Start with `await start()` (inside the running loop), stop with `await stop()`."""
 
@@ -35,7 +60,6 @@ class GrpcEndpoint:
     async def start(self) -> int:
         import grpc
 
-        from pocketmq.broker.proxy.pb import service_pb2_grpc
         from pocketmq.broker.proxy.service import MessagingService
         options = [
             ("grpc.max_receive_message_length", self.max_message_bytes),
@@ -55,7 +79,7 @@ class GrpcEndpoint:
         self.port = port
         self.service = MessagingService(self.ctx, self.processors, grpc_port=port,
                                         advertised_host=self.advertised_host)
-        service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, self.server)
+        add_servicer(self.service, self.server)
         await self.server.start()
         return port
 
