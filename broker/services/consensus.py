@@ -1,14 +1,7 @@
 """The broker's only door to etcd (controller mode, broker/services/failover.py): a shell
 over the asyncio etcd v3 client `aetcd`. Values are opaque bytes (the caller encodes them).
 
-Key layout, under `prefix` (default ``/pocketmq``), one folder per broker group:
-
-| key | value | lease |
-|---|---|---|
-| ``{prefix}/{cluster}/{group}/state`` | the group's state (epoch, master, SyncStateSet) | none: outlives all |
-| ``{prefix}/{cluster}/{group}/leader`` | the master's token | the master's lease |
-| ``{prefix}/{cluster}/{group}/alive/{replica id}`` | a replica's addresses, log end | that replica's lease |
-| ``{prefix}/{cluster}/{group}/request/{name}`` | an operator's request (e.g. ``switchover``) | none |
+Key layout: common/controller_keys.py (the one owner; mqadmin's controller commands read it too).
 
 Why CAS on the state's mod_revision: every change of the state is one transaction that
 compares the mod_revision the writer read (`GroupSnapshot.state_rev`; 0 = absent) with the
@@ -35,17 +28,9 @@ from typing import TypeVar
 import aetcd
 import grpc
 
+from pocketmq.common import controller_keys as keys
+
 T = TypeVar("T")
-
-# grpc shares subchannels between channels to the same address by default: a fresh channel
-# to a member that came back would inherit the dead connection's reconnect backoff (up to
-# 2 min of instant "connection refused"). Each channel its own, and a short backoff.
-CHANNEL_OPTIONS = {
-    "grpc.use_local_subchannel_pool": 1,
-    "grpc.initial_reconnect_backoff_ms": 100,
-    "grpc.max_reconnect_backoff_ms": 1000,
-}
-
 
 class ConsensusError(Exception):
     """etcd unreachable, timed out, or answered an error (message names the endpoint and what failed)."""
@@ -64,12 +49,6 @@ class GroupSnapshot:
     leader_lease: int                      # the leader key's lease id (0 if absent)
     alive: dict[int, tuple[bytes, int]]    # replica id -> (value, lease id) of .../alive/{id}
     requests: dict[str, bytes]             # .../request/{name} keys (operator requests)
-
-
-def _check_name(kind: str, name: str) -> str:
-    if not name or "/" in name:
-        raise ValueError(f"{kind} {name!r}: must be non-empty and contain no '/'")
-    return name
 
 
 def _lease_not_found(e: BaseException) -> bool:
@@ -96,15 +75,18 @@ class ConsensusKeys:
         self.timeout_s = timeout_s
         self._next = 0                                   # the endpoint the next call uses
 
-    # -- keys --------------------------------------------------------------------------------
+    # -- keys (common/controller_keys.py) ----------------------------------------------------
     def _group(self, cluster: str, group: str) -> bytes:
-        return f"{self.prefix}/{_check_name('cluster', cluster)}/{_check_name('group', group)}/".encode()
+        return keys.group_base(self.prefix, cluster, group)
 
     def _request_key(self, cluster: str, group: str, name: str) -> bytes:
-        return self._group(cluster, group) + b"request/" + _check_name("request", name).encode()
+        return keys.request_key(self.prefix, cluster, group, name)
+
+    def _alive_key(self, cluster: str, group: str, replica_id: int) -> bytes:
+        return keys.alive_key(self.prefix, cluster, group, replica_id)
 
     def _list_base(self, cluster: str | None) -> str:
-        return f"{self.prefix}/" + (f"{_check_name('cluster', cluster)}/" if cluster is not None else "")
+        return keys.list_base(self.prefix, cluster).decode()
 
     def endpoint(self, i: int | None = None) -> str:
         host, port = self._endpoints[self._next if i is None else i]
@@ -117,25 +99,22 @@ class ConsensusKeys:
         alive: dict[int, tuple[bytes, int]] = {}
         requests: dict[str, bytes] = {}
         for key, value, mod_revision, lease in kvs:
-            tail = key[len(base):].decode(errors="replace")
-            if tail == "state":
+            kind = keys.key_kind(key[len(base):].decode(errors="replace"))
+            if kind is None:
+                continue
+            if kind[0] == "state":
                 state, state_rev = value, mod_revision
-            elif tail == "leader":
+            elif kind[0] == "leader":
                 leader, leader_lease = value, lease
-            elif tail.startswith("alive/") and tail[6:].isdigit():
-                alive[int(tail[6:])] = (value, lease)
-            elif tail.startswith("request/") and len(tail) > 8:
-                requests[tail[8:]] = value
+            elif kind[0] == "alive":
+                alive[kind[1]] = (value, lease)
+            else:
+                requests[kind[1]] = value
         return GroupSnapshot(revision, state, state_rev, leader, leader_lease, alive, requests)
 
-    def _groups(self, keys) -> list[tuple[str, str]]:
-        """(cluster, group) of every state key among `keys`, sorted."""
-        found = []
-        for key in keys:
-            parts = key[len(self.prefix) + 1:].decode(errors="replace").split("/")
-            if len(parts) == 3 and parts[2] == "state":
-                found.append((parts[0], parts[1]))
-        return sorted(found)
+    def _groups(self, found) -> list[tuple[str, str]]:
+        """(cluster, group) of every state key among `found`, sorted."""
+        return keys.groups_of_keys(self.prefix, found)
 
 
 class EtcdConsensus(ConsensusKeys):
@@ -154,7 +133,7 @@ class EtcdConsensus(ConsensusKeys):
         client = self._clients.get(i)
         if client is None:
             host, port = self._endpoints[i]
-            client = self._clients[i] = aetcd.Client(host, port, options=CHANNEL_OPTIONS)
+            client = self._clients[i] = aetcd.Client(host, port, options=keys.ETCD_CHANNEL_OPTIONS)
         try:
             async with asyncio.timeout(self.timeout_s):
                 return await fn(client)
@@ -231,7 +210,7 @@ class EtcdConsensus(ConsensusKeys):
     # -- writes ------------------------------------------------------------------------------
     async def put_alive(self, cluster: str, group: str, replica_id: int, value: bytes, lease_id: int) -> None:
         """LeaseLost when the lease is gone."""
-        key = self._group(cluster, group) + f"alive/{int(replica_id)}".encode()
+        key = self._alive_key(cluster, group, replica_id)
         await self._call(f"put of {key.decode()}", lambda c: c.put(key, value, lease=lease_id))
 
     async def cas_state(self, cluster: str, group: str, *, expect_state_rev: int, new_state: bytes,

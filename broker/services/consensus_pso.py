@@ -186,7 +186,7 @@ class PsoConsensus(ConsensusKeys):
 
     async def put_alive(self, cluster: str, group: str, replica_id: int, value: bytes, lease_id: int) -> None:
         """LeaseLost when the lease is gone."""
-        key = (self._group(cluster, group) + f"alive/{int(replica_id)}".encode()).decode()
+        key = self._alive_key(cluster, group, replica_id).decode()
         await self._txn(f"put of {key}", [], [["put", key, _b64(value), lease_id]])
 
     async def cas_state(self, cluster: str, group: str, *, expect_state_rev: int, new_state: bytes,

@@ -46,6 +46,7 @@ from pocketmq.broker.core.failover import (
     elected,
     with_sync_state_set,
 )
+from pocketmq.common import controller_keys
 from pocketmq.broker.services.consensus import ConsensusError, EtcdConsensus, LeaseLost
 from pocketmq.broker.store.epoch import EPOCH_FILE_NAME, read_epoch_file, write_epoch_file
 from pocketmq.protocol.codes import ResponseCode
@@ -62,7 +63,7 @@ ALIVE_REFRESH_S = 1.0
 # what is taken off the lease's TTL locally: etcd's and our clocks may run at slightly
 # different rates, and etcd checks expiry every 500 ms (never earlier than the TTL)
 LEASE_MARGIN = 0.8
-SWITCHOVER = "switchover"
+SWITCHOVER = controller_keys.SWITCHOVER      # the planned switchover request
 SWITCHOVER_WAIT_S = 10.0
 
 

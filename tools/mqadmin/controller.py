@@ -1,18 +1,12 @@
 """Controller-mode commands (RocketMQ 5's names and flags): getSyncStateSet, getBrokerEpoch,
 electMaster. RocketMQ's controller is ours in etcd: `-a` takes etcd endpoints
 (host:port;host:port, as RocketMQ's controllerAddress), and the commands read and write
-the keys the brokers' failover agents keep there (broker/services/consensus.py):
+the keys the brokers' failover agents keep there (layout: common/controller_keys.py, the
+one owner both sides call).
 
-    /pocketmq/{cluster}/{group}/state            the group's state (JSON: master, epoch,
-                                                 syncStateSet, syncStateSetEpoch, history)
-    /pocketmq/{cluster}/{group}/leader           the master's token, on its lease
-    /pocketmq/{cluster}/{group}/alive/{id}       a live replica (JSON: id, addr, haAddr,
-                                                 maxOffset, epoch), on its lease
-    /pocketmq/{cluster}/{group}/request/switchover   a planned switchover: the target's id
-
-The tools may not import the broker (the layering), so the layout and the two JSON values
-are read here; tests/unit/test_mqadmin_failover.py checks both against the broker's own
-code. A planned switchover is a request the master carries out (or refuses: it deletes
+The tools may not import the broker (the layering), so the two JSON values (the state and
+a replica's alive record) are read here; tests/unit/test_mqadmin_failover.py checks them
+against the broker's own code. A planned switchover is a request the master carries out (or refuses: it deletes
 the request and says why in its log); electMaster waits for either.
 """
 from __future__ import annotations
@@ -27,6 +21,7 @@ from typing import TypeVar
 import aetcd
 import grpc
 
+from pocketmq.common import controller_keys as keys
 from pocketmq.tools.mqadmin import tables
 from pocketmq.tools.mqadmin.cluster import _kv, print_warnings
 from pocketmq.tools.mqadmin.command import Command, Opt, Out, non_negative_int, positive_int, stripped
@@ -35,14 +30,11 @@ from pocketmq.tools.mqadmin.session import AdminSession
 
 T = TypeVar("T")
 
-PREFIX = "/pocketmq"            # EtcdConsensus's default prefix (the brokers' agents use it)
-SWITCHOVER = "switchover"       # broker/services/failover.py SWITCHOVER
+PREFIX = keys.PREFIX            # EtcdConsensus's default prefix (the brokers' agents use it)
+SWITCHOVER = keys.SWITCHOVER
 CALL_TIMEOUT_S = 3.0
 ELECT_WAIT_S = 20.0             # the master waits up to 10 s for the target to catch up
 POLL_S = 0.1
-# grpc shares subchannels between channels by default (and their reconnect backoff)
-CHANNEL_OPTIONS = {"grpc.use_local_subchannel_pool": 1, "grpc.initial_reconnect_backoff_ms": 100,
-                   "grpc.max_reconnect_backoff_ms": 1000}
 
 
 # ------------------------------------------------------------------------------ the group (pure)
@@ -109,7 +101,10 @@ def group_view(cluster: str, group: str, items: Iterable[tuple[str, bytes]]) -> 
     """The view of a group from its keys: (the key below {prefix}/{cluster}/{group}/, value)."""
     v = GroupView(cluster, group)
     for tail, raw in items:
-        if tail == "state":
+        kind = keys.key_kind(tail)
+        if kind is None:
+            continue
+        if kind[0] == "state":
             d = _json(raw, v, "state")
             sss = d.get("syncStateSet")
             hist = d.get("history", [])
@@ -122,17 +117,17 @@ def group_view(cluster: str, group: str, items: Iterable[tuple[str, bytes]]) -> 
             v.sync_state_set = tuple(sorted(sss))
             v.history = tuple((int(e), int(o)) for e, o in hist)
             v.has_state = True
-        elif tail == "leader":
+        elif kind[0] == "leader":
             head = raw.split(b":", 1)[0]
             v.leader = int(head) if head.isdigit() else None
-        elif tail.startswith("alive/") and tail[6:].isdigit():
-            d = _json(raw, v, f"alive record {tail[6:]}")
-            what = f"alive record {tail[6:]}"
-            v.alive[int(tail[6:])] = Replica(_int(d, "id", v, what), str(d.get("addr", "")),
-                                              str(d.get("haAddr", "")), _int(d, "maxOffset", v, what),
-                                              _int(d, "epoch", v, what))
-        elif tail.startswith("request/") and len(tail) > 8:
-            v.requests[tail[8:]] = raw.decode(errors="replace")
+        elif kind[0] == "alive":
+            what = f"alive record {kind[1]}"
+            d = _json(raw, v, what)
+            v.alive[kind[1]] = Replica(_int(d, "id", v, what), str(d.get("addr", "")),
+                                       str(d.get("haAddr", "")), _int(d, "maxOffset", v, what),
+                                       _int(d, "epoch", v, what))
+        else:
+            v.requests[kind[1]] = raw.decode(errors="replace")
     return v
 
 
@@ -306,7 +301,7 @@ class Controller:
         for i in [(self._good + k) % n for k in range(n)]:
             client = self._clients.get(i)
             if client is None:
-                client = self._clients[i] = aetcd.Client(*self.endpoints[i], options=CHANNEL_OPTIONS)
+                client = self._clients[i] = aetcd.Client(*self.endpoints[i], options=keys.ETCD_CHANNEL_OPTIONS)
             try:
                 async with asyncio.timeout(self.timeout_s):
                     result = await fn(client)
@@ -333,10 +328,10 @@ class Controller:
             await self._drop(i)
 
     def _base(self, cluster: str, group: str) -> bytes:
-        return f"{self.prefix}/{cluster}/{group}/".encode()
+        return keys.group_base(self.prefix, cluster, group)
 
     def request_key(self, cluster: str, group: str, name: str) -> bytes:
-        return self._base(cluster, group) + b"request/" + name.encode()
+        return keys.request_key(self.prefix, cluster, group, name)
 
     async def read_group(self, cluster: str, group: str) -> GroupView:
         base = self._base(cluster, group)
@@ -345,14 +340,9 @@ class Controller:
 
     async def list_groups(self, cluster: str | None = None) -> list[tuple[str, str]]:
         """(cluster, group) of every group with a state key, sorted."""
-        base = f"{self.prefix}/" + (f"{cluster}/" if cluster else "")
-        res = await self._call(lambda c: c.get_prefix(base.encode(), keys_only=True))
-        found = []
-        for kv in res:
-            parts = kv.key[len(self.prefix) + 1:].decode(errors="replace").split("/")
-            if len(parts) == 3 and parts[2] == "state":
-                found.append((parts[0], parts[1]))
-        return sorted(found)
+        base = keys.list_base(self.prefix, cluster or None)
+        res = await self._call(lambda c: c.get_prefix(base, keys_only=True))
+        return keys.groups_of_keys(self.prefix, (kv.key for kv in res))
 
     async def put_request(self, cluster: str, group: str, name: str, value: bytes) -> None:
         key = self.request_key(cluster, group, name)
