@@ -25,9 +25,8 @@ from pocketmq.client import Message, Producer  # noqa: E402
 from pocketmq.client.instance import ClientInstance  # noqa: E402
 from pocketmq.protocol.bodies import MessageQueue, SubscriptionGroupConfig  # noqa: E402
 from tests.integration.test_client_cluster import uniq  # noqa: E402
-from tests.support.daemons import Cluster, free_port  # noqa: E402
 from tests.support.rmq5 import rmq5_python_fixture  # noqa: E402,F401 (the fixture rmq5_python)
-from tests.support.rmq5 import run_driver  # noqa: E402
+from tests.support.rmq5 import proxy_cluster, run_driver  # noqa: E402
 from tests.support.workloads import run_mqadmin  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -36,11 +35,8 @@ QUEUES = 8
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    grpc_port = free_port()
-    c = Cluster(str(tmp_path_factory.mktemp("grpcpop")), broker_args=[
-        "--enable-proxy", f"--grpcServerPort={grpc_port}", "--enablePropertyFilter=true",
-        "--messageDelayLevel=" + " ".join(["1s"] * 18)])
-    c.grpc_endpoint = f"127.0.0.1:{grpc_port}"
+    c = proxy_cluster(str(tmp_path_factory.mktemp("grpcpop")), (
+        "--enablePropertyFilter=true", "--messageDelayLevel=" + " ".join(["1s"] * 18)))
     c.start()
     yield c
     c.stop()

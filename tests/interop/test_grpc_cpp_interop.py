@@ -18,18 +18,14 @@ pytest.importorskip("grpc", reason="the grpc extra (pip install pocketmq[grpc]) 
 
 from pocketmq.client.push_consumer import CONSUME_SUCCESS, PushConsumer  # noqa: E402
 from tests.integration.test_client_cluster import uniq  # noqa: E402
-from tests.support.daemons import Cluster, free_port  # noqa: E402
 from tests.support.events import Sink  # noqa: E402
 from tests.support.rmq5 import rmq5_python_fixture  # noqa: E402,F401 (the fixture rmq5_python)
-from tests.support.rmq5 import run_driver  # noqa: E402
+from tests.support.rmq5 import proxy_cluster, run_driver  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    grpc_port = free_port()
-    c = Cluster(str(tmp_path_factory.mktemp("grpccpp")), broker_args=["--enable-proxy",
-                                                                      f"--grpcServerPort={grpc_port}"])
-    c.grpc_endpoint = f"127.0.0.1:{grpc_port}"
+    c = proxy_cluster(str(tmp_path_factory.mktemp("grpccpp")))
     c.start()
     yield c
     c.stop()
