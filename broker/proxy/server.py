@@ -6,6 +6,12 @@ sent); MAX_CONCURRENT_STREAMS streams per HTTP/2 connection; MAX_CONCURRENT_RPCS
 flight for the whole server (beyond: RESOURCE_EXHAUSTED, at once); keepalive pings drop
 peers that vanished. A stream whose client does not read stalls only its own handler
 (HTTP/2 flow control per stream); the Telemetry outbox is bounded (service.py).
+
+Why this set-up (bench/bench_grpc_floor.py, docs/benchmarks.md "Where a 5.x send's time
+goes"): a no-op unary call costs ~250-300 us of server CPU in grpcio here, on uvloop or the
+default loop alike; a sync grpc.server handing each call to the loop costs more; no
+channel option or poll strategy changed it measurably. What the handlers may not do is
+block: they run on the broker's loop.
 """
 from __future__ import annotations
 
