@@ -41,6 +41,13 @@ OK = Code.OK
 # RocketMQ 5's PROPERTY_TIMER_DELIVER_MS: the wall-clock ms a timer message is due (the
 # broker's timer store, broker/core/timer.py, delivers it then)
 TIMER_DELIVER_MS = msgcodec.TIMER_DELIVER_MS
+# Java's MessageConst.PROPERTY_TRANSACTION_ID: a transactional message carries its
+# transaction id (= its message id, as Java's proxy answers it) as a property its consumers
+# see (the Node client's own tests check it).
+TRANSACTION_ID = "__transactionId__"
+# System properties Java's proxy still shows consumers as user properties (they are not in
+# its MessageConst.STRING_HASH_SET): the message group's __SHARDINGKEY.
+SHOWN_SYSTEM_PROPERTIES = frozenset({msgcodec.SHARDING_KEY})
 # Java's proxy bounds (ProxyConfig): a message group's length, a tag's and a key's.
 MESSAGE_GROUP_LENGTH_MAX = 64
 # What every route queue accepts (a topic without Java's `message.type` attribute is MIXED
@@ -153,7 +160,10 @@ def message_to_send(m: pb.Message, *, max_body_size: int, queue_count: int, max_
     if not sp.message_id:
         raise Refused(Code.ILLEGAL_MESSAGE_ID, "the message has no message_id")
     props: dict[str, str] = {}
+    group_text = sp.message_group if sp.HasField("message_group") else None
     for k, v in m.user_properties.items():
+        if k in SHOWN_SYSTEM_PROPERTIES and v == group_text:
+            continue        # a received FIFO message sent on as it came: the group sets it
         if k in msgcodec.SYSTEM_PROPERTY_KEYS:
             raise Refused(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {k!r} is a system property name")
         if not k or "\x01" in k or "\x02" in k or "\x01" in v or "\x02" in v:
@@ -202,6 +212,7 @@ def message_to_send(m: pb.Message, *, max_body_size: int, queue_count: int, max_
                           "a transactional message cannot have a delivery_timestamp")
         props[msgcodec.TRAN_MSG] = "true"
         props[msgcodec.PGROUP] = topic
+        props[TRANSACTION_ID] = sp.message_id
         if sp.HasField("orphaned_transaction_recovery_duration"):
             props[msgcodec.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(
                 max(0, sp.orphaned_transaction_recovery_duration.seconds))
@@ -235,7 +246,7 @@ def record_to_message(rec: msgcodec.MessageExt, *, topic: str | None = None, que
     m = pb.Message()
     m.topic.name = topic if topic is not None else rec.topic
     for k, v in props.items():
-        if k not in msgcodec.SYSTEM_PROPERTY_KEYS:
+        if k not in msgcodec.SYSTEM_PROPERTY_KEYS or k in SHOWN_SYSTEM_PROPERTIES:
             m.user_properties[k] = v
     body = rec.body
     m.body = body

@@ -411,9 +411,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return spb.SendResultEntry(status=st)
         ext = resp.ext_fields or {}
         offset = int(ext.get("queueOffset") or 0)
-        transaction_id = ""
+        # as Java's proxy: the message id is the transaction id, of every send (the Node
+        # client's own tests check it of a normal message too)
+        transaction_id = f.message_id
         if f.transactional:
-            transaction_id = f.message_id     # as Java's proxy: the message id is the transaction id
             _host, _port, commit_log_offset = msgcodec.decode_offset_msg_id(ext["msgId"])
             self._remember_transaction(f.producer_group, transaction_id, commit_log_offset, offset)
         return spb.SendResultEntry(status=st, message_id=f.message_id, transaction_id=transaction_id, offset=offset)

@@ -40,6 +40,9 @@ async def test_node_producer_and_simple_consumer(cluster, node_rmq5):
              {"body": "n2", "tag": "TagA", "group": "order-7"}]
     sent = await node(node_rmq5, cluster, "send", topic=topic, messages=specs)
     assert [e["i"] for e in sent] == [0, 1, 2] and len({e["message_id"] for e in sent}) == 3
+    # as Java's proxy answers (the client's own tests check both): the transaction id of any
+    # send is its message id; a FIFO message shows its group as the __SHARDINGKEY property
+    assert all(e["transaction_id"] == e["message_id"] for e in sent)
     events = await node(node_rmq5, cluster, "receive", topic=topic, group=group, expect=2, tag="TagA")
     msgs = {e["body"]: e for e in events if e["event"] == "msg"}
     assert sorted(msgs) == ["n0", "n2"] and [e["event"] for e in events].count("acked") == 2
@@ -47,6 +50,7 @@ async def test_node_producer_and_simple_consumer(cluster, node_rmq5):
     assert (n0["message_id"], n0["tag"], n0["keys"], n0["props"], n0["attempt"], n0["corrupted"]) == \
         (sent[0]["message_id"], "TagA", ["k0"], {"color": "red"}, 1, False)
     assert n2["message_group"] == "order-7" and n2["message_id"] == sent[2]["message_id"]
+    assert n2["props"] == {"__SHARDINGKEY": "order-7"}
     # and over 4.x remoting
     got = {m.body: m for m in await consume(cluster, topic, 3)}
     assert got[b"n0"].msg_id == sent[0]["message_id"] and got[b"n0"].properties["color"] == "red"

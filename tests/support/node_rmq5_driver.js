@@ -39,7 +39,7 @@ async function send(endpoint, args) {
         topic: args.topic, body: Buffer.from(spec.body), tag: spec.tag, keys: spec.keys,
         messageGroup: spec.group, properties: spec.props ? new Map(Object.entries(spec.props)) : undefined,
       });
-      emit({ event: 'sent', i, message_id: r.messageId, offset: Number(r.offset) });
+      emit({ event: 'sent', i, message_id: r.messageId, transaction_id: r.transactionId, offset: Number(r.offset) });
     }
   } finally {
     await producer.shutdown();

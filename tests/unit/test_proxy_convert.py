@@ -72,6 +72,7 @@ def test_transactional_message_is_a_prepared_half_message_of_group_topic():
         msgcodec.MessageSysFlag.TRANSACTION_PREPARED_TYPE
     assert (p[msgcodec.TRAN_MSG], p[msgcodec.PGROUP], p[msgcodec.CHECK_IMMUNITY_TIME_IN_SECONDS]) == \
         ("true", "T1", "30")
+    assert p[convert.TRANSACTION_ID] == "01ABCDEF"      # the transaction id is the message id
 
 
 def test_gzip_encoding_sets_the_compressed_flag():
@@ -119,7 +120,9 @@ def test_record_to_message_round_trip():
     m = convert.record_to_message(rec, receipt_handle="rh", invisible_ms=15_000)
     sp = m.system_properties
     assert sp.invisible_duration.ToMilliseconds() == 15_000
-    assert m.topic.name == "T1" and m.body == b"hello" and dict(m.user_properties) == {"color": "red"}
+    # __SHARDINGKEY is shown as Java's proxy shows it (not in its MessageConst.STRING_HASH_SET)
+    assert m.topic.name == "T1" and m.body == b"hello" and dict(m.user_properties) == {"color": "red",
+                                                                                        "__SHARDINGKEY": "g1"}
     assert (sp.tag, list(sp.keys), sp.message_id, sp.message_group, sp.message_type) == \
         ("TagA", ["k1", "k2"], "01ABC", "g1", pb.FIFO)
     assert sp.body_digest.type == pb.MD5 and sp.body_digest.checksum == hashlib.md5(b"hello").hexdigest().upper()
@@ -129,6 +132,10 @@ def test_record_to_message_round_trip():
     # and back: what the producer sent is what a send would store
     back = convert.message_to_send(m, **LIMITS)
     assert props_of(back)["color"] == "red" and props_of(back)["UNIQ_KEY"] == "01ABC"
+    assert props_of(back)["__SHARDINGKEY"] == "g1"
+    m.user_properties["__SHARDINGKEY"] = "another group"
+    with pytest.raises(Refused):
+        convert.message_to_send(m, **LIMITS)
 
 
 def test_record_to_message_types():
