@@ -27,12 +27,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from pocketmq.client.errors import MessageNotFoundError
+from pocketmq.client.errors import BrokerError, MessageNotFoundError
 from pocketmq.common.constants import DLQ_GROUP_TOPIC_PREFIX
 from pocketmq.console import auth, logic
 from pocketmq.console.data import Cluster, GroupSnapshot, MAX_LIST
 from pocketmq.console.streams import Busy, Searches, Tails, parse_positions
-from pocketmq.protocol.names import name_error
+from pocketmq.protocol.names import TOPIC, name_error
 from pocketmq.tools.mqadmin.errors import AdminError
 
 log = logging.getLogger("pocketmq.console")
@@ -179,6 +179,11 @@ class Console:
                     resp = c.render(request, "error.html", status=404, error=str(e))
                 except ValueError as e:
                     resp = c.render(request, "error.html", status=400, error=str(e))
+                except BrokerError as e:         # an error answer the data layer let through
+                    resp = c.render(request, "error.html", status=502, error=str(e))
+                except Exception as e:           # a bug: logged with its trace, the page says what failed
+                    log.exception("console: %s %s failed", request.method, request.url.path)
+                    resp = c.render(request, "error.html", status=500, error=f"internal error: {type(e).__name__}: {e}")
                 if new:
                     c.set_cookie(resp, s)
                 resp.headers["Content-Security-Policy"] = CSP
@@ -252,7 +257,8 @@ class Console:
         if not ok:
             log.warning("console: failed login for user %r from %s", name,
                         request.client.host if request.client else "?")
-            return self.render(request, "login.html", status=401, next=_safe_next(form.get("next")),
+            # 200, the form again: a 401 document would be a console error in the browser
+            return self.render(request, "login.html", next=_safe_next(form.get("next")),
                                error="wrong user name or password")
         new = auth.Session(acct.name, acct.role, int(time.time()) + auth.SESSION_TTL_S, secrets.token_hex(16))
         log.info("console: user %s logged in", acct.name)
@@ -292,7 +298,7 @@ class Console:
 
     async def topic_upsert(self, request, form):
         topic = str(form.get("topic", "")).strip()
-        err = name_error("topic", topic)
+        err = name_error(TOPIC, "topic", topic)
         if err:
             raise ValueError(err)
         read, write = _int(form.get("read"), 8), _int(form.get("write"), 8)
@@ -471,8 +477,8 @@ class Console:
                     except Busy as e:
                         yield f"event: failure\ndata: {json.dumps(str(e))}\n\n"
                         return
-                    if kind == "msg":
-                        yield f"event: msg\ndata: {json.dumps(ev)}\n\n"
+                    if kind in ("msg", "start"):
+                        yield f"event: {kind}\ndata: {json.dumps(ev)}\n\n"
                     else:
                         yield f"event: failure\ndata: {json.dumps(ev)}\n\n"
             finally:

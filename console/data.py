@@ -17,7 +17,7 @@ from pocketmq.client.query import query_route, view_route
 from pocketmq.common.constants import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from pocketmq.protocol.bodies import MessageQueue, TopicConfig
 from pocketmq.protocol.codes import PermName
-from pocketmq.protocol.message import ORIGIN_MESSAGE_ID, RETRY_TOPIC, UNIQ_KEY
+from pocketmq.protocol.message import ORIGIN_MESSAGE_ID, RETRY_TOPIC, UNIQ_KEY, MessageExt
 from pocketmq.tools.mqadmin.consumer import version_desc
 from pocketmq.tools.mqadmin.errors import AdminError
 from pocketmq.tools.mqadmin.session import (
@@ -35,6 +35,7 @@ log = logging.getLogger("pocketmq.console")
 # commit offset 0), so nothing is stored under it (Java's tools use TOOLS_CONSUMER too).
 READ_GROUP = "TOOLS_CONSUMER"
 PULL_BATCH = 32
+ROUTE_WAIT_S = 5.0        # how long a topic's creation waits for the nameserver to know it
 MAX_LIST = 200            # most messages a lookup page lists
 RESENT_FROM = "CONSOLE_RESENT_FROM"   # user property of a copy the console sent again: the first copy's id
 MAX_TRACE_GROUPS = 20     # a message's trace looks at the retry/DLQ topics of at most this many groups
@@ -208,6 +209,14 @@ class Cluster:
             await self.session.call(addr, self.api.create_topic, cfg, "TBW102",
                                     what=f"create topic {topic}", where=f"broker {name} {addr}")
         self.invalidate()
+        # the brokers register the change with the nameservers right after answering: the
+        # topic's page (shown next) reads the route there, so wait for it (bounded)
+        deadline = time.monotonic() + ROUTE_WAIT_S
+        while time.monotonic() < deadline:
+            route = await self.session.find_route(topic)
+            if route is not None and len(route.queue_datas) >= len(masters):
+                break
+            await asyncio.sleep(0.1)
         return list(masters)
 
     async def delete_topic(self, topic: str) -> None:
@@ -343,19 +352,28 @@ class Cluster:
                     out[mq] = cid
         return out
 
+    async def readable_queues(self, topic: str) -> tuple[list, dict[str, str]]:
+        """([(MessageQueue, master address)] of every readable queue of the topic, its masters)."""
+        route = await self.session.route(topic)
+        masters = route_masters(route)
+        return [(MessageQueue(topic, qd.broker_name, q), masters[qd.broker_name])
+                for qd in sorted(route.queue_datas, key=lambda q: q.broker_name) if qd.broker_name in masters
+                for q in range(qd.read_queue_nums)], masters
+
+    async def queue_bounds(self, addr: str, mq: MessageQueue) -> tuple[int, int]:
+        """(min offset, max offset) of a queue: both asked at once."""
+        lo, hi = await asyncio.gather(self.session.reach(addr, self.api.min_offset, mq),
+                                      self.session.reach(addr, self.api.max_offset, mq))
+        return lo, hi
+
     async def reset_preview(self, group: str, topic: str, mode: str, time_ms: int | None) -> list:
         """Per queue of `topic`: current offset -> where INVOKE_BROKER_TO_RESET_OFFSET with that
         timestamp will put it (the broker's own time search), read-only."""
         ts = logic.reset_timestamp_ms(mode, time_ms)
-        route = await self.session.route(topic)
-        masters = route_masters(route)
-        mqs = [(MessageQueue(topic, qd.broker_name, q), masters[qd.broker_name])
-               for qd in sorted(route.queue_datas, key=lambda q: q.broker_name) if qd.broker_name in masters
-               for q in range(qd.read_queue_nums)]
+        mqs, masters = await self.readable_queues(topic)
 
         async def one(mq, addr):
-            lo = await self.session.reach(addr, self.api.min_offset, mq)
-            hi = await self.session.reach(addr, self.api.max_offset, mq)
+            lo, hi = await self.queue_bounds(addr, mq)
             cur = await self.session.reach(addr, self.api.query_consumer_offset, group, mq)
             found = await self.session.reach(addr, self.api.search_offset, mq, ts) if mode == "time" else None
             return logic.preview_row(mq.broker_name, mq.queue_id, lo, hi, cur if cur >= 0 else None,
@@ -397,19 +415,18 @@ class Cluster:
 
     async def queue_ranges(self, topic: str, begin_ms: int | None, end_ms: int | None) -> list:
         """(ScanRange, addr) per readable queue of the topic: [offset at begin, offset at end)."""
-        route = await self.session.route(topic)
-        masters = route_masters(route)
-        mqs = [(MessageQueue(topic, qd.broker_name, q), masters[qd.broker_name])
-               for qd in sorted(route.queue_datas, key=lambda q: q.broker_name) if qd.broker_name in masters
-               for q in range(qd.read_queue_nums)]
+        mqs, masters = await self.readable_queues(topic)
 
         async def one(mq, addr):
-            lo = await self.session.reach(addr, self.api.min_offset, mq)
-            hi = await self.session.reach(addr, self.api.max_offset, mq)
+            lo, hi = await self.queue_bounds(addr, mq)
+            # the broker's time search answers the offset whose store time is *nearest*: the
+            # first message at or after `begin` is that one or the next, the last one at or
+            # before `end` that one or the one before; one more each side, the readers then
+            # keep only the messages stored inside [begin, end] (logic.in_time_range)
             if begin_ms is not None:
-                lo = max(lo, await self.session.reach(addr, self.api.search_offset, mq, begin_ms))
+                lo = max(lo, await self.session.reach(addr, self.api.search_offset, mq, begin_ms) - 1)
             if end_ms is not None:
-                hi = min(hi, await self.session.reach(addr, self.api.search_offset, mq, end_ms + 1))
+                hi = min(hi, await self.session.reach(addr, self.api.search_offset, mq, end_ms) + 2)
             return logic.ScanRange(mq.broker_name, mq.queue_id, lo, max(lo, hi))
         got = await self.gather(one(mq, addr) for mq, addr in mqs)
         for g in got:
@@ -426,12 +443,17 @@ class Cluster:
         req = PullRequest(addr, READ_GROUP, mq, offset, n, pull_sys_flag(False, suspend_ms > 0, True), 0,
                           suspend_ms, expression, 0, t, expression_type)
         try:
-            return await self.api.pull_message(req)
+            res = await self.api.pull_message(req)
         except RemotingFailure as e:
             raise AdminError(f"cannot reach broker {addr} ({self.session.reason(e, addr)})") from None
+        # records as a consumer sees them: with their broker's name (the resume points of a
+        # live tail and the pages' queue columns name it)
+        res.records = [MessageExt.from_record(m, r.broker_name) for m in res.records]
+        return res
 
-    async def read_ranges(self, topic: str, plan: list, addrs: dict, limit: int) -> list:
-        """The messages of bounded ranges (at most `limit`), newest first."""
+    async def read_ranges(self, topic: str, plan: list, addrs: dict, limit: int, begin_ms: int | None = None,
+                          end_ms: int | None = None) -> list:
+        """The messages of bounded ranges stored in [begin, end] (at most `limit`), newest first."""
         async def one(r):
             out, off = [], r.first
             while off < r.stop:
@@ -441,7 +463,8 @@ class Cluster:
                         break
                     off = res.next_begin_offset
                     continue
-                out += [m for m in res.records if m.queue_offset < r.stop]
+                out += [m for m in res.records
+                        if m.queue_offset < r.stop and logic.in_time_range(m.store_timestamp, begin_ms, end_ms)]
                 off = res.next_begin_offset
             return out
         got = await self.gather(one(r) for r in plan)
@@ -454,14 +477,19 @@ class Cluster:
         ranges = await self.queue_ranges(topic, begin_ms, end_ms)
         addrs = {r.broker_name: a for r, a in ranges}
         plan, cut = logic.scan_plan([r for r, _ in ranges], min(limit, MAX_LIST))
-        return await self.read_ranges(topic, plan, addrs, limit), cut
+        return await self.read_ranges(topic, plan, addrs, limit, begin_ms, end_ms), cut
 
     async def view(self, addr: str, commit_log_offset: int):
+        """The record at a broker's commit log offset, named with the broker's name (a record
+        read back from %RETRY% shows its original topic, `real_topic` where it is stored)."""
         try:
-            return await self.session.reach(addr, self.api.view_message, commit_log_offset)
+            m = await self.session.reach(addr, self.api.view_message, commit_log_offset)
         except BrokerError as e:
             raise MessageNotFoundError(f"no message at commit log offset {commit_log_offset} on {addr}: "
                                        f"{e.remark or e}") from None
+        brokers, _ = await self.cluster_info()
+        name = next((n for n, bd in brokers.items() if addr in bd.broker_addrs.values()), "")
+        return MessageExt.from_record(m, name)
 
     async def trace(self, msg) -> list:
         """The message's copies in the %RETRY% and %DLQ% topics of the groups consuming its topic

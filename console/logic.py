@@ -109,7 +109,7 @@ class PreviewRow(NamedTuple):
     min_offset: int
     max_offset: int
     current: int | None      # None: no offset yet
-    target: int
+    target: int | None       # None: not moved (no offset yet)
     change: int              # target - current (negative: replayed, positive: skipped)
     effect: str              # "replay N", "skip N", "unchanged", "start at N"
 
@@ -129,7 +129,8 @@ def reset_target(mode: str, min_offset: int, max_offset: int, searched: int | No
 def preview_row(broker_name: str, queue_id: int, min_offset: int, max_offset: int, current: int | None,
                 target: int) -> PreviewRow:
     if current is None or current < 0:
-        return PreviewRow(broker_name, queue_id, min_offset, max_offset, None, target, 0, f"start at {target}")
+        # the broker moves only committed offsets: a queue without one is left alone
+        return PreviewRow(broker_name, queue_id, min_offset, max_offset, None, None, 0, "not moved: no offset yet")
     change = target - current
     if change < 0:
         effect = f"replay {-change}"
@@ -183,6 +184,11 @@ def scan_plan(ranges, limit: int) -> tuple[list[ScanRange], bool]:
         left -= take
     out.sort(key=lambda r: (r.broker_name, r.queue_id))
     return out, cut
+
+
+def in_time_range(store_ms: int, begin_ms: int | None, end_ms: int | None) -> bool:
+    """Inside [begin, end] (either end open when None)."""
+    return (begin_ms is None or store_ms >= begin_ms) and (end_ms is None or store_ms <= end_ms)
 
 
 def scan_total(plan) -> int:

@@ -57,7 +57,8 @@ class Tails:
         self.running = 0
 
     async def stream(self, topic: str, expression: str, expression_type: str, start: dict):
-        """Async iterator of ("msg", event) and ("error", text) for the topic's new messages
+        """Async iterator of ("start", {"broker:queue": offset}) once, then ("msg", event) and
+        ("error", text) for the topic's new messages
         from `start` ({(broker, queue): offset}; queues not named start at their end)."""
         if self.running >= MAX_TAILS:
             raise Busy(f"{MAX_TAILS} live tails are running; close one and retry")
@@ -65,6 +66,10 @@ class Tails:
         try:
             ranges = await self.cluster.queue_ranges(topic, None, None)
             buf: asyncio.Queue = asyncio.Queue(TAIL_BUFFER)
+            # where each queue starts: the page resumes from here after a pause (a queue that
+            # got nothing since must not jump to its end, past what came during the pause)
+            yield ("start", {f"{r.broker_name}:{r.queue_id}": start.get((r.broker_name, r.queue_id), r.stop)
+                             for r, _ in ranges})
 
             async def follow(r, addr):
                 off = start.get((r.broker_name, r.queue_id), r.stop)
@@ -112,6 +117,8 @@ class Search:
         self.state = "running"      # running, done, cancelled, failed, hit limit
         self.error = ""
         self.task: asyncio.Task | None = None
+        self.begin_ms: int | None = None
+        self.end_ms: int | None = None
 
     @property
     def percent(self) -> int:
@@ -137,6 +144,7 @@ class Searches:
         addrs = {r.broker_name: a for r, a in ranges}
         plan, cut = logic.scan_plan([r for r, _ in ranges], limit)
         job = Search(f"{next(self._ids)}", topic, needle, prop_key, plan, cut)
+        job.begin_ms, job.end_ms = begin_ms, end_ms
         self.jobs[job.id] = job
         while len(self.jobs) > KEEP_SEARCHES:
             old = next(iter(self.jobs.values()))
@@ -170,7 +178,8 @@ class Searches:
                     for m in res.records:
                         if m.queue_offset >= r.stop:
                             break
-                        if logic.message_matches(m.body, m.properties, job.needle, job.prop_key):
+                        if logic.in_time_range(m.store_timestamp, job.begin_ms, job.end_ms) and \
+                                logic.message_matches(m.body, m.properties, job.needle, job.prop_key):
                             job.hits.append(message_event(m))
                     job.scanned += min(res.next_begin_offset, r.stop) - off
                     off = res.next_begin_offset

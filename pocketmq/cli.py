@@ -80,6 +80,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="sign requests for ACL brokers (default: $ROCKETMQ_ACCESS_KEY)")
     con.add_argument("--secret-key", "--secretKey", dest="secret_key", metavar="SK",
                      help="its secret key (default: $ROCKETMQ_SECRET_KEY)")
+    con.add_argument("--lag-sample-s", type=float, default=10.0, metavar="S",
+                     help="sample every group's lag every S seconds for the lag charts (default 10)")
     con.add_argument("--hash-password", action="store_true", help="read a password, print its users-file hash, exit")
     return p
 
@@ -245,7 +247,8 @@ async def _console(args) -> int:
     parse_namesrv_addrs(args.namesrv)
     creds = resolve_credentials(args.access_key, args.secret_key)
     console = await start_console(args.namesrv, bind=args.bind, port=args.port, read_only=args.read_only,
-                                  users_file=args.users, credentials=creds)
+                                  users_file=args.users, credentials=creds,
+                                  sample_interval_s=max(0.2, args.lag_sample_s))
     mode = " (read-only)" if args.read_only else ""
     print(f"pocketmq console: {console.url} for nameserver {args.namesrv}{mode}", flush=True)
     try:

@@ -45,9 +45,12 @@ function liveTail(table) {
   const cell = (tr, text, cls) => { const td = document.createElement("td"); td.textContent = text; if (cls) td.className = cls; tr.appendChild(td); return td; };
   const open = () => {
     source = new EventSource(url());
-    source.onopen = () => { status.textContent = "live"; };
     source.onerror = () => { status.textContent = "reconnecting…"; };
     source.addEventListener("failure", (ev) => { status.textContent = JSON.parse(ev.data); });
+    source.addEventListener("start", (ev) => {
+      for (const [k, v] of Object.entries(JSON.parse(ev.data))) if (!(k in positions)) positions[k] = v;
+      status.textContent = "live";
+    });
     source.addEventListener("msg", (ev) => {
       const m = JSON.parse(ev.data);
       positions[m.broker + ":" + m.queue] = m.offset + 1;

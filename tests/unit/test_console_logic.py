@@ -75,7 +75,8 @@ def test_preview_rows_say_replayed_skipped_unchanged_and_no_offset():
             logic.preview_row("b", 1, 0, 100, 30, 100),     # forward: skip 70
             logic.preview_row("b", 2, 0, 100, 40, 40),
             logic.preview_row("b", 3, 0, 100, None, 0)]
-    assert [r.effect for r in rows] == ["replay 60", "skip 70", "unchanged", "start at 0"]
+    assert [r.effect for r in rows] == ["replay 60", "skip 70", "unchanged", "not moved: no offset yet"]
+    assert rows[3].target is None          # the broker resets committed offsets only
     assert [r.change for r in rows] == [-60, 70, 0, 0]
     assert logic.preview_totals(rows) == (60, 70)
 
@@ -106,6 +107,13 @@ def test_scan_plan_uncut_when_everything_fits_and_empty_ranges_dropped():
 def test_scan_plan_never_exceeds_the_hard_cap():
     plan, cut = logic.scan_plan([R(q, 0, 10**9) for q in range(4)], 10**12)
     assert logic.scan_total(plan) == logic.MAX_SCAN_MESSAGES and cut
+
+
+def test_time_range_is_inclusive_and_open_ended():
+    assert logic.in_time_range(10, 10, 20) and logic.in_time_range(20, 10, 20)
+    assert not logic.in_time_range(9, 10, 20) and not logic.in_time_range(21, 10, 20)
+    assert logic.in_time_range(5, None, None) and logic.in_time_range(5, None, 5)
+    assert not logic.in_time_range(5, 6, None)
 
 
 def test_message_matches_body_bytes_or_a_property():
