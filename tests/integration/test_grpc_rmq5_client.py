@@ -266,3 +266,15 @@ async def test_readme_rmq5_example_runs(cluster, rmq5_python, tmp_path):
     assert set(got) == {b"order created", b"order paid", b"order shipped"}
     assert got[b"order paid"].properties[msgcodec.SHARDING_KEY] == "order-42"
     assert got[b"order created"].properties["region"] == "eu" and list(got[b"order created"].keys) == ["order-42"]
+    # the consumer examples, each with a group of its own: the SimpleConsumer's tag filter
+    # takes "created" and "paid"; the PushConsumer (10 s cut to 3) gets the three
+    for fence, group, expect in (("rmq5-simple", uniq("ReadmeSimple"), [b"order created", b"order paid"]),
+                                 ("rmq5-push", uniq("ReadmePush"), [b"order created", b"order paid",
+                                                                    b"order shipped"])):
+        [block] = re.findall(rf"```python {fence}\n(.*?)```", readme, re.S)
+        code = (block.replace("127.0.0.1:8081", cluster.grpc_endpoint).replace('"OrderTopic"', repr(topic))
+                .replace('"OrderGroup"', repr(group)).replace("time.sleep(10)", "time.sleep(3)"))
+        p = await asyncio.to_thread(subprocess.run, [rmq5_python, "-c", code], cwd=tmp_path, capture_output=True,
+                                    text=True, timeout=60, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+        assert p.returncode == 0, f"README {fence} example failed:\n{p.stderr[-3000:]}"
+        assert all(repr(body) in p.stdout for body in expect), (fence, p.stdout)
