@@ -137,6 +137,11 @@ class Console:
                    csrf=auth.csrf_token(self.secret, s.nonce), namesrv=";".join(self.cluster.session.namesrv_addrs))
         return self.templates.TemplateResponse(request, name, ctx, status_code=status)
 
+    def check_csrf(self, request: Request, form: dict) -> None:
+        s = request.state.session
+        if not auth.csrf_ok(self.secret, s.nonce, request.headers.get("x-csrf-token") or form.get("csrf")):
+            raise Refused(403, "missing or wrong CSRF token: reload the page and retry")
+
     async def check_write(self, request: Request) -> dict:
         """The form of an allowed write; Refused otherwise (see the module's docstring)."""
         if self.read_only:
@@ -148,9 +153,7 @@ class Console:
         if s.role != "admin":
             raise Refused(403, f"user {s.name} is a viewer: writes need the admin role")
         form = dict(await request.form())
-        token = request.headers.get("x-csrf-token") or form.get("csrf")
-        if not auth.csrf_ok(self.secret, s.nonce, token):
-            raise Refused(403, "missing or wrong CSRF token: reload the page and retry")
+        self.check_csrf(request, form)
         return form
 
     # -- the application ---------------------------------------------------------------------
@@ -244,12 +247,10 @@ class Console:
         return self.render(request, "login.html", next=_safe_next(request.query_params.get("next")))
 
     async def login(self, request):
-        s = request.state.session
         form = dict(await request.form())
         if self.users is None:
             return RedirectResponse("/cluster", status_code=303)
-        if not auth.csrf_ok(self.secret, s.nonce, form.get("csrf")):
-            raise Refused(403, "missing or wrong CSRF token: reload the page and retry")
+        self.check_csrf(request, form)
         name, password = str(form.get("username", "")), str(form.get("password", ""))
         acct = self.users.get(name)
         # the hash is checked even for an unknown name, so timing does not tell names apart
@@ -267,10 +268,7 @@ class Console:
         return resp
 
     async def logout(self, request):
-        s = request.state.session
-        form = dict(await request.form())
-        if not auth.csrf_ok(self.secret, s.nonce, form.get("csrf")):
-            raise Refused(403, "missing or wrong CSRF token")
+        self.check_csrf(request, dict(await request.form()))
         resp = RedirectResponse("/login" if self.users is not None else "/cluster", status_code=303)
         resp.delete_cookie(COOKIE, path="/")
         return resp
@@ -358,6 +356,7 @@ class Console:
     async def reset_preview(self, request):
         group = request.path_params["group"]
         form = dict(await request.form())
+        self.check_csrf(request, form)      # a read, but a POST: every POST carries the token
         topic, mode, t = self._reset_args(form)
         rows = await self.cluster.reset_preview(group, topic, mode, t)
         replay, skip = logic.preview_totals(rows)
@@ -417,10 +416,8 @@ class Console:
 
     async def search_start(self, request):
         # a search only reads: it needs the CSRF token (it starts work) but not the admin role
-        s = request.state.session
         form = dict(await request.form())
-        if not auth.csrf_ok(self.secret, s.nonce, request.headers.get("x-csrf-token") or form.get("csrf")):
-            raise Refused(403, "missing or wrong CSRF token: reload the page and retry")
+        self.check_csrf(request, form)
         try:
             job = await self.searches.start(str(form.get("topic", "")).strip(), str(form.get("needle", "")),
                                             str(form.get("prop") or "").strip() or None,
@@ -439,10 +436,7 @@ class Console:
         return self.render(request, "search_job.html" if partial else "search_page_job.html", job=job)
 
     async def search_cancel(self, request):
-        s = request.state.session
-        form = dict(await request.form())
-        if not auth.csrf_ok(self.secret, s.nonce, request.headers.get("x-csrf-token") or form.get("csrf")):
-            raise Refused(403, "missing or wrong CSRF token")
+        self.check_csrf(request, dict(await request.form()))
         self.searches.cancel(request.path_params["sid"])
         return RedirectResponse(f"/search/{request.path_params['sid']}", status_code=303)
 
