@@ -178,14 +178,16 @@ class Searches:
                     for m in res.records:
                         if m.queue_offset >= r.stop:
                             break
+                        job.scanned += 1
                         if logic.in_time_range(m.store_timestamp, job.begin_ms, job.end_ms) and \
                                 logic.message_matches(m.body, m.properties, job.needle, job.prop_key):
                             job.hits.append(message_event(m))
-                    job.scanned += min(res.next_begin_offset, r.stop) - off
+                            if len(job.hits) >= logic.MAX_SCAN_HITS:
+                                job.state = "hit limit"
+                                return
+                    # offsets the pull skipped (none in a plain topic) count as scanned too
+                    job.scanned += max(0, min(res.next_begin_offset, r.stop) - off - len(res.records))
                     off = res.next_begin_offset
-                    if len(job.hits) >= logic.MAX_SCAN_HITS:
-                        job.state = "hit limit"
-                        return
             job.state = "done"
         except asyncio.CancelledError:
             job.state = "cancelled"

@@ -345,3 +345,81 @@ def test_login_and_csrf_are_enforced(page, consoles, admin):
     # the signing secret and password hashes appear in no page
     assert "scrypt$" not in page.content()
     assert page.errors.take() == []
+
+
+def test_content_search_is_bounded_and_shows_its_hits(page, consoles):
+    base = consoles["plain"]
+    page.goto(f"{base}/search?topic={TOPIC}")
+    page.fill("#search-form input[name=needle]", '"state": "paid"')
+    page.fill("#search-form input[name=limit]", "1000")
+    page.click("#search-form button")
+    expect(page.locator("#job-state")).to_have_text("done")       # the page polls until the scan ends
+    expect(page.locator("#hits tbody tr")).to_have_count(3)        # the three setup orders
+    expect(page.locator("#hits")).to_contain_text('{"order": 1, "state": "paid"}')
+    # a property match, with a budget of 2 messages: at most 2 are read
+    page.goto(f"{base}/search?topic={TOPIC}")
+    page.fill("#search-form input[name=needle]", "cpp")
+    page.fill("#search-form input[name=prop]", "origin")
+    page.fill("#search-form input[name=limit]", "2")
+    page.click("#search-form button")
+    expect(page.locator("#job-state")).to_have_text("done")
+    expect(page.locator("#job")).to_contain_text("of 2 messages scanned")
+    expect(page.locator("#job")).to_contain_text("the range holds more")
+    assert page.errors.take() == []
+
+
+def test_dead_letters_trace_export_and_resend(page, consoles, admin, cluster, producer):
+    from pocketmq.client.api import SendBackRequest
+    group = "console_dlq_group"
+    # the group consumes TOPIC (an offset there): the trace looks in its %RETRY% and %DLQ% topics
+    sync.run(admin.api.update_consumer_offset(cluster.broker_addr, group, MessageQueue(TOPIC, "broker-a", 0), 0))
+    r = producer.send(Message(TOPIC, "poison order", tags="TagA", keys="poison"))
+    dead = sync.run(admin.api.view_message(cluster.broker_addr, int(r.offset_msg_id[-16:], 16)))
+    # delay level -1: straight to %DLQ%<group>, as after the last failed retry
+    sync.run(admin.api.send_back(SendBackRequest(cluster.broker_addr, group, dead.commit_log_offset, -1, r.msg_id,
+                                                 TOPIC, None)))
+    _wait_for_route(admin, "%DLQ%" + group)     # a new topic reaches the nameserver just after
+    base = consoles["plain"]
+    page.goto(f"{base}/dlq?group={group}")
+    expect(page.locator("#dlq tbody tr")).to_have_count(1)
+    expect(page.locator("#dlq")).to_contain_text("poison order")
+    expect(page.locator("#dlq")).to_contain_text(TOPIC)              # the original topic
+    # export
+    csv_text = page.request.get(f"{base}/dlq/{group}/export?format=csv").text()
+    assert csv_text.splitlines()[0].startswith("msgId,topic,") and "poison order" in csv_text
+    rows = page.request.get(f"{base}/dlq/{group}/export?format=json").json()
+    assert [(x["topic"], x["body"]) for x in rows] == [(TOPIC, "poison order")]
+    # the original message's page shows its dead-letter copy, found by its UNIQ_KEY
+    page.goto(f"{base}/messages?msg_id={r.offset_msg_id}")
+    page.click(f"#results a:has-text('{r.msg_id}')")
+    expect(page.locator("#body-text")).to_have_text("poison order")
+    expect(page.locator("#trace")).to_contain_text("%DLQ%" + group)
+    expect(page.locator("#trace")).to_contain_text(f"ORIGIN_MESSAGE_ID {r.msg_id}")
+    # resend the dead letter to its original topic
+    page.goto(f"{base}/dlq?group={group}")
+    page.check("#dlq input[name=pick]")
+    page.click("#dlq-form button")
+    expect(page.locator("p.ok")).to_contain_text("1 messages resent")
+    deadline = time.monotonic() + 5          # the broker's index is built just behind the send
+    while True:
+        copies = sync.run(admin.api.query_message(cluster.broker_addr, _key_query(TOPIC, "poison")))[0]
+        resent = [m for m in copies if m.commit_log_offset != dead.commit_log_offset and m.topic == TOPIC]
+        if resent or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert len(resent) == 1 and resent[0].body == b"poison order"
+    assert resent[0].properties.get("CONSOLE_RESENT_FROM") == r.msg_id
+    assert page.errors.take() == []
+
+
+def _wait_for_route(admin, topic: str, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while sync.run(admin.find_route(topic)) is None:
+        assert time.monotonic() < deadline, f"the nameserver never learned topic {topic}"
+        time.sleep(0.1)
+
+
+def _key_query(topic: str, key: str):
+    from pocketmq.protocol.headers.typed import QueryMessageRequestHeader
+    return QueryMessageRequestHeader(topic=topic, key=key, max_num=32, begin_timestamp=0,
+                                     end_timestamp=2 ** 62)
