@@ -11,12 +11,13 @@ log = logging.getLogger("pocketmq.console")
 
 
 class ConsoleServer:
-    """A started console: `url`, and `close()`."""
+    """A started console: `url`, `console` (the app's state: its Cluster, sampler) and `close()`."""
 
-    def __init__(self, server, task: asyncio.Task, url: str):
+    def __init__(self, server, task: asyncio.Task, url: str, console=None):
         self._server = server
         self._task = task
         self.url = url
+        self.console = console
 
     async def close(self) -> None:
         self._server.should_exit = True
@@ -66,4 +67,4 @@ async def start_console(namesrv: str, *, bind: str = "127.0.0.1", port: int = 80
     host = f"[{bind}]" if ":" in bind else bind
     if bind in ("0.0.0.0", "::"):
         host = "127.0.0.1"
-    return ConsoleServer(server, task, f"http://{host}:{sock.getsockname()[1]}/")
+    return ConsoleServer(server, task, f"http://{host}:{sock.getsockname()[1]}/", console)
