@@ -560,6 +560,10 @@ AB_CONFIGS = (("plain", False, {}), ("tls", False, {"tls": True}),
               ("signed-noacl", False, {"credentials": BENCH_ACCOUNT}),
               ("signed", True, {"credentials": BENCH_ACCOUNT}),
               ("signed+tls", True, {"credentials": BENCH_ACCOUNT, "tls": True}))
+# --ab-control: a third cluster configured as the first (no ACL), plaintext: how far two
+# identical clusters differ on this host (where the scheduler put their processes), the
+# noise floor of every ratio above, which compares configurations on two clusters
+AB_CONTROL = ("plain-control", "control", {})
 
 
 async def run_ab(addrs: dict, args) -> dict:
@@ -568,10 +572,11 @@ async def run_ab(addrs: dict, args) -> dict:
     one port serves both; the second with aclEnable), so every configuration sees the same
     host state; each configuration's figure is compared with plaintext's of the same round."""
     st = {"auto": None, "json": SerializeType.JSON, "msgpack": SerializeType.MSGPACK}[args.codec]
-    rows: dict = {name: {"sync": [], "inflight": []} for name, _, _ in AB_CONFIGS}
+    configs = AB_CONFIGS + ((AB_CONTROL,) if "control" in addrs else ())
+    rows: dict = {name: {"sync": [], "inflight": []} for name, _, _ in configs}
     suffix = str(os.getpid())
     for r in range(args.ab):
-        for name, acl, kw in AB_CONFIGS:
+        for name, acl, kw in configs:
             CLIENT_KW.clear()
             CLIENT_KW.update(kw)
             tag = name.replace("+", "").replace("-", "")
@@ -579,12 +584,12 @@ async def run_ab(addrs: dict, args) -> dict:
             rows[name]["inflight"].append(await bench_inflight_send(addrs[acl], f"BenchAsync{tag}{suffix}",
                                                                     args.n_async, st))
         last = {name: (rows[name]["sync"][-1]["msgs_per_s"], rows[name]["inflight"][-1]["msgs_per_s"])
-                for name, _, _ in AB_CONFIGS}
+                for name, _, _ in configs}
         print(f"round {r + 1}: " + "; ".join(f"{name} sync {a:,.0f}/s 64 {b:,.0f}/s" for name, (a, b) in last.items()),
               flush=True)
     CLIENT_KW.clear()
     out = {}
-    for name, _, _ in AB_CONFIGS:
+    for name, _, _ in configs:
         for phase in ("sync", "inflight"):
             runs = rows[name][phase]
             ratios = [a["msgs_per_s"] / b["msgs_per_s"] for a, b in zip(runs, rows["plain"][phase])]
@@ -650,6 +655,8 @@ def main(argv=None):
                     help="every client over TLS; the cluster this starts runs tlsServerMode=enforcing")
     ap.add_argument("--credentials", action="store_true",
                     help="every request signed (plain ACL); the cluster this starts runs aclEnable=true")
+    ap.add_argument("--ab-control", action="store_true",
+                    help="with --ab: a third cluster like the first (no ACL) and the configuration plain-control")
     ap.add_argument("--ab", type=int, default=0, metavar="ROUNDS",
                     help="plaintext / TLS / signed / signed+TLS sync and 64-in-flight sends, interleaved "
                          "ROUNDS times on two clusters this starts (docs/benchmarks.md)")
@@ -689,15 +696,16 @@ def main(argv=None):
         from tests.support.daemons import Cluster
         roots, clusters = [], []
         try:
-            for acl in (False, True):
+            keys = (False, True) + (("control",) if args.ab_control else ())
+            for key in keys:
                 root = tempfile.mkdtemp(prefix="bench-client-ab-")
                 roots.append(root)
-                ns_args, broker_args = tls_and_acl_args(root, "permissive", acl)
+                ns_args, broker_args = tls_and_acl_args(root, "permissive", key is True)
                 c = Cluster(root, args.broker_arg + broker_args)
                 c.namesrv.args += ns_args
                 clusters.append(c.start())
             pin(args.pin, [p for c in clusters for p in (c.namesrv.proc.pid, c.broker.proc.pid)])
-            result = asyncio.run(run_ab({False: clusters[0].namesrv_addr, True: clusters[1].namesrv_addr}, args))
+            result = asyncio.run(run_ab({key: c.namesrv_addr for key, c in zip(keys, clusters)}, args))
         finally:
             for c in clusters:
                 c.stop()

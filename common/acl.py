@@ -470,12 +470,17 @@ def _add(res: dict, resource, perm: int) -> None:
 _CONSUME_CODES = frozenset({R.PULL_MESSAGE, R.POP_MESSAGE, R.ACK_MESSAGE, R.CHANGE_MESSAGE_INVISIBLETIME})
 
 
+# the codes every request is tested against, as plain ints (an enum member lookup costs
+# ~50 ns, and the broker checks every request)
+_SEND_V2, _SEND_BATCH, _HEART_BEAT = int(R.SEND_MESSAGE_V2), int(R.SEND_BATCH_MESSAGE), int(R.HEART_BEAT)
+
+
 def request_resources(code: int, ext: dict, body) -> dict:
     """PlainAccessValidator.parse's resources (insertion-ordered): resource -> needed perm.
     Raises ValueError for a heartbeat body that does not decode (Java: AclException from
     parse)."""
     res: dict = {}
-    if code == R.SEND_MESSAGE_V2 or code == R.SEND_BATCH_MESSAGE and "b" in ext:
+    if code == _SEND_V2 or code == _SEND_BATCH and "b" in ext:
         # (a batch goes with the V2 header's one-letter keys; V1's names are read too)
         topic = ext.get("b")
         if topic is not None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -547,23 +552,25 @@ def check(table: AclTable, code: int, ext: dict | None, body, remote_ip: str | N
     `remote_ip`: the peer's address without the port. Never raises."""
     ext = ext or {}
     resources = None
-    if code == R.HEART_BEAT and ext:
+    if code == _HEART_BEAT and ext:
         # Java parses the body before anything else: one that does not decode is refused
         # even from a white address (the other codes' resources cannot fail)
         try:
             resources = request_resources(code, ext, body)
         except ValueError as e:
             return Denial("parse", str(e), ext.get(signing.ACCESS_KEY))
-    for pattern in table.global_white:
-        if pattern.match(remote_ip):
-            return None
+    if table.global_white:
+        for pattern in table.global_white:
+            if pattern.match(remote_ip):
+                return None
     ak = ext.get(signing.ACCESS_KEY)
     if ak is None:
         return Denial("no_access_key", "No accessKey is configured")
     account = table.accounts.get(ak)
     if account is None:
         return Denial("unknown_key", f"No acl config for {ak}", ak)
-    if account.white.match(remote_ip):
+    white = account.white
+    if white.kind != "none" and white.match(remote_ip):     # (most accounts have none)
         return None
     try:
         signed_ok = signing.signature_matches(ext, body, account.secret_key)

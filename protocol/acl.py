@@ -87,7 +87,11 @@ def sign(content: bytes, secret_key: str) -> str:
 
 
 def _b64(digest: bytes) -> str:
-    return binascii.b2a_base64(digest, newline=False).decode("ascii")
+    return _b2a(digest, newline=False).decode("ascii")
+
+
+_b2a = binascii.b2a_base64
+_compare = hmac.compare_digest
 
 
 def sign_request(ext_fields: dict, body, access_key: str, secret_key: str,
@@ -122,13 +126,14 @@ def _keyed(secret_key: str):
 
 def signature_matches(ext_fields: dict, body, secret_key: str) -> bool:
     """The request's Signature is the one `secret_key` makes (constant-time comparison)."""
-    got = (ext_fields or {}).get(SIGNATURE)
-    if not isinstance(got, str):
+    if not ext_fields:
+        return False
+    got = ext_fields.get(SIGNATURE)
+    if type(got) is not str:
         return False
     # (the body is fed to the HMAC as it is, not copied behind the fields' text)
     mac = _keyed(secret_key).copy()
     mac.update(_fields_text(ext_fields))
     if body:
         mac.update(body)
-    want = binascii.b2a_base64(mac.digest(), newline=False)
-    return hmac.compare_digest(got.encode("ascii", "replace"), want)
+    return _compare(got.encode("ascii", "replace"), _b2a(mac.digest(), newline=False))
