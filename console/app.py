@@ -220,6 +220,10 @@ class Console:
             Route("/search/{sid}/cancel", page(self.search_cancel), methods=["POST"]),
             Route("/tail", page(self.tail_page)),
             Route("/tail/stream", page(self.tail_stream)),
+            Route("/acl", page(self.acl_page)),
+            Route("/acl", page(self.acl_update, write=True), methods=["POST"]),
+            Route("/acl/delete", page(self.acl_delete, write=True), methods=["POST"]),
+            Route("/acl/white", page(self.acl_white, write=True), methods=["POST"]),
             Route("/dlq", page(self.dlq_page)),
             Route("/dlq/{group}/export", page(self.dlq_export)),
             Route("/dlq/{group}/resend", page(self.dlq_resend, write=True), methods=["POST"]),
@@ -479,6 +483,35 @@ class Console:
                 await gen.aclose()
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    # -- ACL ---------------------------------------------------------------------------------
+    async def acl_page(self, request):
+        return self.render(request, "acl.html", acl=await self.cluster.acl(), perms=logic.ACL_PERMS,
+                           done=request.query_params.get("done"))
+
+    async def acl_update(self, request, form):
+        cfg = logic.acl_config_from_form(form)
+        done = await self.cluster.acl_write(f"update of ACL account {cfg['accessKey']}",
+                                            self.cluster.api.update_acl_config, cfg)
+        log.info("console: ACL account %s written to %s", cfg["accessKey"], ", ".join(done))
+        return RedirectResponse(f"/acl?done=account+{cfg['accessKey']}+saved", status_code=303)
+
+    async def acl_delete(self, request, form):
+        ak = str(form.get("accessKey") or "").strip()
+        if not ak or form.get("confirm") != ak:
+            raise ValueError("type the access key to confirm deleting the account")
+        await self.cluster.acl_write(f"delete of ACL account {ak}", self.cluster.api.delete_acl_config, ak)
+        log.info("console: ACL account %s deleted", ak)
+        return RedirectResponse(f"/acl?done=account+{ak}+deleted", status_code=303)
+
+    async def acl_white(self, request, form):
+        from pocketmq.common.acl import parse_address_pattern
+        addrs = [a.strip() for a in str(form.get("addrs") or "").split(",") if a.strip()]
+        for a in addrs:
+            parse_address_pattern(a)           # ValueError with Java's message
+        await self.cluster.acl_write("update of the global white list", self.cluster.api.update_global_white_addrs,
+                                     ",".join(addrs))
+        return RedirectResponse("/acl?done=white+list+saved", status_code=303)
 
     # -- DLQ ---------------------------------------------------------------------------------
     async def dlq_page(self, request):

@@ -506,7 +506,7 @@ class Cluster:
                 groups.update(g)
         topics = [p + g for g in sorted(groups)[:MAX_TRACE_GROUPS]
                   for p in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)]
-        names = set(await self.topic_names())
+        names = set(await self.session.topic_list())      # fresh: a DLQ topic appears with its first letter
 
         async def one(t):
             route = await self.session.find_route(t)
@@ -523,6 +523,36 @@ class Cluster:
                     out.append((t, m))
         out.sort(key=lambda tm: tm[1].store_timestamp)
         return out
+
+    # -- ACL ---------------------------------------------------------------------------------
+    async def every_broker(self) -> list[tuple[str, str]]:
+        """(brokerName/id, address) of every master and slave: ACL writes go to all, as
+        mqadmin -c does (each broker keeps its own plain_acl.yml)."""
+        brokers, _ = await self.cluster_info()
+        return [(f"{n}/{bid}", a) for n, bd in sorted(brokers.items()) for bid, a in sorted(bd.broker_addrs.items())]
+
+    async def acl(self) -> dict:
+        """The first master's ACL: the global white list and the accounts without secrets."""
+        masters = await self.masters()
+        if not masters:
+            raise AdminError("no master broker is registered on the nameserver")
+        name, addr = next(iter(masters.items()))
+        try:
+            d = await self.session.call(addr, self.api.acl_config, what="ACL config", where=f"broker {name} {addr}")
+        except AdminError as e:
+            if "does not enable acl" in str(e):      # Java's and pocketmq's answer with aclEnable=false
+                return {"broker": name, "off": True, "white": [], "accounts": []}
+            raise
+        accounts = [logic.public_account(a) for a in (d.get("plainAccessConfigs") or []) if isinstance(a, dict)]
+        return {"broker": name, "white": d.get("globalWhiteAddrs") or [],
+                "accounts": sorted(accounts, key=lambda a: str(a.get("accessKey")))}
+
+    async def acl_write(self, what: str, method, *args) -> list[str]:
+        done = []
+        for name, addr in await self.every_broker():
+            await self.session.call(addr, method, *args, what=what, where=f"broker {name} {addr}")
+            done.append(name)
+        return done
 
     # -- DLQ ---------------------------------------------------------------------------------
     async def dlq(self, group: str, limit: int) -> tuple[list, int]:

@@ -315,3 +315,44 @@ def uptime_text(ms: int) -> str:
     h, s = divmod(s, 3600)
     m, s = divmod(s, 60)
     return f"{d}d {h}h {m}m" if d else f"{h}h {m}m {s}s"
+
+
+# -- ACL ---------------------------------------------------------------------------------------
+
+ACL_PERMS = ("DENY", "PUB", "SUB", "PUB|SUB")
+
+
+def acl_config_from_form(form: dict) -> dict:
+    """The ACL page's account form -> UPDATE_AND_CREATE_ACL_CONFIG's config, checked by the ACL
+    owner's own rules (common/acl.py build_account: key lengths, the white address forms) and
+    the permission names; ValueError names what is wrong. Resource permissions are "name=PERM"
+    comma lists; the broker checks their form again and answers 209 with Java's message."""
+    from pocketmq.common.acl import build_account
+
+    def text(k):
+        v = str(form.get(k) or "").strip()
+        return v or None
+
+    def perms(k):
+        v = text(k)
+        return [p.strip() for p in v.split(",") if p.strip()] if v else None
+    cfg = {"accessKey": text("accessKey"), "secretKey": text("secretKey"),
+           "whiteRemoteAddress": text("whiteRemoteAddress"), "admin": form.get("admin") in ("on", "true", True),
+           "defaultTopicPerm": text("defaultTopicPerm") or "DENY",
+           "defaultGroupPerm": text("defaultGroupPerm") or "SUB",
+           "topicPerms": perms("topicPerms"), "groupPerms": perms("groupPerms")}
+    for k in ("defaultTopicPerm", "defaultGroupPerm"):
+        if cfg[k] not in ACL_PERMS:
+            raise ValueError(f"{k} must be one of {', '.join(ACL_PERMS)}")
+    for k in ("topicPerms", "groupPerms"):
+        for item in cfg[k] or ():
+            name, _, perm = item.partition("=")
+            if not name.strip() or perm.strip() not in ACL_PERMS:
+                raise ValueError(f"{k}: {item!r} is not name=PERM with PERM one of {', '.join(ACL_PERMS)}")
+    build_account(cfg)
+    return cfg
+
+
+def public_account(acc: dict) -> dict:
+    """An account as a page may show it: everything but the secret key."""
+    return {k: v for k, v in acc.items() if k != "secretKey"}

@@ -150,12 +150,14 @@ def test_every_page_loads_without_console_errors(page, consoles, producer):
     q = urllib.parse.quote
     pages = ["/cluster", "/topics", "/topics?show=all", f"/topics/{TOPIC}", "/groups", f"/groups/{LAG_GROUP}",
              "/messages", f"/messages?topic={TOPIC}&by=time", f"/messages?msg_id={r.offset_msg_id}",
-             "/search", f"/tail?topic={TOPIC}", "/dlq", f"/dlq?group={LAG_GROUP}"]
+             "/search", f"/tail?topic={TOPIC}", "/dlq", f"/dlq?group={LAG_GROUP}", "/acl"]
     for path in pages:
         resp = page.goto(base + path)
         assert resp.status == 200, (path, resp.status, page.content()[-800:])
         page.wait_for_load_state("networkidle") if "/tail" not in path else page.wait_for_timeout(300)
         assert page.errors.take() == [], path
+    page.goto(base + "/acl")
+    expect(page.locator("#acl-off")).to_contain_text("aclEnable=false")
     # the cluster page shows the broker with its role, version and uptime
     page.goto(base + "/cluster")
     row = page.locator("#brokers tbody tr").first

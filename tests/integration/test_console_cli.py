@@ -4,18 +4,22 @@ what is refused without), and bad command lines exit with one clear line. Plain 
 no browser: tests/integration/test_console_browser.py drives the pages."""
 from __future__ import annotations
 
+import http.cookiejar
 import os
+import re
 import signal
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
 
 pytest.importorskip("starlette", reason="the console extra is not installed (pip install 'pocketmq[console]')")
 
-from tests.integration.test_acl_broker import ADMIN, start_acl_cluster  # noqa: E402
+from tests.integration.test_acl_broker import ADMIN, APP, start_acl_cluster  # noqa: E402
+from pocketmq.client import sync  # noqa: E402
 from tests.support.browser import console_daemon  # noqa: E402
 from tests.support.daemons import free_port  # noqa: E402
 
@@ -79,6 +83,67 @@ def test_console_signs_for_an_acl_cluster(acl_cluster, tmp_path):
         signed.stop()
         unsigned.stop()
     assert ADMIN[1] not in signed.log_text()
+
+
+class Browser:
+    """urllib with cookies: a session and its CSRF token, as a browser would keep them."""
+
+    def __init__(self, base: str):
+        self.base = base
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+
+    def get(self, path: str) -> str:
+        with self.opener.open(self.base + path, timeout=20) as r:
+            return r.read().decode()
+
+    def post(self, path: str, form: dict) -> tuple[int, str]:
+        token = re.search(r'data-csrf="([0-9a-f]+)"', self.get("cluster")).group(1)
+        data = urllib.parse.urlencode(dict(form, csrf=token)).encode()
+        try:
+            with self.opener.open(self.base + path, data=data, timeout=20) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+
+def test_acl_page_lists_creates_and_deletes_accounts(acl_cluster, tmp_path):
+    console = console_daemon(acl_cluster.namesrv_addr, str(tmp_path), "--access-key", ADMIN[0],
+                             "--secret-key", ADMIN[1], name="acl")
+    console.start()
+    try:
+        b = Browser(console.match.group(1))
+        page = b.get("acl")
+        assert ADMIN[0] in page and APP[0] in page and "AclT=PUB|SUB" in page
+        assert ADMIN[1] not in page and APP[1] not in page            # secrets never shown
+        # checked before anything is sent: the key length rule, the permission names
+        status, page = b.post("acl", {"accessKey": "short", "secretKey": "console-secret"})
+        assert status == 400 and "longer than 6" in page
+        status, page = b.post("acl", {"accessKey": "consoleUser", "secretKey": "console-secret",
+                                      "topicPerms": "OrdersT=READ"})
+        assert status == 400 and "OrdersT=READ" in page
+        status, page = b.post("acl", {"accessKey": "consoleUser", "secretKey": "console-secret",
+                                      "topicPerms": "OrdersT=PUB|SUB", "defaultTopicPerm": "DENY"})
+        assert status == 200 and "account consoleUser saved" in page
+        got = sync.run(_acl_accounts(acl_cluster))
+        assert got["consoleUser"]["topicPerms"] == ["OrdersT=PUB|SUB"]
+        assert "consoleUser" in b.get("acl") and "console-secret" not in b.get("acl")
+        status, page = b.post("acl/delete", {"accessKey": "consoleUser", "confirm": "consoleUser"})
+        assert status == 200 and "account consoleUser deleted" in page
+        assert "consoleUser" not in sync.run(_acl_accounts(acl_cluster))
+    finally:
+        console.stop()
+    assert "console-secret" not in console.log_text()
+
+
+async def _acl_accounts(cluster) -> dict:
+    from pocketmq.client.credentials import Credentials
+    from pocketmq.tools.mqadmin.session import AdminSession
+    s = AdminSession(cluster.namesrv_addr, credentials=Credentials(*ADMIN))
+    try:
+        d = await s.api.acl_config(cluster.broker_addr)
+    finally:
+        await s.close()
+    return {a["accessKey"]: a for a in d["plainAccessConfigs"]}
 
 
 def run_console(*args: str) -> subprocess.CompletedProcess:

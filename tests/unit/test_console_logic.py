@@ -215,3 +215,26 @@ def test_csrf_token_bound_to_the_session_nonce():
     assert auth.csrf_ok(secret, "n1", t)
     assert not auth.csrf_ok(secret, "n2", t)
     assert not auth.csrf_ok(secret, "n1", None) and not auth.csrf_ok(secret, "n1", "")
+
+
+# -- ACL form -----------------------------------------------------------------------------------
+
+
+def test_acl_form_checked_by_the_acl_rules():
+    cfg = logic.acl_config_from_form({"accessKey": " orderUser ", "secretKey": "orderSecret", "admin": "on",
+                                      "topicPerms": "OrdersT=PUB|SUB, AuditT=SUB", "groupPerms": "",
+                                      "whiteRemoteAddress": "10.0.0.*"})
+    assert cfg["accessKey"] == "orderUser" and cfg["admin"] is True
+    assert cfg["topicPerms"] == ["OrdersT=PUB|SUB", "AuditT=SUB"] and cfg["groupPerms"] is None
+    assert (cfg["defaultTopicPerm"], cfg["defaultGroupPerm"]) == ("DENY", "SUB")
+    for form, want in [({"accessKey": "short", "secretKey": "orderSecret"}, "longer than 6"),
+                       ({"accessKey": "orderUser", "secretKey": "orderSecret", "topicPerms": "OrdersT=ALL"},
+                        "not name=PERM"),
+                       ({"accessKey": "orderUser", "secretKey": "orderSecret", "defaultGroupPerm": "READ"},
+                        "defaultGroupPerm must be"),
+                       ({"accessKey": "orderUser", "secretKey": "orderSecret", "whiteRemoteAddress": "10.0.0.300"},
+                        "netaddress is 10.0.0.300")]:
+        with pytest.raises(ValueError, match=want):
+            logic.acl_config_from_form(form)
+    assert logic.public_account({"accessKey": "a", "secretKey": "s", "admin": True}) == {"accessKey": "a",
+                                                                                       "admin": True}
