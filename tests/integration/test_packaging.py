@@ -66,6 +66,10 @@ def test_wheel_holds_only_the_pocketmq_root(wheel):
     for pkg in load_pyproject()["tool"]["setuptools"]["packages"]:
         assert pkg.replace(".", "/") + "/__init__.py" in names, pkg
     assert not [n for n in names if "/tests/" in n or n.startswith("tests/") or "/bench/" in n]
+    # the console's package data: templates, its own and the vendored static files, licenses
+    for f in ("templates/base.html", "static/console.js", "static/favicon.svg", "static/vendor/htmx.min.js",
+              "static/vendor/htmx.LICENSE", "static/vendor/uPlot.iife.min.js", "static/vendor/uPlot.LICENSE"):
+        assert "pocketmq/console/" + f in names, f
 
 
 def test_installed_wheel_imports_from_pocketmq_only(wheel, tmp_path):
@@ -102,10 +106,12 @@ def test_installed_wheel_imports_from_pocketmq_only(wheel, tmp_path):
     probe = textwrap.dedent("""
         import importlib, importlib.metadata as md, importlib.util, pkgutil, sys
         import pocketmq
-        # pocketmq.spark needs the `spark` extra (pyspark, pyarrow), not installed here
+        # pocketmq.spark needs the `spark` extra (pyspark, pyarrow), pocketmq.console the
+        # `console` extra (starlette, jinja2, uvicorn), not installed here
         mods = [m.name for m in pkgutil.walk_packages(pocketmq.__path__, "pocketmq.")
                 if not m.name.endswith("__main__")
-                and (importlib.util.find_spec("pyspark") or not m.name.startswith("pocketmq.spark"))]
+                and (importlib.util.find_spec("pyspark") or not m.name.startswith("pocketmq.spark"))
+                and (importlib.util.find_spec("starlette") or not m.name.startswith("pocketmq.console"))]
         for name in mods:
             importlib.import_module(name)
         for ep in md.entry_points(group="console_scripts"):
