@@ -2,8 +2,8 @@
 real nameserver and broker processes: every page loads without console errors, a message
 sent by the Apache C++ client is found by id, key and time, the live tail shows a message
 within 1 s of its send, a group's lag chart and reset-with-preview work end to end, a
-read-only console refuses forged writes, login and CSRF are enforced. The tests write the
-README's screenshots (docs/images/console-*.png).
+read-only console refuses forged writes, login and CSRF are enforced. The tests take the
+README's screenshots (into docs/images/console-*.png with POCKETMQ_CONSOLE_SCREENSHOTS=1).
 
 One browser, one cluster and three console processes (plain, --read-only, --users) for the
 module; the consoles sample lag every 0.5 s (--lag-sample-s) so the chart fills quickly.
@@ -123,18 +123,30 @@ def browser():
 
 
 @pytest.fixture
-def page(browser):
+def page(browser, shots):
     ctx = browser.new_context(viewport={"width": 1280, "height": 800})
     pg = ctx.new_page()
+    pg.shots = shots
     pg.set_default_timeout(TIMEOUT_MS)
     pg.errors = ConsoleErrors(pg)
     yield pg
     ctx.close()
 
 
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory):
+    """Where the screenshots go: docs/images with POCKETMQ_CONSOLE_SCREENSHOTS=1 (to refresh the
+    README's), else a temp dir (taken all the same, without dirtying the checkout each run)."""
+    if os.environ.get("POCKETMQ_CONSOLE_SCREENSHOTS") == "1":
+        os.makedirs(IMAGES, exist_ok=True)
+        return IMAGES
+    return str(tmp_path_factory.mktemp("screenshots"))
+
+
 def _shot(page, name: str, full: bool = False) -> None:
-    os.makedirs(IMAGES, exist_ok=True)
-    page.screenshot(path=os.path.join(IMAGES, name), full_page=full)
+    path = os.path.join(page.shots, name)
+    page.screenshot(path=path, full_page=full)
+    assert os.path.getsize(path) > 10_000, f"{name}: an empty-looking screenshot"
 
 
 def _local(ms: int) -> str:
