@@ -42,6 +42,7 @@ registered).
 | consume_stats               | GET_CONSUME_STATS                     |
 | consumer_connection_list    | GET_CONSUMER_CONNECTION_LIST          |
 | consumer_running_info       | GET_CONSUMER_RUNNING_INFO (via broker)|
+| consume_message_directly    | CONSUME_MESSAGE_DIRECTLY (via broker) |
 | view_message                | VIEW_MESSAGE_BY_ID                    |
 | query_message               | QUERY_MESSAGE                         |
 | reset_offset                | INVOKE_BROKER_TO_RESET_OFFSET         |
@@ -76,6 +77,7 @@ from pocketmq.protocol.bodies import (
     DataVersion,
     MessageQueue,
     SubscriptionGroupConfig,
+    ConsumeMessageDirectlyResult,
     TopicConfig,
     TopicRouteData,
     decode_cluster_info,
@@ -97,11 +99,13 @@ from pocketmq.protocol.codes import (
 from pocketmq.protocol.command import RemotingCommand
 from pocketmq.protocol.errors import BodyError
 from pocketmq.protocol.headers.typed import (
+    ConsumeMessageDirectlyRequestHeader,
     EndTransactionRequestHeader,
     QueryMessageRequestHeader,
     QueryMessageResponseHeader,
     SendMessageRequestHeader,
     decode_query_message_response_header,
+    encode_consume_message_directly_header,
     encode_end_transaction_header,
     encode_query_message_header,
     encode_send_header,
@@ -707,6 +711,21 @@ class ClientAPI:
             return decode_consumer_running_info(resp.body_bytes() or b"{}")
         except (BodyError, ValueError) as e:
             raise error_for(ResponseCode.SYSTEM_ERROR, f"unreadable consumer running info: {e}", addr) from None
+
+    async def consume_message_directly(self, addr: str, group: str, client_id: str, msg_id: str,
+                                       timeout_s: float = 15.0) -> ConsumeMessageDirectlyResult:
+        """CONSUME_MESSAGE_DIRECTLY: the broker at `addr` (the one storing the message) hands the
+        message `msg_id` (its offsetMsgId) to the client `client_id` of `group`, whose listener
+        runs on it without committing anything; returns that client's answer. The broker waits
+        10 s for the client (CONSUME_MSG_TIMEOUT after that), so the default wait here is longer."""
+        header = ConsumeMessageDirectlyRequestHeader(group, client_id, msg_id)
+        resp = await self._ok(addr, RequestCode.CONSUME_MESSAGE_DIRECTLY,
+                              encode_consume_message_directly_header(header), timeout_s=timeout_s)
+        try:
+            return ConsumeMessageDirectlyResult.decode(resp.body_bytes() or b"")
+        except (BodyError, ValueError) as e:
+            raise error_for(ResponseCode.SYSTEM_ERROR, f"unreadable ConsumeMessageDirectlyResult: {e}",
+                            addr) from None
 
     async def view_message(self, addr: str, commit_log_offset: int):
         """VIEW_MESSAGE_BY_ID -> protocol.message.MessageExt of the record at that offset."""

@@ -77,7 +77,10 @@ from pocketmq.protocol.codes import (
 )
 from pocketmq.protocol.command import RemotingCommand
 from pocketmq.protocol.errors import BodyError, HeaderError
-from pocketmq.protocol.headers.typed import decode_check_transaction_state_header
+from pocketmq.protocol.headers.typed import (
+    decode_check_transaction_state_header,
+    decode_consume_message_directly_header,
+)
 from pocketmq.remoting.client import split_addr_list
 from pocketmq.remoting.clock import monotonic_ms as mono_ms
 from pocketmq.remoting.clock import wall_ms as now_ms
@@ -342,6 +345,8 @@ class ClientInstance:
             return cmd.response(ResponseCode.SUCCESS, body=self.consumer_running_info(consumer))
         if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
             return self._on_check_transaction_state(conn, cmd)
+        if cmd.code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
+            return self._on_consume_message_directly(conn, cmd)
         return cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                             f" request type {cmd.code} not supported")
 
@@ -362,6 +367,37 @@ class ClientInstance:
                 getattr(consumer, "subscriptions", None), dict) else []
         return encode_consumer_running_info(props, subs, info.get("mq_table") or {},
                                             info.get("status_table") or {})
+
+    def _on_consume_message_directly(self, conn, cmd: RemotingCommand):
+        """CONSUME_MESSAGE_DIRECTLY (an admin's "resend to this client", relayed by the broker
+        with the stored record as the body): the group's push consumer runs its listener once
+        on the message, commits nothing, sends nothing back, and the answer carries its
+        ConsumeMessageDirectlyResult (Java's ClientRemotingProcessor.consumeMessageDirectly).
+        Answered from a task: the connection keeps reading while the listener runs."""
+        if cmd.is_oneway:
+            return None
+        try:
+            header = decode_consume_message_directly_header(cmd.ext_fields)
+            rec = msgcodec.decode_record(cmd.body or b"")
+        except (HeaderError, ValueError) as e:
+            log.warning("%s: unreadable CONSUME_MESSAGE_DIRECTLY from %s: %s", self.client_id, conn.remote_addr, e)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"unreadable CONSUME_MESSAGE_DIRECTLY: {e}")
+        group = header.consumer_group
+        consumer = self.consumers.get(group)
+        if consumer is None or not hasattr(consumer, "consume_message_directly"):
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer"
+                                if consumer is None else
+                                f"The Consumer Group <{group}> is not a push consumer in this client")
+        if consumer.direct_consumes_busy():
+            return cmd.response(ResponseCode.SYSTEM_BUSY,
+                                f"[OVERLOAD] {consumer.direct_consumes} messages of group {group} are being "
+                                "consumed directly already: retry later")
+        msg = msgcodec.MessageExt.from_record(rec, header.broker_name or "")
+
+        async def run():
+            result = await consumer.consume_message_directly(msg)
+            return cmd.response(ResponseCode.SUCCESS, body=result.encode())
+        return run()
 
     def _on_check_transaction_state(self, conn, cmd: RemotingCommand):
         """CHECK_TRANSACTION_STATE (oneway from the broker): handed to the transaction

@@ -74,6 +74,7 @@ from pocketmq.common.constants import retry_topic
 from pocketmq.protocol.bodies import (
     CONSUME_STATUS_FIELDS,
     PROP_CONSUME_ORDERLY,
+    ConsumeMessageDirectlyResult,
     PROP_CONSUMER_START_TIMESTAMP,
     PROP_THREADPOOL_CORE_SIZE,
     ConsumerData,
@@ -101,6 +102,21 @@ class ConsumeStatus(Enum):
 CONSUME_SUCCESS = ConsumeStatus.CONSUME_SUCCESS
 RECONSUME_LATER = ConsumeStatus.RECONSUME_LATER
 SUSPEND_CURRENT_QUEUE_A_MOMENT = ConsumeStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+
+def direct_consume_result(r) -> tuple[str, str | None]:
+    """A listener's return value as Java's CMResult (and a remark), for
+    CONSUME_MESSAGE_DIRECTLY. The values mean what they mean to the queues: None, True and
+    CONSUME_SUCCESS are success (CR_SUCCESS: pocketmq's listeners may return nothing, so None
+    is not Java's CR_RETURN_NULL); RECONSUME_LATER and an orderly listener's
+    SUSPEND_CURRENT_QUEUE_A_MOMENT are CR_LATER; anything else is a failure to the queues
+    (consumed again later), so CR_LATER with a remark naming the value."""
+    if r is None or r is True or r is ConsumeStatus.CONSUME_SUCCESS or r == "CONSUME_SUCCESS":
+        return "CR_SUCCESS", None
+    if r in (ConsumeStatus.RECONSUME_LATER, ConsumeStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT, "RECONSUME_LATER",
+             "SUSPEND_CURRENT_QUEUE_A_MOMENT"):
+        return "CR_LATER", None
+    return "CR_LATER", f"the listener returned {r!r:.200}, which counts as a failure"
+
 
 class WorkQueue:
     """FIFO of (mq, pq, msgs) items for the listener workers: a deque plus the futures
@@ -167,7 +183,8 @@ class PushConsumer(QueryMixin):
 
         self.subscription_state = SubscriptionState()
         self.stats = {"consumed": 0, "failed": 0, "sent_back": 0, "pulls": 0, "expired": 0,
-                      "late_results": 0}
+                      "late_results": 0, "consumed_directly": 0}
+        self.direct_consumes = 0        # listener calls of CONSUME_MESSAGE_DIRECTLY running now
         self.fetcher = Fetcher(group, self.subscription_state, self, pull_batch_size=self.pull_batch_size,
                                suspend_timeout_ms=self.suspend_timeout_ms, pull_timeout_ms=self.pull_timeout_ms,
                                pull_error_delay_ms=self.pull_error_delay_ms, stats=self.stats)
@@ -718,25 +735,8 @@ class PushConsumer(QueryMixin):
         return await self._call_listener(msgs)
 
     async def _call_listener(self, msgs) -> bool:
-        fn = self.batch_listener
-        arg = list(msgs)
-        if fn is None:
-            fn = self.listener
-            arg = msgs[0]
         try:
-            if self._listener_is_async:
-                r = await fn(arg)
-            elif self._executor is not None:
-                # in the worker's context (like asyncio.to_thread): a listener closing its
-                # own consumer through the sync facade is then seen as inside a worker
-                r = await asyncio.get_running_loop().run_in_executor(
-                    self._executor, contextvars.copy_context().run, fn, arg)
-                if inspect.isawaitable(r):   # a plain wrapper around an async function
-                    r = await r
-            else:
-                r = fn(arg)
-                if inspect.isawaitable(r):
-                    r = await r
+            r = await self._invoke_listener(msgs)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -745,6 +745,59 @@ class PushConsumer(QueryMixin):
         if r is None or r is True or r is ConsumeStatus.CONSUME_SUCCESS or r == "CONSUME_SUCCESS":
             return True
         return False
+
+    async def _invoke_listener(self, msgs):
+        """The listener's (or batch listener's) own return value for `msgs`; what it raises
+        propagates."""
+        fn = self.batch_listener
+        arg = list(msgs)
+        if fn is None:
+            fn = self.listener
+            arg = msgs[0]
+        if self._listener_is_async:
+            return await fn(arg)
+        if self._executor is not None:
+            # in the worker's context (like asyncio.to_thread): a listener closing its
+            # own consumer through the sync facade is then seen as inside a worker
+            r = await asyncio.get_running_loop().run_in_executor(
+                self._executor, contextvars.copy_context().run, fn, arg)
+        else:
+            r = fn(arg)
+        if inspect.isawaitable(r):   # a plain wrapper around an async function
+            r = await r
+        return r
+
+    # -- consume a message directly (CONSUME_MESSAGE_DIRECTLY, an admin through the broker) ---
+    # At most this many direct consumptions run at once per consumer; one more is answered
+    # SYSTEM_BUSY by ClientInstance (an admin retrying in a loop must not pile up listener calls).
+    DIRECT_CONSUMES_MAX = 8
+
+    def direct_consumes_busy(self) -> bool:
+        return self.direct_consumes >= self.DIRECT_CONSUMES_MAX
+
+    async def consume_message_directly(self, msg: MessageExt) -> ConsumeMessageDirectlyResult:
+        """Run the listener once on `msg` outside the queues (Java's
+        ConsumeMessageConcurrentlyService / OrderlyService.consumeMessageDirectly): no queue,
+        lock or offset is touched, nothing is committed and a failure is not sent back; the
+        answer says what the listener did (direct_consume_result) and how long it took."""
+        self.direct_consumes += 1
+        t0 = mono_ms()
+        remark = None
+        try:
+            r = await self._invoke_listener((msg,))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.warning("%s: listener raised on message %s consumed directly: %r", self.group, msg.msg_id, e)
+            result, remark = "CR_THROW_EXCEPTION", f"{type(e).__name__}: {e}"
+        else:
+            result, remark = direct_consume_result(r)
+        finally:
+            self.direct_consumes -= 1
+        self.stats["consumed_directly"] += 1
+        log.info("%s: message %s consumed directly: %s", self.group, msg.msg_id, result)
+        return ConsumeMessageDirectlyResult(order=bool(self.orderly), auto_commit=True, consume_result=result,
+                                            remark=remark, spent_time_mills=max(0, mono_ms() - t0))
 
     async def _consumed(self, mq: MessageQueue, pq: ProcessQueue, msgs, ok: bool) -> None:
         done = msgs

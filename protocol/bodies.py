@@ -876,3 +876,59 @@ def decode_consumer_running_info(body) -> dict:
             "mqTable": dict(sorted(mqs.items())),
             "statusTable": {str(t): v for t, v in status.items() if isinstance(v, dict)},
             "jstack": d.get("jstack")}
+
+
+# --- consume a message directly (CONSUME_MESSAGE_DIRECTLY 309, admin -> broker -> client) ---------
+#
+# The client's answer, Java's ConsumeMessageDirectlyResult as fastjson writes it (fields sorted,
+# a null field left out, the enum by name):
+#   {"autoCommit":true,"consumeResult":"CR_SUCCESS","order":false,"remark":"..","spentTimeMills":3}
+# consumeResult is Java's CMResult; `order` says the client consumes orderly, `autoCommit` is
+# an orderly listener's context flag (true for concurrent listeners).
+
+CM_RESULTS = ("CR_SUCCESS", "CR_LATER", "CR_ROLLBACK", "CR_COMMIT", "CR_THROW_EXCEPTION", "CR_RETURN_NULL")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeMessageDirectlyResult:
+    order: bool = False
+    auto_commit: bool = True
+    consume_result: str | None = None      # one of CM_RESULTS; None: the listener's status was not one
+    remark: str | None = None
+    spent_time_mills: int = 0               # (sic: Java's field name)
+
+    def encode(self) -> bytes:
+        if self.consume_result is not None and self.consume_result not in CM_RESULTS:
+            raise BodyError(f"bad consumeResult {self.consume_result!r} (expected one of {', '.join(CM_RESULTS)})")
+        d = {"autoCommit": self.auto_commit, "order": self.order, "spentTimeMills": int(self.spent_time_mills)}
+        if self.consume_result is not None:
+            d["consumeResult"] = self.consume_result
+        if self.remark is not None:
+            d["remark"] = self.remark
+        return dumps(d)
+
+    @classmethod
+    def decode(cls, body) -> "ConsumeMessageDirectlyResult":
+        """From a Java or pocketmq client's answer; BodyError when malformed (booleans and
+        numbers are also taken as strings, as fastjson reads them)."""
+        d = loads(body)
+        if not isinstance(d, dict):
+            raise BodyError("ConsumeMessageDirectlyResult is not a JSON object")
+        result = d.get("consumeResult")
+        if result is not None and result not in CM_RESULTS:
+            raise BodyError(f"bad consumeResult {result!r} (expected one of {', '.join(CM_RESULTS)})")
+        remark = d.get("remark")
+        return cls(order=_strict_bool(d["order"], "order") if d.get("order") is not None else False,
+                   auto_commit=(_strict_bool(d["autoCommit"], "autoCommit")
+                                if d.get("autoCommit") is not None else True),
+                   consume_result=result, remark=None if remark is None else str(remark),
+                   spent_time_mills=(_strict_int(d["spentTimeMills"], "spentTimeMills")
+                                     if d.get("spentTimeMills") is not None else 0))
+
+    def __str__(self) -> str:
+        """Java's toString, which mqadmin's queryMsgById -g -d prints."""
+        def text(v):
+            return "null" if v is None else v
+        return (f"ConsumeMessageDirectlyResult [order={str(self.order).lower()}, "
+                f"autoCommit={str(self.auto_commit).lower()}, consumeResult={text(self.consume_result)}, "
+                f"remark={text(self.remark)}, spentTimeMills={self.spent_time_mills}]")

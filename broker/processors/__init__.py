@@ -52,6 +52,7 @@ def build_processor_table(ctx: BrokerContext) -> dict:
         R.GET_CONSUME_STATS: admin.process_get_consume_stats,
         R.GET_CONSUMER_CONNECTION_LIST: admin.process_get_consumer_connection_list,
         R.GET_CONSUMER_RUNNING_INFO: admin.process_get_consumer_running_info,
+        R.CONSUME_MESSAGE_DIRECTLY: admin.process_consume_message_directly,
         R.GET_BROKER_RUNTIME_INFO: stats.process_get_broker_runtime_info,
         R.VIEW_BROKER_STATS_DATA: stats.process_view_broker_stats_data,
         R.GET_BROKER_HA_STATUS: stats.process_get_broker_ha_status,

@@ -15,7 +15,16 @@ from pocketmq.protocol.bodies import MessageQueue, SubscriptionGroupConfig, Topi
 from pocketmq.protocol.errors import BodyError
 from pocketmq.protocol.codes import LanguageCode, PermName, RequestCode, ResponseCode
 from pocketmq.protocol.command import RemotingCommand
-from pocketmq.protocol.headers.typed import opt_int, opt_str, parse_bool, req_int, req_str
+from pocketmq.protocol.headers.typed import (
+    decode_consume_message_directly_header,
+    encode_consume_message_directly_header,
+    opt_int,
+    opt_str,
+    parse_bool,
+    req_int,
+    req_str,
+)
+from pocketmq.protocol.message import decode_offset_msg_id
 from pocketmq.remoting.connection import RemotingError, RequestTimeout
 
 
@@ -179,17 +188,52 @@ def process_get_consumer_running_info(ctx, conn, cmd):
     REQUEST_CODE_NOT_SUPPORTED itself, so no client-version gate is applied here."""
     e = cmd.ext_fields
     group, client_id = req_str(e, "consumerGroup"), req_str(e, "clientId")
-    g = ctx.consumers.get(group)
-    target = next(((ch, info) for ch, info in g.channels.items() if info.client_id == client_id),
-                  None) if g is not None else None
-    if target is None:
+    channel = _client_channel(ctx, group, client_id)
+    if channel is None:
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"The Consumer <{client_id}> <{group}> not online")
-    channel, _ = target
     fields = {"consumerGroup": group, "clientId": client_id}
     if "jstackEnable" in e:
         fields["jstackEnable"] = e["jstackEnable"]
     return _call_client(channel, cmd, RemotingCommand(RequestCode.GET_CONSUMER_RUNNING_INFO, ext_fields=fields),
                         client_id, group)
+
+
+def process_consume_message_directly(ctx, conn, cmd):
+    """CONSUME_MESSAGE_DIRECTLY (309) from an admin: the message `msgId` (an offsetMsgId: the
+    commit log offset is read from it, its host is not checked, like Java's) is forwarded with
+    this broker's name and the stored record as the body to the named client's connection,
+    which runs its listener on it and answers a ConsumeMessageDirectlyResult; that answer is
+    relayed back (Java's AdminBrokerProcessor.consumeMessageDirectly + callConsumer). Bounded
+    by the same 10 s wait as GET_CONSUMER_RUNNING_INFO; a client that is gone is an error at
+    once, one whose connection dies meanwhile an error when it does."""
+    h = decode_consume_message_directly_header(cmd.ext_fields)
+    if not h.client_id:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, "the custom field <clientId> is null: name the client")
+    if not h.msg_id:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, "the custom field <msgId> is null: name the message")
+    channel = _client_channel(ctx, h.consumer_group, h.client_id)
+    if channel is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"The Consumer <{h.client_id}> <{h.consumer_group}> not online")
+    try:
+        _, _, offset = decode_offset_msg_id(h.msg_id.upper())
+    except ValueError as ex:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad message id {h.msg_id[:64]!r}: {ex}")
+    data = ctx.store.look_message_by_offset(offset)
+    if data is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+    h.broker_name = ctx.config.brokerName
+    return _call_client(channel, cmd, RemotingCommand(RequestCode.CONSUME_MESSAGE_DIRECTLY,
+                                                      ext_fields=encode_consume_message_directly_header(h),
+                                                      body=bytes(data)),
+                        h.client_id, h.consumer_group)
+
+
+def _client_channel(ctx, group: str, client_id: str):
+    """The connection of the online consumer `client_id` of `group`, or None."""
+    g = ctx.consumers.get(group)
+    if g is None:
+        return None
+    return next((ch for ch, info in g.channels.items() if info.client_id == client_id), None)
 
 
 async def _call_client(channel, cmd, request, client_id: str, group: str):

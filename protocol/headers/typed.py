@@ -380,3 +380,32 @@ def decode_query_message_response_header(ext: dict) -> QueryMessageResponseHeade
 def encode_query_message_response_header(h: QueryMessageResponseHeader) -> dict:
     return {"indexLastUpdateTimestamp": str(h.index_last_update_timestamp),
             "indexLastUpdatePhyoffset": str(h.index_last_update_phyoffset)}
+
+
+@dataclass(slots=True)
+class ConsumeMessageDirectlyRequestHeader:
+    """CONSUME_MESSAGE_DIRECTLY (309), Java's ConsumeMessageDirectlyResultRequestHeader: an
+    admin asks the broker to hand the message `msg_id` (an offsetMsgId) to the client
+    `client_id` of `consumer_group`; the broker forwards it to that client with the same
+    fields plus its own `broker_name`, and the stored record as the body."""
+    consumer_group: str
+    client_id: str | None = None
+    msg_id: str | None = None
+    broker_name: str | None = None
+
+
+def decode_consume_message_directly_header(ext: dict) -> ConsumeMessageDirectlyRequestHeader:
+    return ConsumeMessageDirectlyRequestHeader(
+        consumer_group=req_str(ext, "consumerGroup"),
+        client_id=opt_str(ext, "clientId"),
+        msg_id=opt_str(ext, "msgId"),
+        broker_name=opt_str(ext, "brokerName"),
+    )
+
+
+def encode_consume_message_directly_header(h: ConsumeMessageDirectlyRequestHeader) -> dict:
+    d = {"consumerGroup": h.consumer_group}
+    for key, v in (("clientId", h.client_id), ("msgId", h.msg_id), ("brokerName", h.broker_name)):
+        if v is not None:
+            d[key] = v
+    return d

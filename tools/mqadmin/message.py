@@ -112,10 +112,30 @@ async def send_message(s: AdminSession, a, out: Out) -> None:
                               ext.get("queueOffset", ""))]))
 
 
+def _direct_args(a) -> tuple[str, str] | None:
+    """(group, clientId) when -g and -d ask to consume the message directly (Java's tools
+    need both: with one of them they only print the message)."""
+    if a.consumerGroup and a.clientId:
+        return a.consumerGroup, a.clientId
+    return None
+
+
+async def consume_directly(s: AdminSession, addr: str, msg_id: str, group: str, client_id: str) -> str:
+    """CONSUME_MESSAGE_DIRECTLY through the broker at `addr` that stores the message: the
+    client's ConsumeMessageDirectlyResult as Java's toString prints it."""
+    try:
+        r = await s.reach(addr, s.api.consume_message_directly, group, client_id, msg_id)
+    except BrokerError as e:
+        raise failed(e, f"consume message {msg_id} directly by {client_id} of group {group}",
+                     f"broker {addr}") from None
+    return str(r)
+
+
 async def query_msg_by_id(s: AdminSession, a, out: Out) -> None:
     ids = [i.strip() for i in a.msgId.split(",") if i.strip()]
     if not ids:
         raise UsageError("queryMsgById: -i needs at least one message id")
+    direct = _direct_args(a)
     views = []
     for msg_id in ids:
         try:
@@ -124,6 +144,9 @@ async def query_msg_by_id(s: AdminSession, a, out: Out) -> None:
             raise AdminError(f"bad message id {msg_id!r}: {e} (queryMsgById takes the offsetMsgId "
                              "that the broker returned, not the client UNIQ_KEY)") from None
         addr = f"{ip}:{port}"
+        if direct is not None:
+            views.append(await consume_directly(s, addr, msg_id.upper(), *direct))
+            continue
         try:
             msg = await s.reach(addr, s.api.view_message, offset)
         except BrokerError as e:
@@ -183,14 +206,22 @@ def _view(msg, charset: str) -> str:
 
 
 async def query_msg_by_unique_key(s: AdminSession, a, out: Out) -> None:
-    if a.consumerGroup or a.clientId:
-        raise UsageError("queryMsgByUniqueKey: consuming a message directly (-g/-d) is not supported")
     route = await s.route(a.topic)
     try:
         msg = await _admin_lookup(s, f"query of message {a.msgId} in topic {a.topic}",
                                   view_route(s.api, a.msgId, a.topic, route))
     except MessageNotFoundError as e:
         raise AdminError(str(e)) from None
+    direct = _direct_args(a)
+    if direct is not None:
+        # like Java's: the broker that stores the message, asked by the message's offsetMsgId
+        try:
+            host, port = parse_host(msg.store_host)
+        except ValueError as e:
+            raise AdminError(f"message {a.msgId} has no usable store host {msg.store_host!r}: {e}") from None
+        oid = offset_msg_id(host, port, msg.commit_log_offset)
+        out(await consume_directly(s, msg.store_host, oid, *direct))
+        return
     out(_view(msg, a.bodyFormat))
 
 
@@ -294,6 +325,9 @@ COMMANDS = [
     ], send_message),
     Command("queryMsgById", "Query Message by Id", [
         Opt("i", "msgId", "Message Id (offsetMsgId; several separated by ',')", required=True),
+        Opt("g", "consumerGroup", "consumer group name (with -d: the client consumes the message directly)",
+            type=stripped),
+        Opt("d", "clientId", "The consumer's client id (with -g: it consumes the message directly)", type=stripped),
         Opt("f", "bodyFormat", "print message body by the specified charset (default utf-8)", default="utf-8"),
     ], query_msg_by_id, needs_namesrv=False),
     Command("queryMsgByKey", "Query Message by Key", [
@@ -309,8 +343,9 @@ COMMANDS = [
     Command("queryMsgByUniqueKey", "Query Message by Unique key", [
         Opt("i", "msgId", "Message Id (the client msgId, or an offsetMsgId)", required=True, type=stripped),
         Opt("t", "topic", "The topic of msg", required=True, type=stripped),
-        Opt("g", "consumerGroup", "consumer group name (consume directly: not supported)"),
-        Opt("d", "clientId", "The consumer's client id (consume directly: not supported)"),
+        Opt("g", "consumerGroup", "consumer group name (with -d: the client consumes the message directly)",
+            type=stripped),
+        Opt("d", "clientId", "The consumer's client id (with -g: it consumes the message directly)", type=stripped),
         Opt("f", "bodyFormat", "print message body by the specified charset (default utf-8)", default="utf-8"),
     ], query_msg_by_unique_key),
     Command("queryMsgByOffset", "Query Message by offset", [
