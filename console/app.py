@@ -214,6 +214,7 @@ class Console:
             Route("/messages", page(self.messages_page)),
             Route("/messages/view", page(self.message_page)),
             Route("/messages/resend", page(self.message_resend, write=True), methods=["POST"]),
+            Route("/messages/consume-directly", page(self.message_consume_directly, write=True), methods=["POST"]),
             Route("/search", page(self.search_page)),
             Route("/search", page(self.search_start), methods=["POST"]),
             Route("/search/{sid}", page(self.search_job)),
@@ -403,14 +404,27 @@ class Console:
         m = await self.cluster.view(addr, off)
         trace = await self.cluster.trace(m)
         groups = (await self.cluster.topic_detail(m.properties.get("RETRY_TOPIC") or m.topic))["groups"]
+        # "resend to a group": the online clients of the groups consuming the topic (writes only)
+        direct = await self.cluster.groups_clients(groups) if self.can_write(request.state.session) else []
         return self.render(request, "message.html", m=m, body=logic.body_views(m.body), trace=trace, addr=addr,
-                           groups=groups, sent=p.get("sent"))
+                           groups=groups, sent=p.get("sent"), direct=direct)
 
     async def message_resend(self, request, form):
         addr, off = str(form.get("addr", "")), _int(form.get("offset"), -1)
         m = await self.cluster.view(addr, off)
         r = await self.cluster.resend_original(m)
         return self.render(request, "sent.html", topic=r.queue.topic, result=r)
+
+    async def message_consume_directly(self, request, form):
+        """One group's one client consumes the message (CONSUME_MESSAGE_DIRECTLY): its listener
+        runs on it, nothing is committed, the other groups get nothing."""
+        addr, off = str(form.get("addr", "")), _int(form.get("offset"), -1)
+        group, _, client_id = str(form.get("target", "")).partition(" ")
+        if not group or not client_id:
+            raise ValueError("choose a group's client to resend the message to")
+        m = await self.cluster.view(addr, off)
+        r = await self.cluster.consume_directly(addr, m, group, client_id)
+        return self.render(request, "consumed.html", m=m, addr=addr, group=group, client_id=client_id, result=r)
 
     # -- content search ----------------------------------------------------------------------
     async def search_page(self, request):

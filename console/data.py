@@ -53,6 +53,7 @@ class GroupSnapshot(NamedTuple):
     model: str
     tps: float
     error: str = ""
+    orderly: str = ""       # logic.orderly_text: the clients' and the group config's
 
 
 class Cluster:
@@ -69,6 +70,10 @@ class Cluster:
         self._inflight: dict = {}
         self._producer = None
         self._producer_lock = asyncio.Lock()
+        # {group: {clientId: orderly?}}: a client's PROP_CONSUMEORDERLY does not change while it
+        # is connected, so the sampler asks a client's running info once, not every round; each
+        # snapshot keeps only the group's online clients (the bound: the clients online now)
+        self._orderly_seen: dict[str, dict[str, bool]] = {}
 
     async def close(self) -> None:
         if self._producer is not None:
@@ -244,17 +249,43 @@ class Cluster:
         return await p.send(msg)
 
     # -- groups ------------------------------------------------------------------------------
-    async def group_names(self) -> list[str]:
+    async def subscription_groups(self) -> dict[str, bool]:
+        """{group: its config asks for orderly consumption} over every master's subscription
+        groups (orderly when any master's config says so)."""
         async def fetch():
-            names = {t[len(RETRY_GROUP_TOPIC_PREFIX):] for t in await self.topic_names()
-                     if t.startswith(RETRY_GROUP_TOPIC_PREFIX)}
+            out: dict[str, bool] = {}
             masters = await self.masters()
             for got in await self.gather(self.session.reach(a, self.api.all_subscription_groups)
                                          for a in masters.values()):
                 if not isinstance(got, Exception):
-                    names.update(got[0])
+                    for name, cfg in got[0].items():
+                        out[name] = out.get(name, False) or bool(cfg.consumeMessageOrderly)
+            return out
+        return await self.cached("subscription_groups", fetch)
+
+    async def group_names(self) -> list[str]:
+        async def fetch():
+            names = {t[len(RETRY_GROUP_TOPIC_PREFIX):] for t in await self.topic_names()
+                     if t.startswith(RETRY_GROUP_TOPIC_PREFIX)}
+            names.update(await self.subscription_groups())
             return sorted(n for n in names if not is_system_group(n))
         return await self.cached("group_names", fetch)
+
+    async def clients_orderly(self, group: str, where: dict[str, str], known: dict | None = None) -> dict:
+        """{clientId: True/False/None} for the online clients `where` ({clientId: a broker
+        that lists it}): from `known` (running infos just read), the cache, else each client's
+        running info (3 s at most each; a client that does not answer is None and asked again
+        next time)."""
+        seen = self._orderly_seen.get(group, {})
+        flags = {cid: (known or {}).get(cid, seen.get(cid)) for cid in where}
+        ask = [cid for cid, f in flags.items() if f is None and cid not in (known or {})]
+        infos = await self.gather(asyncio.wait_for(self.api.consumer_running_info(where[cid], group, cid), 3.0)
+                                  for cid in ask)
+        for cid, info in zip(ask, infos):
+            if isinstance(info, dict):
+                flags[cid] = logic.client_orderly(info.get("properties") or {})
+        self._orderly_seen[group] = {cid: f for cid, f in flags.items() if f is not None}
+        return flags
 
     async def group_snapshot(self, group: str, masters: dict[str, str]) -> GroupSnapshot:
         """One group's total lag, online clients and TPS over `masters` (the sampler's unit)."""
@@ -277,14 +308,19 @@ class Cluster:
         exact = await self.gather(self.session.reach(a, self.api.query_consumer_offset, group, mq) for a, mq, _ in ask)
         for (_a, _mq, bo), co in zip(ask, exact):
             lags.append(logic.queue_lag(bo, co) if isinstance(co, int) else None)
-        clients, ctype, model = set(), "", ""
-        for cc in conns:
+        clients: dict[str, str] = {}
+        ctype, model = "", ""
+        for addr, cc in zip(masters.values(), conns):
             if isinstance(cc, dict):
-                clients.update(str(c.get("clientId")) for c in cc.get("connectionSet") or [])
+                for c in cc.get("connectionSet") or []:
+                    clients.setdefault(str(c.get("clientId")), addr)
                 ctype = "PULL" if cc.get("consumeType") == "CONSUME_ACTIVELY" else "PUSH"
                 model = str(cc.get("messageModel") or "")
+        flags = await self.clients_orderly(group, clients)
+        config = (await self.subscription_groups()).get(group, False)
         return GroupSnapshot(group, logic.total_lag(lags), len(clients), ctype if clients else "",
-                             model if clients else "", tps, "; ".join(errors))
+                             model if clients else "", tps, "; ".join(errors),
+                             logic.orderly_text(config, flags.values()))
 
     async def group_detail(self, group: str) -> dict:
         masters = await self.masters()
@@ -302,7 +338,11 @@ class Cluster:
         exact = await self.gather(self.session.reach(addr, self.api.query_consumer_offset, group, mq)
                                   for mq, addr, _b, co, _t in queues if co == 0)
         exact_it = iter(exact)
-        holders = await self._queue_holders(group, masters)
+        holders, where, infos = await self._queue_holders(group, masters)
+        # (a client whose running info did not come is not asked again for the page)
+        flags = await self.clients_orderly(group, where, {
+            cid: logic.client_orderly(infos[cid].get("properties") or {}) if cid in infos else None for cid in where})
+        config = (await self.subscription_groups()).get(group, False)
         rows = []
         for mq, addr, bo, co, last in sorted(queues):
             if co == 0:
@@ -313,7 +353,10 @@ class Cluster:
                          "consumer_offset": co if co >= 0 else None, "lag": lag, "lag_text": logic.lag_text(lag),
                          "last": logic.format_ms(last), "client": holders.get(mq, "")})
         clients = await self._clients(group, masters)
+        for c in clients:
+            c["orderly"] = flags.get(c["id"])
         return {"group": group, "rows": rows, "errors": errors, "clients": clients,
+                "orderly": logic.orderly_text(config, flags.values()), "config_orderly": config,
                 "topics": sorted({r["topic"] for r in rows if not r["topic"].startswith(RETRY_GROUP_TOPIC_PREFIX)}),
                 "total": logic.total_lag(r["lag"] for r in rows)}
 
@@ -334,9 +377,30 @@ class Cluster:
                                       "type": cc.get("consumeType", ""), "subs": subs})
         return [seen[k] for k in sorted(seen)]
 
-    async def _queue_holders(self, group: str, masters: dict[str, str]) -> dict:
-        """{MessageQueue: clientId} from each online client's running info (which queues it
-        holds); clients that cannot say (or time out) are left out."""
+    async def groups_clients(self, groups) -> list[dict]:
+        """[{"group", "clients": the _clients rows, "error"}] of at most MAX_TRACE_GROUPS groups
+        (a message page's "resend to a group" choices), fetched concurrently."""
+        groups = sorted(groups)[:MAX_TRACE_GROUPS]
+        masters = await self.masters()
+        got = await self.gather(self._clients(g, masters) for g in groups)
+        return [{"group": g, "clients": [] if isinstance(c, Exception) else c,
+                 "error": str(c) if isinstance(c, Exception) else ""} for g, c in zip(groups, got)]
+
+    async def consume_directly(self, addr: str, msg, group: str, client_id: str):
+        """CONSUME_MESSAGE_DIRECTLY through the broker at `addr` (the one storing `msg`): the
+        client `client_id` of `group` runs its listener on the message and commits nothing;
+        returns its ConsumeMessageDirectlyResult."""
+        r = await self.session.call(addr, self.api.consume_message_directly, group, client_id, msg.offset_msg_id,
+                                    what=f"resend of {msg.msg_id} to {client_id} of group {group}",
+                                    where=f"broker {addr}")
+        log.info("console: message %s consumed directly by %s of group %s: %s", msg.msg_id, client_id, group,
+                 r.consume_result)
+        return r
+
+    async def _queue_holders(self, group: str, masters: dict[str, str]) -> tuple[dict, dict, dict]:
+        """({MessageQueue: clientId} from each online client's running info (which queues it
+        holds), {clientId: a broker listing it}, {clientId: its running info}); clients that
+        cannot say (or time out) are left out of the first and the last."""
         out = {}
         ids = await self.gather(self.session.reach(a, self.api.consumer_id_list, group) for a in masters.values())
         where = {}
@@ -350,7 +414,7 @@ class Cluster:
             if isinstance(info, dict):
                 for mq in info.get("mqTable") or {}:
                     out[mq] = cid
-        return out
+        return out, where, {cid: info for cid, info in zip(where, infos) if isinstance(info, dict)}
 
     async def readable_queues(self, topic: str) -> tuple[list, dict[str, str]]:
         """([(MessageQueue, master address)] of every readable queue of the topic, its masters)."""

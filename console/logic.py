@@ -40,6 +40,40 @@ def sort_groups_by_lag(rows, lag_of) -> list:
     return sorted(rows, key=lambda r: (lag_of(r) is None, -(lag_of(r) or 0), str(r)))
 
 
+# -- orderly state ----------------------------------------------------------------------------
+
+def client_orderly(properties: dict) -> bool | None:
+    """Whether a client consumes orderly, from its running info's PROP_CONSUMEORDERLY
+    ("true"/"false"; the C++ client writes "flase"); None when it does not say."""
+    v = str(properties.get("PROP_CONSUMEORDERLY", "")).strip().lower()
+    if v == "true":
+        return True
+    if v in ("false", "flase"):
+        return False
+    return None
+
+
+def orderly_text(config_orderly: bool, clients) -> str:
+    """A group's orderly state as the pages show it: what its online clients report
+    (`clients`: one True/False/None per client), then the broker's subscription group
+    config when it asks for orderly consumption (RocketMQ 5's consumeMessageOrderly, which
+    POP consumers follow). "-" with neither."""
+    clients = list(clients)
+    known = [c for c in clients if c is not None]
+    parts = []
+    if known:
+        n = sum(known)
+        parts.append("orderly" if n == len(known) else "concurrently" if n == 0
+                     else f"mixed: {n} of {len(known)} clients orderly")
+        if len(known) < len(clients):
+            parts[-1] += f" ({len(clients) - len(known)} not telling)"
+    elif clients:
+        parts.append("unknown (no client tells)")
+    if config_orderly:
+        parts.append("group config: orderly")
+    return " · ".join(parts) or "-"
+
+
 class LagHistory:
     """Per-group (now_ms, total lag) samples over the last `window_ms`, sampled by the console
     process (a broker keeps no lag history). Bounded: `max_points` per group (older points

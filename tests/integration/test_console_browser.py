@@ -2,7 +2,8 @@
 real nameserver and broker processes: every page loads without console errors, a message
 sent by the Apache C++ client is found by id, key and time, the live tail shows a message
 within 1 s of its send, a group's lag chart and reset-with-preview work end to end, a
-read-only console refuses forged writes, login and CSRF are enforced. The tests take the
+read-only console refuses forged writes, login and CSRF are enforced, "resend to a group"
+hands a message to one client of a group, a group shows as orderly. The tests take the
 README's screenshots (into docs/images/console-*.png with POCKETMQ_CONSOLE_SCREENSHOTS=1).
 
 One browser, one cluster and three console processes (plain, --read-only, --users) for the
@@ -37,6 +38,7 @@ TOPIC = "ConsoleTopic"
 LAG_TOPIC = "ConsoleLagTopic"
 LAG_GROUP = "console_lag_group"
 IDLE_GROUP = "console_idle_group"     # a group that never committed an offset
+DIRECT_GROUP = "console_direct_group"  # orderly by its config (consumeMessageOrderly) and its client
 TIMEOUT_MS = 10_000
 
 
@@ -71,7 +73,7 @@ def producer(cluster):
 def setup(cluster, admin, producer):
     """ConsoleTopic (4 queues) with a few messages; ConsoleLagTopic (2 queues) with 10 messages
     each and the group console_lag_group committed at 3 on queue 0 and 5 on queue 1;
-    console_idle_group never committed anything."""
+    console_idle_group never committed anything; console_direct_group's config is orderly."""
     for t, n in ((TOPIC, 4), (LAG_TOPIC, 2)):
         sync.run(admin.api.create_topic(cluster.broker_addr, TopicConfig(t, n, n), "TBW102"))
     sync.run(admin.api.update_subscription_group(cluster.broker_addr, SubscriptionGroupConfig(LAG_GROUP)))
@@ -84,6 +86,9 @@ def setup(cluster, admin, producer):
         mq = MessageQueue(LAG_TOPIC, "broker-a", q)
         sync.run(admin.api.update_consumer_offset(cluster.broker_addr, LAG_GROUP, mq, off))
     sync.run(admin.api.update_subscription_group(cluster.broker_addr, SubscriptionGroupConfig(IDLE_GROUP)))
+    # set before the consoles start: their caches never saw it otherwise
+    sync.run(admin.api.update_subscription_group(cluster.broker_addr,
+                                                 SubscriptionGroupConfig(DIRECT_GROUP, consumeMessageOrderly=True)))
 
 
 def _offset(admin, cluster, q: int) -> int:
@@ -423,6 +428,62 @@ def test_dead_letters_trace_export_and_resend(page, consoles, admin, cluster, pr
         time.sleep(0.1)
     assert len(resent) == 1 and resent[0].body == b"poison order"
     assert resent[0].properties.get("CONSOLE_RESENT_FROM") == r.msg_id
+    assert page.errors.take() == []
+
+
+def test_resend_to_one_group_client_and_the_orderly_state(page, consoles, admin, cluster, producer):
+    """"Resend to a group": the chosen client of the group runs its listener on the message
+    (CONSUME_MESSAGE_DIRECTLY) and the page shows its result; the group's offset does not move.
+    The group (an orderly consumer, its config consumeMessageOrderly) shows as orderly on the
+    group page and the groups list. A read-only console has no such form and refuses it forged."""
+    topic, group = "ConsoleDirectTopic", DIRECT_GROUP
+    sync.run(admin.api.create_topic(cluster.broker_addr, TopicConfig(topic, 1, 1), "TBW102"))
+    _wait_for_route(admin, topic)
+    r = producer.send(Message(topic, "for one client", tags="TagD"))
+    # the group's offset is past the message, so only a direct consumption can bring it to the listener
+    mq = MessageQueue(topic, "broker-a", 0)
+    sync.run(admin.api.update_consumer_offset(cluster.broker_addr, group, mq, 1))
+    got = []
+    consumer = sync.PushConsumer(group, cluster.namesrv_addr, listener=lambda m: got.append(m.body), orderly=True)
+    consumer.subscribe(topic)
+    with consumer:
+        base = consoles["plain"]
+        view = f"/messages/view?addr={cluster.broker_addr}&offset={int(r.offset_msg_id[-16:], 16)}"
+        page.goto(base + view)
+        option = page.locator("#direct-form select[name=target] option")
+        expect(option).to_have_count(1)
+        expect(option).to_have_text(f"{group}: {consumer.client_id} (PYTHON V4_9_4)")
+        page.click("#direct-form button")
+        expect(page.locator("#consume-result")).to_have_text("CR_SUCCESS")
+        assert got == [b"for one client"]
+        assert sync.run(admin.api.query_consumer_offset(cluster.broker_addr, group, mq)) == 1
+
+        # the orderly state: the client's running info and the group's config
+        page.goto(f"{base}/groups/{group}")
+        expect(page.locator("#orderly")).to_have_text("orderly · group config: orderly")
+        expect(page.locator("#clients tr", has_text=consumer.client_id).locator("td.orderly")).to_have_text("yes")
+        # (the list shows the sampler's last round, every 0.5 s here: the page is read again until
+        # a round after the client started is shown)
+        cell = page.locator("#groups tr", has_text=group).locator("td.orderly")
+        deadline = time.monotonic() + 5
+        while True:
+            page.goto(f"{base}/groups?q={group}")
+            if cell.inner_text() == "orderly · group config: orderly" or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        expect(cell).to_have_text("orderly · group config: orderly")
+
+        # read-only: no form, and a forged request is refused before anything is sent
+        ro = consoles["ro"]
+        page.goto(ro + view)
+        expect(page.locator("#msg-id")).to_have_text(r.msg_id)
+        assert page.locator("#direct-form").count() == 0
+        csrf = page.locator("body").get_attribute("data-csrf")
+        resp = page.request.post(f"{ro}/messages/consume-directly", max_redirects=0, form={
+            "csrf": csrf, "addr": cluster.broker_addr, "offset": view.rsplit("=", 1)[1],
+            "target": f"{group} {consumer.client_id}"})
+        assert resp.status == 403 and "read-only" in resp.text()
+        assert got == [b"for one client"]
     assert page.errors.take() == []
 
 

@@ -238,3 +238,24 @@ def test_acl_form_checked_by_the_acl_rules():
             logic.acl_config_from_form(form)
     assert logic.public_account({"accessKey": "a", "secretKey": "s", "admin": True}) == {"accessKey": "a",
                                                                                        "admin": True}
+
+
+# -- orderly state ------------------------------------------------------------------------------
+
+def test_client_orderly_reads_java_and_cpp_running_info():
+    assert logic.client_orderly({"PROP_CONSUMEORDERLY": "true"}) is True
+    assert logic.client_orderly({"PROP_CONSUMEORDERLY": "false"}) is False
+    assert logic.client_orderly({"PROP_CONSUMEORDERLY": "flase"}) is False      # the C++ client's spelling
+    assert logic.client_orderly({}) is None
+    assert logic.client_orderly({"PROP_CONSUMEORDERLY": "maybe"}) is None
+
+
+def test_orderly_text_says_what_clients_and_the_group_config_say():
+    assert logic.orderly_text(False, []) == "-"
+    assert logic.orderly_text(True, []) == "group config: orderly"
+    assert logic.orderly_text(False, [True, True]) == "orderly"
+    assert logic.orderly_text(False, [False]) == "concurrently"
+    assert logic.orderly_text(True, [False]) == "concurrently · group config: orderly"
+    assert logic.orderly_text(False, [True, False, False]) == "mixed: 1 of 3 clients orderly"
+    assert logic.orderly_text(False, [True, None]) == "orderly (1 not telling)"
+    assert logic.orderly_text(False, [None]) == "unknown (no client tells)"
