@@ -140,3 +140,69 @@ async def test_the_client_runs_the_listener_once_and_answers():
         assert len(seen) == 3
     finally:
         await inst.close()
+
+
+# -- the broker's forwarding (broker/processors/admin.py), with a fake context and channel ------
+
+class _Channel:
+    """A client connection: records the forwarded request, answers or fails as told."""
+
+    def __init__(self, outcome):
+        self.outcome, self.got = outcome, []
+
+    async def request(self, cmd, timeout_s):
+        self.got.append((cmd, timeout_s))
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
+        return cmd.response(ResponseCode.SUCCESS, body=self.outcome)
+
+
+def _broker_ctx(channel, records: dict):
+    info = SimpleNamespace(client_id="127.0.0.1@c1")
+    groups = {"G": SimpleNamespace(channels={channel: info})}
+    return SimpleNamespace(consumers=groups, config=SimpleNamespace(brokerName="broker-a"),
+                           store=SimpleNamespace(look_message_by_offset=records.get))
+
+
+def _admin_request(msg_id="7F00000100002A9F0000000000001000", client_id="127.0.0.1@c1"):
+    return RemotingCommand(RequestCode.CONSUME_MESSAGE_DIRECTLY, opaque=9,
+                           ext_fields={"consumerGroup": "G", "clientId": client_id, "msgId": msg_id})
+
+
+async def _process(ctx, cmd):
+    from pocketmq.broker.processors.admin import process_consume_message_directly
+    r = process_consume_message_directly(ctx, None, cmd)
+    return await r if asyncio.iscoroutine(r) else r
+
+
+async def test_broker_forwards_the_record_with_its_name_and_relays_the_answer():
+    from pocketmq.broker.processors.admin import CALL_CLIENT_TIMEOUT_S
+    answer = ConsumeMessageDirectlyResult(consume_result="CR_SUCCESS").encode()
+    ch = _Channel(answer)
+    rec = _record()
+    resp = await _process(_broker_ctx(ch, {0x1000: rec}), _admin_request())
+    assert resp.code == ResponseCode.SUCCESS and resp.opaque == 9 and resp.body_bytes() == answer
+    fwd, timeout_s = ch.got[0]
+    assert fwd.code == RequestCode.CONSUME_MESSAGE_DIRECTLY and fwd.body_bytes() == rec
+    assert fwd.ext_fields == {"consumerGroup": "G", "clientId": "127.0.0.1@c1", "brokerName": "broker-a",
+                              "msgId": "7F00000100002A9F0000000000001000"}
+    assert timeout_s == CALL_CLIENT_TIMEOUT_S == 10.0
+
+
+async def test_broker_errors_name_the_problem():
+    from pocketmq.remoting.connection import RemotingError, RequestTimeout
+    rec = {0x1000: _record()}
+    # a client that does not answer within the bound, one whose connection dies meanwhile
+    resp = await _process(_broker_ctx(_Channel(RequestTimeout("no answer in 10s")), rec), _admin_request())
+    assert resp.code == ResponseCode.CONSUME_MSG_TIMEOUT and "127.0.0.1@c1" in resp.remark
+    resp = await _process(_broker_ctx(_Channel(RemotingError("connection closed")), rec), _admin_request())
+    assert resp.code == ResponseCode.SYSTEM_ERROR and "connection closed" in resp.remark
+    # a client that is gone: nothing is read or sent
+    ch = _Channel(b"{}")
+    resp = await _process(_broker_ctx(ch, rec), _admin_request(client_id="127.0.0.1@gone"))
+    assert resp.code == ResponseCode.SYSTEM_ERROR and "<127.0.0.1@gone> <G> not online" in resp.remark
+    for msg_id, what in (("7F00000100002A9F0000000000002000", "can not find message by the offset, 8192"),
+                         ("nothex", "bad message id"), ("", "<msgId> is null")):
+        resp = await _process(_broker_ctx(ch, rec), _admin_request(msg_id=msg_id))
+        assert resp.code == ResponseCode.SYSTEM_ERROR and what in resp.remark, resp.remark
+    assert ch.got == []
