@@ -264,6 +264,8 @@ def row(name, n, m: Meter, cpu_us: float) -> dict:
            "cpu_us_per_row": round(cpu_us, 2)}
     for k, v in m.other.items():
         out[f"{k}_cpu_us_per_row"] = round(v / max(n, 1) * 1e6, 2)
+    if "spark" in m.other and "jvm" in m.other:     # the Spark tree's CPU: the JVM, its Python workers
+        out["workers_cpu_us_per_row"] = round((m.other["spark"] - m.other["jvm"]) / max(n, 1) * 1e6, 2)
     print(" ".join(f"{k}={v}" for k, v in out.items()), flush=True)
     return out
 
@@ -293,13 +295,14 @@ def run(namesrv: str, broker_pids: list[int], args) -> dict:
     if not args.no_spark:
         spark = spark_session(args.master)
         jvm = spark.sparkContext._gateway.proc.pid
-        meters = dict(broker_cpu, spark=lambda: tree_cpu_seconds(jvm))
+        meters = dict(broker_cpu, spark=lambda: tree_cpu_seconds(jvm), jvm=lambda: process_cpu_seconds(jvm))
         small = {topic: {f"{r.broker_name}:{r.queue_id}": r.start + 10 for r in ranges}}
         out_dir = tempfile.mkdtemp(prefix="bench-spark-parquet-")
         try:
             # the first Python-source query of a session starts the workers: not timed
             reader(spark, namesrv, topic, small, args.schema).count()
             reader(spark, namesrv, topic, small, args.schema).write.mode("overwrite").parquet(os.path.join(out_dir, "warm"))
+            ceiling = ceiling_phases(spark, args, meters, out_dir, phases) if args.with_ceilings else None
             for k in range(args.repeat):
                 # the JVM's JIT warms over the first full-size runs: later rounds are faster
                 suffix = "" if k == 0 else f" #{k + 1}"
@@ -312,6 +315,8 @@ def run(namesrv: str, broker_pids: list[int], args) -> dict:
                 n = spark.read.parquet(os.path.join(out_dir, "out")).count()
                 assert n == args.messages, f"parquet holds {n} rows"
                 phases.append(row("spark parquet" + suffix, n, m, m.other["spark"] / n * 1e6))
+                if ceiling is not None:
+                    ceiling(suffix)
             if args.stream_cap:
                 got = phase_stream(spark, namesrv, topic, args.stream_cap, out_dir, meters)
                 if got is not None:
@@ -341,6 +346,8 @@ def run(namesrv: str, broker_pids: list[int], args) -> dict:
         split[f"spark, {name[6:]} (JVM + workers beyond our read)"] = \
             by[name]["cpu_us_per_row"] - by["pull+arrow"]["cpu_us_per_row"]
     print("CPU µs per row: " + ", ".join(f"{k} {v:.2f}" for k, v in split.items() if v is not None), flush=True)
+    if args.with_ceilings and not args.no_spark:
+        out["ratios_to_ceiling"] = ceiling_ratios(phases, args.repeat)
     out.update(phases=phases, split_cpu_us_per_row={k: None if v is None else round(v, 2) for k, v in split.items()})
     return out
 
@@ -436,6 +443,51 @@ def ceiling_source():
     return CeilingSource
 
 
+def ceiling_phases(spark, args, meters, out_dir, phases):
+    """--with-ceilings: registers the prebuilt-batch Python source (run_ceilings'), starts its
+    workers, and returns a function timing its 13-column count() and Parquet write of
+    --messages rows (phases "ceiling count()" / "ceiling parquet" + suffix): called after
+    each round of the source's own phases, so the ratios compare rows/s in one session,
+    under the same load and JIT."""
+    if __name__ != "__main__":          # workers must unpickle the source by value
+        from pyspark import cloudpickle
+
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    spark.dataSource.register(ceiling_source())
+    n = args.messages
+
+    def source():
+        r = spark.read.format("pocketmq_ceiling").option("rows", str(n))
+        return r.option("batchRows", str(args.batch_rows)).load()
+
+    source().limit(10).count()      # starts its workers: not timed
+
+    def timed(suffix: str) -> None:
+        with Meter(meters) as m:
+            got = source().count()
+        assert got == n, f"ceiling count() gave {got}"
+        phases.append(row("ceiling count()" + suffix, n, m, m.other["spark"] / n * 1e6))
+        with Meter(meters) as m:
+            source().write.mode("overwrite").parquet(os.path.join(out_dir, "ceiling"))
+        phases.append(row("ceiling parquet" + suffix, n, m, m.other["spark"] / n * 1e6))
+    return timed
+
+
+def ceiling_ratios(phases: list[dict], repeat: int) -> dict:
+    """Our rows/s over the prebuilt source's, per action and round (issue 35 item 4: count()
+    >= 0.5, Parquet >= 0.8), printed and returned."""
+    by = {p["phase"]: p for p in phases}
+    out = {}
+    for k in range(repeat):
+        suffix = "" if k == 0 else f" #{k + 1}"
+        for action in ("count()", "parquet"):
+            ours, ceiling = by[f"spark {action}{suffix}"], by[f"ceiling {action}{suffix}"]
+            out[f"{action}{suffix}"] = round(ours["rows_per_s"] / ceiling["rows_per_s"], 3)
+    print("rows/s against the prebuilt-batch source, same session: "
+          + ", ".join(f"{k} {v:.2f}x" for k, v in out.items()), flush=True)
+    return out
+
+
 def run_ceilings(args) -> dict:
     """--ceilings: on args.master, with no broker: (a) the JVM alone (spark.range count; a
     Parquet file of the 13-column data: count() from its metadata, a full scan into the noop
@@ -529,6 +581,9 @@ def main(argv=None):
                     help="no broker: Spark's own cost (JVM-only baseline, a Python source of prebuilt batches)")
     ap.add_argument("--batch-rows", type=int, default=CEILING_BATCH_ROWS,
                     help="--ceilings: rows per prebuilt batch (the reader's batches are ~8,192 rows)")
+    ap.add_argument("--with-ceilings", action="store_true",
+                    help="after the source's Spark phases, the prebuilt-batch source's count() and Parquet "
+                         "(13 columns, --messages rows) in the same session, and the ratios")
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args(argv)
     # a kill (timeout, ^C from a wrapper) still stops the daemons and removes the temp dirs

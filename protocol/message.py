@@ -82,7 +82,7 @@ __all__ = [
     "parse_batch_body", "parse_uniform_batch_body", "decode_records_skipping", "FrozenProperties", "frozen_properties",
     "keys_tuple", "SYSTEM_PROPERTY_KEYS", "offset_msg_id_prefix", "offset_msg_ids",
     # column-wise readers (the Spark source): where each head field sits, record boundaries
-    "head_positions", "record_starts",
+    "head_positions", "record_starts", "record_starts_np",
 ]
 
 # --------------------------------------------------------------------------- constants
@@ -563,6 +563,45 @@ def record_starts(buf) -> tuple[list[int], list[int]] | None:
         starts.append(pos)
         pos += total
     return starts, slow
+
+
+_MAGIC_BYTES = struct.pack(">i", MESSAGE_MAGIC_CODE)
+
+
+def record_starts_np(buf):
+    """record_starts' answer as numpy arrays (int64 starts, int64 indexes of the records to
+    leave to decode_records_raw), or None as it, without a Python step per record: numpy
+    finds every place MAGICCODE's 4 bytes sit; their positions less 4 are taken as the
+    records' starts when each one's TOTALSIZE lands exactly on the next and the last on the
+    buffer's end (the walk from 0 then visits exactly these, each with the magic code, so
+    record_starts would give the same). Otherwise (a body or property holding those bytes,
+    a record of another magic code, framing off) record_starts walks the buffer. numpy is
+    the Spark extra's, imported here so this module keeps to the stdlib without it."""
+    import numpy as np
+
+    arr = np.frombuffer(buf, np.uint8)
+    n = len(arr)
+    if n < RECORD_HEAD_MIN:
+        return _walked_np(np, buf)
+    m = _MAGIC_BYTES
+    at = np.flatnonzero(arr[4:n - 3] == m[0])       # candidates for MAGICCODE at at + 4
+    for k in (1, 2, 3):
+        at = at[arr[at + 4 + k] == m[k]]
+    starts = at.astype(np.int64)
+    if len(starts) and starts[0] == 0:
+        b = arr[starts[:, None] + np.arange(4)].astype(np.int64)
+        total = b[:, 0] << 24 | b[:, 1] << 16 | b[:, 2] << 8 | b[:, 3]
+        total -= (total >> 31) << 32        # signed, as Java's int
+        ends = starts + total
+        if ends[-1] == n and (ends[:-1] == starts[1:]).all() and (total >= RECORD_HEAD_MIN).all():
+            slow = (total < record_overhead(0)) | (arr[starts + _POS_SYSFLAG_LOW] & _COLUMN_SLOW_FLAGS != 0)
+            return starts, np.flatnonzero(slow).astype(np.int64)
+    return _walked_np(np, buf)
+
+
+def _walked_np(np, buf):
+    walked = record_starts(buf)
+    return None if walked is None else (np.array(walked[0], np.int64), np.array(walked[1], np.int64))
 
 
 def head_struct(sys_flag: int) -> struct.Struct:

@@ -6,11 +6,13 @@ request asks for at most `end - offset` messages and every record at or past `en
 dropped.
 
 Column-wise (the pulls ask for the undecoded body, client.api.PULL_BODY): no Python object
-per record. protocol.message.record_starts walks a body once (record boundaries, and which
-records the column-wise path leaves out: compressed bodies, IPv6 hosts, odd ones); _frame
-checks the framing and gathers every fixed field with numpy (one gather of the heads,
-positions from protocol.message.head_positions) and cuts body, topic and properties out of
-one zero-copy pyarrow binary array over the body; segments_to_batch makes the RecordBatch.
+per record. protocol.message.record_starts_np finds the record boundaries with numpy (and
+which records the column-wise path leaves out: compressed bodies, IPv6 hosts, odd ones;
+record_starts' Python walk where its magic-code search is not conclusive); _frame checks
+the framing and gathers every fixed field with numpy (one row copy per record's head out
+of a sliding window, read as a structured dtype at protocol.message.head_positions) and
+cuts body, topic and properties out of one zero-copy pyarrow binary array over the body;
+segments_to_batch makes the RecordBatch.
 The records left out are decoded by the client's decode_pull_body (decode_records_raw
 tuples, its salvage of undecodable records) and go through records_to_batch; the batches
 of both kinds are yielded in queue order (parts_to_batches). A body whose framing or UTF-8
@@ -19,8 +21,10 @@ pins the column-wise result to records_to_batch's on the same bodies.
 
 Speed (bench/bench_spark.py, docs/benchmarks.md "Spark source"): the records of several
 pulls (one coroutine on the client's loop) make one batch of about BATCH_ROWS rows; the
-properties texts of the whole batch are parsed by pyarrow.compute (properties_columns),
-pinned to the per-row decode_properties path by tests/spark/test_pure.py. read_range makes
+properties texts of the whole batch are parsed once (Properties: split on \x02 by
+pyarrow.compute, names and values cut at each chunk's first \x01, every name matched once
+against the system keys), pinned to the per-row decode_properties path by
+tests/spark/test_pure.py. read_range makes
 the batches two ahead in a thread (read_ahead) while the Spark worker writes the previous
 ones to the JVM.
 """
@@ -47,7 +51,7 @@ from pocketmq.protocol.message import (
     head_positions,
     offset_msg_id,
     property_value,
-    record_starts,
+    record_starts_np,
 )
 from pocketmq.spark.options import tag_set
 from pocketmq.spark.plan import PULL_TIMEOUT_S, READ_GROUP, DataLossError, QueueRange, data_loss_message
@@ -63,7 +67,8 @@ PULL_BATCH = 1024
 BATCH_ROWS = 8192
 
 
-_SYSTEM_KEYS = None      # pa.array of SYSTEM_PROPERTY_KEYS, made on first use (pyarrow loads lazily in workers)
+_SYSTEM_KEYS = None      # pa.array of SYSTEM_PROPERTY_KEYS, sorted, made on first use (pyarrow loads lazily in workers)
+_SYSTEM_INDEX = {name: i for i, name in enumerate(sorted(SYSTEM_PROPERTY_KEYS))}
 
 
 def _system_keys() -> pa.Array:
@@ -73,45 +78,68 @@ def _system_keys() -> pa.Array:
     return _SYSTEM_KEYS
 
 
-def _entry_offsets(row_offsets: pa.Array, keep: pa.Array) -> pa.Array:
-    """Offsets of a list array after filtering its entries by `keep` (boolean, one per
-    entry): the number of kept entries before each row boundary."""
-    kept = pc.cumulative_sum(keep.cast(pa.int32()))
-    return pc.take(pa.concat_arrays([pa.array([0], pa.int32()), kept]), row_offsets)
+class Properties:
+    """The properties texts of a batch (one per row) parsed once, decode_properties' rules
+    applied by pyarrow.compute over all rows at once: chunks split on \x02, a chunk kept
+    only when its first \x01 is neither its first nor its last char (name before it, value
+    after it). Every kept entry's name is matched once against SYSTEM_PROPERTY_KEYS
+    (index_in); `lookup` (a name's last value per row: decode_properties' dict, later
+    duplicates win) and `user_map` (the entries whose name is not a system key) are numpy
+    selections over those codes. tests/spark/test_pure.py pins both to decode_properties."""
+
+    def __init__(self, texts: pa.Array):
+        chunk_lists = pc.split_pattern(texts, "\x02")
+        chunks = chunk_lists.flatten()
+        bounds = np.frombuffer(chunks.buffers()[1], np.int32, len(chunks) + 1, chunks.offset * 4).astype(np.int64)
+        start, end = bounds[:-1], bounds[1:]
+        at = start + pc.find_substring(chunks, "\x01").to_numpy()      # start - 1 where there is none
+        valid = (at > start) & (at < end - 1)
+        # names and values cut out of the chunks' buffer: one binary array whose values are,
+        # per kept chunk, name / \x01 / value / the gap to the next kept chunk
+        at, cut = at[valid], np.empty(4 * int(valid.sum()), np.int32)
+        cut[0::4], cut[1::4], cut[2::4], cut[3::4] = start[valid], at, at + 1, end[valid]
+        pieces = pa.StringArray.from_buffers(max(len(cut) - 1, 0), pa.py_buffer(cut), chunks.buffers()[2])
+        self.n = len(texts)
+        self.texts = texts
+        self.names = pieces.take(pa.array(np.arange(0, len(cut), 4)))
+        self.values = pieces.take(pa.array(np.arange(2, len(cut), 4)))
+        kept = np.zeros(len(valid) + 1, np.int64)
+        np.cumsum(valid, out=kept[1:])
+        self.offsets = kept[chunk_lists.offsets.to_numpy()]        # each row's entries: offsets[r]..offsets[r+1]
+        self.row = np.repeat(np.arange(self.n), np.diff(self.offsets))
+        self.codes = pc.index_in(self.names, value_set=_system_keys()).fill_null(-1).to_numpy()
+
+    def lookup(self, name: str) -> pa.Array:
+        """The value of `name` per row (its last entry in the row), null where absent."""
+        code = _SYSTEM_INDEX.get(name)
+        if code is not None:
+            hits = np.flatnonzero(self.codes == code)
+        else:
+            hits = np.flatnonzero(pc.equal(self.names, name).to_numpy(zero_copy_only=False))
+        rows = self.row[hits]
+        last = np.ones(len(hits), bool)
+        last[:-1] = rows[1:] != rows[:-1]       # entries come in row order: the last of each row wins
+        which = np.full(self.n, -1, np.int64)
+        which[rows[last]] = hits[last]
+        return self.values.take(pa.array(which, mask=which < 0))
+
+    def user_map(self) -> pa.MapArray:
+        """decode_properties' dict minus SYSTEM_PROPERTY_KEYS per row, in its order (rows
+        whose user properties repeat a name are rebuilt from decode_properties)."""
+        user = np.flatnonzero(self.codes < 0)
+        offsets = np.zeros(self.n + 1, np.int32)
+        np.cumsum(np.bincount(self.row[user], minlength=self.n), out=offsets[1:])
+        offsets = pa.array(offsets)
+        picked = pa.array(user)
+        names = self.names.take(picked)
+        if len(names) > 1 and _has_duplicate_names(offsets, names):
+            return _user_map_plain(self.texts.to_pylist())
+        return pa.MapArray.from_arrays(offsets, names, self.values.take(picked))
 
 
-def properties_columns(texts: pa.Array) -> tuple[pa.MapArray, pa.MapArray]:
-    """Properties texts (one per row) -> (every property, user properties only) as map
-    arrays, with decode_properties' rules applied by pyarrow.compute over all rows at once:
-    chunks split on \x02, a chunk kept only when its first \x01 is neither its first nor
-    its last char (name before it, value after it). The first map may hold a name twice
-    (look it up with occurrence "last": later duplicates win); the user map is exactly
-    decode_properties' dict minus SYSTEM_PROPERTY_KEYS, in its order (rows whose user
-    properties repeat a name are rebuilt from decode_properties)."""
-    chunk_lists = pc.split_pattern(texts, "\x02")
-    chunks = chunk_lists.flatten()
-    pairs = pc.split_pattern(chunks, "\x01", max_splits=1)     # [name, value] or [chunk]
-    pair_offsets = pairs.offsets
-    flat = pairs.flatten()
-    first = pair_offsets.slice(0, len(pairs))
-    two = pc.equal(pc.list_value_length(pairs), 2)
-    names = pc.take(flat, first)
-    values = pc.take(flat, pc.if_else(two, pc.add(first, 1), first))
-    valid = pc.and_(pc.and_(two, pc.greater(pc.binary_length(names), 0)),
-                    pc.greater(pc.binary_length(values), 0))
-    row_offsets = chunk_lists.offsets
-    names = pc.filter(names, valid)
-    values = pc.filter(values, valid)
-    all_offsets = _entry_offsets(row_offsets, valid)
-    everything = pa.MapArray.from_arrays(all_offsets, names, values)
-    user = pc.invert(pc.is_in(names, value_set=_system_keys()))
-    user_offsets = _entry_offsets(all_offsets, user)
-    user_names = pc.filter(names, user)
-    user_values = pc.filter(values, user)
-    user_map = pa.MapArray.from_arrays(user_offsets, user_names, user_values)
-    if len(user_names) > 1 and _has_duplicate_names(user_offsets, user_names):
-        user_map = _user_map_plain(texts.to_pylist())
-    return everything, user_map
+def properties_columns(texts: pa.Array) -> Properties:
+    """Properties texts (one per row) -> their Properties (lookups, the user map)."""
+    return Properties(texts)
 
 
 def _has_duplicate_names(offsets: pa.Array, names: pa.Array) -> bool:
@@ -154,8 +182,8 @@ def records_to_batch(records, broker_name: str, columns: tuple[str, ...] | None 
     n = len(cols[0])
     if not n:
         return _empty(columns)
-    everything, user_map = properties_columns(pa.array(cols[4], pa.string()))
-    msg_ids = pc.map_lookup(everything, UNIQ_KEY, "last")
+    props = properties_columns(pa.array(cols[4], pa.string()))
+    msg_ids = props.lookup(UNIQ_KEY)
     if msg_ids.null_count:
         missing = pc.is_null(msg_ids)
         store_hosts, clo = cols[11], cols[7]
@@ -171,10 +199,10 @@ def records_to_batch(records, broker_name: str, columns: tuple[str, ...] | None 
         pa.array(cols[2], pa.int32()),
         pa.array(cols[3], pa.int64()),
         msg_ids,
-        pc.map_lookup(everything, TAGS, "last"),
-        pc.map_lookup(everything, KEYS, "last"),
+        props.lookup(TAGS),
+        props.lookup(KEYS),
         pa.array(cols[1], pa.binary()),
-        user_map,
+        props.user_map(),
         pa.array(cols[8], pa.int64()).cast(ms).cast(ts),
         pa.array(cols[10], pa.int64()).cast(ms).cast(ts),
         pa.array(list(map(hosts.__getitem__, cols[9])), pa.string()),
@@ -382,14 +410,28 @@ def _tags_of(props_text: str) -> str | None:
 
 _P = head_positions(0)      # the layout of the records record_starts leaves to this path
 assert _P["born_port"] == _P["born_host"] + 4 and _P["store_port"] == _P["store_host"] + 4
-_HEAD = np.arange(_P["body"], dtype=np.int64)       # a record's fixed head, TOTALSIZE .. BODYLENGTH
+# A record's fixed head (TOTALSIZE .. BODYLENGTH) as one numpy record: the fields the reader
+# uses, big-endian at head_positions(0); hosts as one 8-byte key (address + port, unsigned).
+_HEAD_FIELDS = (("total_size", ">i4"), ("queue_id", ">i4"), ("queue_offset", ">i8"),
+                ("physical_offset", ">i8"), ("born_timestamp", ">i8"), ("born_host", ">u8"),
+                ("store_timestamp", ">i8"), ("store_host", ">u8"), ("reconsume_times", ">i4"),
+                ("body_length", ">i4"))
+_HEAD = np.dtype({"names": [f for f, _ in _HEAD_FIELDS], "formats": [t for _, t in _HEAD_FIELDS],
+                  "offsets": [_P[f] for f, _ in _HEAD_FIELDS], "itemsize": _P["body"]})
 
 
-def _field(heads: np.ndarray, name: str, size: int, kind: str = "i") -> np.ndarray:
-    """One head field of every record (heads: one row of head bytes per record), its
-    big-endian bytes as a native array of kind "i" (signed, Java's) or "u"."""
-    pos = _P[name]
-    return np.ascontiguousarray(heads[:, pos:pos + size]).view(f">{kind}{size}").ravel().astype(f"{kind}{size}")
+def _heads(arr: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The fixed heads of the records at `starts` (each with at least a head's bytes after
+    it: record_starts' fast records), as _HEAD records: one row copy per record out of a
+    sliding-window view of the body (no index per byte)."""
+    window = np.lib.stride_tricks.sliding_window_view(arr, _HEAD.itemsize)
+    return np.ascontiguousarray(window[starts]).view(_HEAD).ravel()
+
+
+def _field(heads: np.ndarray, name: str) -> np.ndarray:
+    """One head field of every record as a native array (the big-endian bytes swapped)."""
+    col = heads[name]
+    return col.astype(col.dtype.newbyteorder("="))
 
 
 class ColumnSegment:
@@ -416,13 +458,13 @@ def _body_segments(body: bytes, mq: MessageQueue, addr: str) -> list:
     for the others (compressed, IPv6 hosts, odd ones: decode_pull_body decompresses, or
     skips them with the client's log). A body whose framing or UTF-8 is off anywhere is
     decoded whole by decode_pull_body, as pull_message would have (its error or salvage)."""
-    walked = record_starts(body)
+    walked = record_starts_np(body)
     if walked is not None:
         starts, slow = walked
-        bounds = starts + [len(body)]
+        bounds = starts.tolist() + [len(body)]
         segments: list = []
         prev = 0
-        for i in slow + [len(starts)]:
+        for i in slow.tolist() + [len(starts)]:
             if i > prev:
                 cols = _frame(body, starts[prev:i])
                 if cols is None:
@@ -448,10 +490,10 @@ def _frame(body: bytes, starts: list[int]) -> ColumnSegment | None:
     boundaries), by pc.take of every field's index."""
     n = len(starts)
     arr = np.frombuffer(body, np.uint8)
-    st = np.array(starts, np.int64)
-    heads = arr[st[:, None] + _HEAD]            # one gather: every fixed field is a column of it
-    end = st + _field(heads, "total_size", 4)
-    body_len = _field(heads, "body_length", 4)
+    st = np.asarray(starts, np.int64)
+    heads = _heads(arr, st)                     # one gather: every fixed field is a column of it
+    end = st + _field(heads, "total_size")
+    body_len = _field(heads, "body_length")
     body_start = st + _P["body"]
     body_end = body_start + body_len
     if not ((body_len >= 0) & (body_end + 3 <= end)).all():
@@ -480,14 +522,14 @@ def _frame(body: bytes, starts: list[int]) -> ColumnSegment | None:
     except pa.ArrowInvalid:             # not UTF-8
         return None
     c.body = pieces.take(pa.array(every))
-    c.queue_id = _field(heads, "queue_id", 4)
-    c.queue_offset = _field(heads, "queue_offset", 8)
-    c.commit_log_offset = _field(heads, "physical_offset", 8)
-    c.born_timestamp = _field(heads, "born_timestamp", 8)
-    c.born_host = _field(heads, "born_host", 8, "u")      # address and port: one key
-    c.store_timestamp = _field(heads, "store_timestamp", 8)
-    c.store_host = _field(heads, "store_host", 8, "u")
-    c.reconsume_times = _field(heads, "reconsume_times", 4)
+    c.queue_id = _field(heads, "queue_id")
+    c.queue_offset = _field(heads, "queue_offset")
+    c.commit_log_offset = _field(heads, "physical_offset")
+    c.born_timestamp = _field(heads, "born_timestamp")
+    c.born_host = _field(heads, "born_host")      # address and port: one key
+    c.store_timestamp = _field(heads, "store_timestamp")
+    c.store_host = _field(heads, "store_host")
+    c.reconsume_times = _field(heads, "reconsume_times")
     return c
 
 
@@ -512,15 +554,15 @@ def segments_to_batch(segments: list[ColumnSegment], broker_name: str,
     n = sum(len(s) for s in segments)
     if not n:
         return _empty(columns)
-    parsed = []         # properties_columns' result, computed once when a column needs it
+    parsed = []         # the batch's Properties, parsed once when a column needs them
 
-    def props(user: bool) -> pa.MapArray:
+    def props() -> Properties:
         if not parsed:
-            parsed.extend(properties_columns(col("props")))
-        return parsed[user]
+            parsed.append(properties_columns(col("props")))
+        return parsed[0]
 
     def msg_ids():
-        ids = pc.map_lookup(props(False), UNIQ_KEY, "last")
+        ids = props().lookup(UNIQ_KEY)
         if ids.null_count:
             missing = pc.is_null(ids)
             store_hosts, clo = col("store_host"), col("commit_log_offset")
@@ -545,10 +587,10 @@ def segments_to_batch(segments: list[ColumnSegment], broker_name: str,
         "queue_id": lambda: pa.array(col("queue_id"), pa.int32()),
         "queue_offset": lambda: pa.array(col("queue_offset"), pa.int64()),
         "msg_id": msg_ids,
-        "tags": lambda: pc.map_lookup(props(False), TAGS, "last"),
-        "keys": lambda: pc.map_lookup(props(False), KEYS, "last"),
+        "tags": lambda: props().lookup(TAGS),
+        "keys": lambda: props().lookup(KEYS),
         "body": lambda: col("body"),
-        "properties": lambda: props(True),
+        "properties": lambda: props().user_map(),
         "born_timestamp": lambda: timestamps("born_timestamp"),
         "store_timestamp": lambda: timestamps("store_timestamp"),
         "born_host": born_hosts,

@@ -136,6 +136,64 @@ def test_record_starts_and_head_positions():
     assert msgcodec.record_starts(body + b"\x00" * 10) is None            # a tail too short for a head
 
 
+def _poison(body: bytes, index: int, field: str) -> bytes:
+    """body with one record spoiled: its magic code, or a property byte made invalid UTF-8."""
+    starts, _ = msgcodec.record_starts(body)
+    pos = starts[index]
+    b = bytearray(body)
+    if field == "magic":
+        b[pos + 4:pos + 8] = b"\x00\x00\x00\x01"
+    else:
+        end = starts[index + 1] if index + 1 < len(starts) else len(body)
+        b[end - 1] = 0xFF
+    return bytes(b)
+
+
+def _magic_in_body(n: int) -> bytes:
+    """n records whose message bodies hold MAGICCODE's bytes (a false start for a search)."""
+    magic = msgcodec.MESSAGE_MAGIC_CODE.to_bytes(4, "big", signed=True)
+    return b"".join(_record(k, offset=k, body=b"\x00\x00\x01\x00" + magic + b"x" * k) for k in range(n))
+
+
+@pytest.mark.parametrize("name, body", [
+    ("plain", _body(0, 40)),
+    ("slow ones", _body(10, 6, {2: {"compressed": True}, 4: {"born": V6}, 5: {"store": V6}})),
+    ("a batch", _batch_body(3, 9)),
+    ("magic inside bodies", _magic_in_body(5)),
+    ("another magic code", _poison(_body(0, 6), 3, "magic")),
+    ("first magic spoiled", _poison(_body(0, 6), 0, "magic")),
+    ("last size overruns", _body(0, 5)[:-1]),
+    ("a tail too short for a head", _body(0, 5) + b"\x00" * 10),
+    ("junk after the records", _body(0, 5) + b"\x00" * 100),
+    ("one record", _body(0, 1)),
+    ("empty", b""),
+    ("shorter than a head", b"\x00\x00\x00\x10abc"),
+])
+def test_record_starts_np_is_record_starts(name, body):
+    """The numpy walk (magic-code search, chain check) answers what the Python walk does,
+    falling back to it where the search is not conclusive."""
+    want = msgcodec.record_starts(body)
+    got = msgcodec.record_starts_np(body)
+    if want is None:
+        assert got is None
+    else:
+        assert (got[0].tolist(), got[1].tolist()) == want
+        assert got[0].dtype == np.int64 and got[1].dtype == np.int64
+
+
+def test_record_starts_np_needs_no_python_walk_for_plain_bodies(monkeypatch):
+    body = _body(0, 50, {7: {"compressed": True}})
+    want = msgcodec.record_starts(body)
+
+    def refuse(_buf):
+        raise AssertionError("walked record by record")
+    monkeypatch.setattr(msgcodec, "record_starts", refuse)
+    starts, slow = msgcodec.record_starts_np(body)
+    assert (starts.tolist(), slow.tolist()) == want and slow.tolist() == [7]
+    with pytest.raises(AssertionError, match="record by record"):
+        msgcodec.record_starts_np(_magic_in_body(3))        # a false start: the walk decides
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_plain_bodies_take_the_column_path_and_match(seed):
     rnd = random.Random(seed)
@@ -206,19 +264,6 @@ def test_data_loss_decided_the_same(caplog):
     assert "skipping them" in caplog.text
     # with a tag filter the broker skips what does not match: a gap is no loss
     assert _columnar(bodies, r, read.tag_set("TagA"))[0] == _plain(bodies, r, read.tag_set("TagA"))
-
-
-def _poison(body: bytes, index: int, field: str) -> bytes:
-    """body with one record spoiled: its magic code, or a property byte made invalid UTF-8."""
-    starts, _ = msgcodec.record_starts(body)
-    pos = starts[index]
-    b = bytearray(body)
-    if field == "magic":
-        b[pos + 4:pos + 8] = b"\x00\x00\x00\x01"
-    else:
-        end = starts[index + 1] if index + 1 < len(starts) else len(body)
-        b[end - 1] = 0xFF
-    return bytes(b)
 
 
 @pytest.mark.parametrize("field", ["magic", "utf8"])

@@ -364,17 +364,21 @@ def test_properties_map_is_vectorised_without_duplicate_names(monkeypatch):
     def refuse(_texts):
         raise AssertionError("per-row path taken")
     monkeypatch.setattr(read, "_user_map_plain", refuse)
-    everything, user = read.properties_columns(pa.array(texts, pa.string()))
-    assert user.to_pylist() == want.to_pylist()
-    for key in ("TAGS", "KEYS", "UNIQ_KEY", "a"):
-        looked_up = pc.map_lookup(everything, key, "last").to_pylist()
+    props = read.properties_columns(pa.array(texts, pa.string()))
+    assert props.user_map().to_pylist() == want.to_pylist()
+    for key in ("TAGS", "KEYS", "UNIQ_KEY", "WAIT", "a", "é", "absent"):
+        looked_up = props.lookup(key).to_pylist()
         assert looked_up == [msgcodec.decode_properties(t).get(key) for t in texts], key
+        # the same as pyarrow's map_lookup over a map of every entry (the reader before Properties)
+        everything = pa.MapArray.from_arrays(pa.array(props.offsets, pa.int32()), props.names, props.values)
+        assert looked_up == pc.map_lookup(everything, key, "last").to_pylist(), key
 
 
 def test_properties_with_repeated_user_names_keep_dict_order():
     from pocketmq.spark.read import properties_columns
 
-    _, user = properties_columns(pa.array(["a\x011\x02b\x012\x02a\x013", "b\x01x", "c\x011\x02c\x012"], pa.string()))
+    user = properties_columns(pa.array(["a\x011\x02b\x012\x02a\x013", "b\x01x", "c\x011\x02c\x012"],
+                                        pa.string())).user_map()
     assert user.to_pylist() == [[("a", "3"), ("b", "2")], [("b", "x")], [("c", "2")]]
 
 
