@@ -360,6 +360,116 @@ async def bench_batch_send(addr, topic, n, st, batch=100, inflight=1, api="messa
             "client_cpu_us_per_msg": round(1e6 * cpu / sent, 2)}
 
 
+# The py-store floor of the side-by-side harness (../shared/bench/pyserver.py --style store:
+# a uvloop server packing every message as a CommitLog record into an mmap), driven here
+# with the harness's frames: u32 length + b"S" + body per send.
+PYSERVER = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "shared", "bench", "pyserver.py")
+
+
+def start_pyserver_store(root: str, path: str = PYSERVER):
+    """The py-store server in a subprocess: (Popen, port)."""
+    import subprocess
+    d = os.path.join(root, "py-store")
+    os.makedirs(d, exist_ok=True)
+    proc = subprocess.Popen([sys.executable, path, "--style", "store", "--data-dir", d],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    line = proc.stdout.readline()
+    if not line.startswith(b"READY"):
+        proc.kill()
+        raise RuntimeError(f"py-store: bad start line {line!r}")
+    return proc, int(line.split()[1])
+
+
+async def _timed_row(one, per: int, seconds: float, workers: int = 1) -> dict:
+    """`one()` awaited in a loop by `workers` tasks for `seconds`; `per` messages each call:
+    msgs/s and client CPU per message (this process)."""
+    n = 0
+
+    async def worker(end):
+        nonlocal n
+        while time.perf_counter() < end:
+            await one()
+            n += per
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    await asyncio.gather(*(worker(t0 + seconds) for _ in range(workers)))
+    dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    return {"msgs_per_s": n / dt, "client_cpu_us_per_msg": cpu * 1e6 / n, "msgs": n}
+
+
+async def bench_api_pairs(addr, topic, seconds, rounds, batch=64, inflight=64, floor_port=None):
+    """The API users call first against the fast one (issue 35 item 3), rows interleaved
+    round by round in one process against one broker, 128 B bodies:
+
+      batch_messages   send_batch([Message(topic, b) for b in bodies]): the Messages built
+                       per call, as a user's code does
+      batch_prebuilt   send_batch(msgs) of one list of Messages built once (the path alone)
+      batch_bodies     send_batch(bodies, topic=topic)
+      inflight_message `inflight` tasks each awaiting send(Message(topic, body)) in a loop
+      floor_window     (floor_port given) the same window of single sends to the py-store
+                       floor (the harness's `send window 64` cell of py-store)
+
+    Ratios are read within a round (batch_messages / batch_bodies, inflight_message /
+    floor_window): the host's drift moves both rows of a round alike."""
+    body = b"x" * 128
+    bodies = [body] * batch
+    rows: dict = {}
+    raw = None
+    async with Producer("BenchApis", addr, instance_name="bench-apis", **CLIENT_KW) as p:
+        await p.send(Message(topic, body))
+        prebuilt = [Message(topic, b) for b in bodies]
+
+        async def batch_messages():
+            await p.send_batch([Message(topic, b) for b in bodies])
+
+        async def batch_prebuilt():
+            await p.send_batch(prebuilt)
+
+        async def batch_bodies():
+            await p.send_batch(bodies, topic=topic)
+
+        async def inflight_message():
+            await p.send(Message(topic, body))
+        fns = {"batch_messages": (batch_messages, batch, 1), "batch_prebuilt": (batch_prebuilt, batch, 1),
+               "batch_bodies": (batch_bodies, batch, 1), "inflight_message": (inflight_message, 1, inflight)}
+        if floor_port is not None:
+            _, raw = await asyncio.get_running_loop().create_connection(_RawClient, "127.0.0.1", floor_port)
+            frame = struct.pack(">IB", len(body) + 1, ord("S")) + body
+
+            async def floor_window():
+                await raw.request(frame)
+            fns["floor_window"] = (floor_window, 1, inflight)
+        try:
+            async with asyncio.timeout(60 + rounds * len(fns) * (seconds + 10)):
+                for fn, per, workers in fns.values():        # warm-up
+                    await _timed_row(fn, per, min(0.3, seconds), workers)
+                for r in range(rounds):
+                    for name, (fn, per, workers) in fns.items():
+                        rows.setdefault(name, []).append(await _timed_row(fn, per, seconds, workers))
+                    last = {k: v[-1]["msgs_per_s"] for k, v in rows.items()}
+                    ratios = f"messages/bodies {last['batch_messages'] / last['batch_bodies']:.2f}x, " \
+                             f"prebuilt/bodies {last['batch_prebuilt'] / last['batch_bodies']:.2f}x"
+                    if "floor_window" in last:
+                        ratios += (f", send(Message) x{inflight} / floor "
+                                   f"{last['inflight_message'] / last['floor_window']:.2f}x")
+                    print(f"round {r + 1}: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in last.items()) + "; " + ratios,
+                          flush=True)
+        finally:
+            if raw is not None:
+                raw.transport.close()
+    out = {"rows": rows, "batch": batch, "in_flight": inflight}
+    per_round = list(zip(*(rows[k] for k in rows)))
+    names = list(rows)
+
+    def ratio(a, b):
+        return [x[names.index(a)]["msgs_per_s"] / x[names.index(b)]["msgs_per_s"] for x in per_round]
+    out["messages_vs_bodies"] = ratio("batch_messages", "batch_bodies")
+    out["prebuilt_vs_bodies"] = ratio("batch_prebuilt", "batch_bodies")
+    if "floor_window" in rows:
+        out["inflight_vs_floor"] = ratio("inflight_message", "floor_window")
+    return out
+
+
 async def create_queues(addr, topic, queues):
     """Create `topic` with `queues` queues on every master and wait for its route."""
     from pocketmq.client.instance import ClientInstance
@@ -516,6 +626,12 @@ async def run_all(addr, args):
         out["send_layers"] = await bench_send_layers(addr, f"BenchLayers{suffix}", args.layer_seconds,
                                                      args.layer_rounds, getattr(args, "broker_pid", None))
         _print_rows(out["send_layers"])
+    if "apis" in phases:
+        out["api_pairs"] = r = await bench_api_pairs(addr, f"BenchApis{suffix}", args.api_seconds, args.api_rounds,
+                                                     floor_port=getattr(args, "floor_port", None))
+        for key in ("messages_vs_bodies", "prebuilt_vs_bodies", "inflight_vs_floor"):
+            if key in r:
+                print(f"{key}: " + " / ".join(f"{x:.2f}" for x in r[key]), flush=True)
     if "inflight" in phases:
         out["inflight_send"] = await bench_inflight_send(addr, f"BenchAsync{suffix}", args.n_async, st,
                                                          coalesce=not args.no_coalesce,
@@ -552,7 +668,7 @@ async def run_all(addr, args):
     return out
 
 
-PHASES = ("sync", "floor", "layers", "inflight", "batch", "push", "lite", "orderly", "e2e")
+PHASES = ("sync", "floor", "layers", "apis", "inflight", "batch", "push", "lite", "orderly", "e2e")
 
 # (name, on the ACL cluster, client options); "signed-noacl": the client signs, the broker
 # has no ACL (the signature is ignored): the client's share of a signed send's cost
@@ -641,6 +757,10 @@ def main(argv=None):
     ap.add_argument("--n-consume", type=int, default=100000)
     ap.add_argument("--layer-seconds", type=float, default=2.0, help="layers: seconds per row and round")
     ap.add_argument("--layer-rounds", type=int, default=3, help="layers: interleaved rounds")
+    ap.add_argument("--api-seconds", type=float, default=2.0, help="apis: seconds per row and round")
+    ap.add_argument("--api-rounds", type=int, default=3, help="apis: interleaved rounds")
+    ap.add_argument("--pyserver", default=PYSERVER,
+                    help="apis: the harness's pyserver.py, started as the py-store floor ('' = no floor row)")
     ap.add_argument("--rates", type=int, nargs="*", default=[1000, 10000])
     ap.add_argument("--no-orderly", action="store_true",
                     help="skip the 8-queue concurrent vs orderly consumption phases")
@@ -727,11 +847,22 @@ def main(argv=None):
         cluster = Cluster(root, args.broker_arg + broker_args)
         cluster.namesrv.args += ns_args
         cluster.start()
+        floor = None
         try:
-            pin(args.pin, [cluster.namesrv.proc.pid, cluster.broker.proc.pid])
+            pids = [cluster.namesrv.proc.pid, cluster.broker.proc.pid]
+            if "apis" in args.phases and args.pyserver:
+                floor, args.floor_port = start_pyserver_store(root, args.pyserver)
+                pids.append(floor.pid)
+            pin(args.pin, pids)
             args.broker_pid = cluster.broker.proc.pid
             result = asyncio.run(run_all(cluster.namesrv_addr, args))
         finally:
+            if floor is not None:
+                floor.stdin.close()         # pyserver.py exits when its stdin closes
+                try:
+                    floor.wait(10)
+                except Exception:
+                    floor.kill()
             cluster.stop()
             shutil.rmtree(root, ignore_errors=True)
     after = loopback_echo_rtt_us()

@@ -191,11 +191,12 @@ _STORED_ELEMENT_OVERHEAD = 91 + 24 + 128
 
 
 class _SendGroup:
-    """Coalesced sends waiting to leave together: (flag, body, properties bytes, UNIQ_KEY,
-    future of the SendResult) per send, and the bytes they count against
-    max_message_size_bytes (_STORED_ELEMENT_OVERHEAD). `loop` is the running loop the group
-    lives in (one iteration of it): asked once per group, not once per send
-    (asyncio.get_running_loop() is a getpid() system call on Python 3.11, ~0.3 µs)."""
+    """Coalesced sends waiting to leave together: (flag, body, properties bytes up to the
+    UNIQ_KEY's value, future of the SendResult) per send (the ids are given when the group
+    leaves), and the bytes they count against max_message_size_bytes
+    (_STORED_ELEMENT_OVERHEAD). `loop` is the running loop the group lives in (one
+    iteration of it): asked once per group, not once per send (asyncio.get_running_loop()
+    is a getpid() system call on Python 3.11, ~0.3 µs)."""
     __slots__ = ("items", "size", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
@@ -364,25 +365,28 @@ class Producer(QueryMixin):
         self._check_message(msg)
         inst = self._inst()
         timeout_s = (timeout_ms or self.send_timeout_ms) / 1000
-        uniq = _uniq.next_id()
-        props = msg.wire_properties_text(uniq)
         body, sys_flag = msg.body, 0
         if len(body) >= self.compress_over_bytes:
             body, sys_flag = msgcodec.maybe_compress(body, self.compress_over_bytes, self.compress_level)
-        if queue is None:
-            if selector is not None or sharding_key is not None:
-                info = await inst.publish_info(msg.topic)
-                if sharding_key is not None:
-                    queue = hash_selector(info.queues, sharding_key)
-                else:
-                    queue = selector(list(info.queues), arg)
-                if not isinstance(queue, MessageQueue):
-                    raise InvalidArgumentError("selector must return a MessageQueue")
-            elif (self._sends_in_flight and self.coalesce_sends and not sys_flag and not msg.delay_level
-                  and "TIMER_DEL" not in props):     # the broker parks timers sent alone only
-                fut = self._coalesce(msg, props, body, uniq, timeout_s)
+        if (queue is None and selector is None and sharding_key is None and self._sends_in_flight
+                and self.coalesce_sends and not sys_flag and not msg.delay_level):
+            # its properties without the UNIQ_KEY's value: the group gives its sends their
+            # ids in one run when it leaves (_send_group)
+            prefix = msg.wire_properties_text("")
+            if "TIMER_DEL" not in prefix:       # the broker parks timers sent alone only
+                fut = self._coalesce(msg, prefix, body, timeout_s)
                 if fut is not None:
                     return await fut
+        uniq = _uniq.next_id()
+        props = msg.wire_properties_text(uniq)
+        if queue is None and (selector is not None or sharding_key is not None):
+            info = await inst.publish_info(msg.topic)
+            if sharding_key is not None:
+                queue = hash_selector(info.queues, sharding_key)
+            else:
+                queue = selector(list(info.queues), arg)
+            if not isinstance(queue, MessageQueue):
+                raise InvalidArgumentError("selector must return a MessageQueue")
         self._sends_in_flight += 1
         try:
             return await self._send_with_retry(inst, msg.topic, props, body, sys_flag, msg.flag, uniq,
@@ -391,18 +395,21 @@ class Producer(QueryMixin):
             self._sends_in_flight -= 1
 
     # -- send coalescing (see the module docstring) -----------------------------------------
-    def _coalesce(self, msg: Message, props: str, body: bytes, uniq: str, timeout_s: float):
+    def _coalesce(self, msg: Message, prefix: str, body: bytes, timeout_s: float):
         """Put a send into its topic's open group; returns the future of its SendResult, or
-        None when the message cannot travel in a batch (it is then sent on its own)."""
+        None when the message cannot travel in a batch (it is then sent on its own).
+        `prefix`: its wire properties text up to the UNIQ_KEY's value (wire_properties_text
+        puts UNIQ_KEY last: msg.wire_properties_text(""))."""
         topic = msg.topic
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return None
-        pb = props.encode()
+        pb = prefix.encode()
         # The broker's size bound covers the whole group: an element that would not fit
         # one on its own, or properties a batch element cannot carry, go alone.
-        size = _STORED_ELEMENT_OVERHEAD + len(topic) + len(body) + len(pb)
+        pl = len(pb) + _UNIQ_KEY_LENGTH
+        size = _STORED_ELEMENT_OVERHEAD + len(topic) + len(body) + pl
         limit = self.max_message_size_bytes
-        if len(pb) > msgcodec.PROPERTIES_LENGTH_BYTES_MAX or size > limit:
+        if pl > msgcodec.PROPERTIES_LENGTH_BYTES_MAX or size > limit:
             return None
         key = (topic, msg.wait_store_msg_ok, timeout_s)
         group = self._groups.get(key)
@@ -416,7 +423,7 @@ class Producer(QueryMixin):
                 self._groups_flush_scheduled = True
                 loop.call_soon(self._launch_groups)
         fut = group.loop.create_future()
-        group.items.append((msg.flag, body, pb, uniq, fut))
+        group.items.append((msg.flag, body, pb, fut))
         group.size += size
         if len(group.items) >= self.coalesce_max_messages:
             self._launch(key)
@@ -437,8 +444,8 @@ class Producer(QueryMixin):
             self._group_tasks.discard(t)
             # a task cancelled before its first step never ran its own clean-up
             for it in items:
-                if not it[4].done():
-                    it[4].cancel()
+                if not it[3].done():
+                    it[3].cancel()
         task.add_done_callback(done)
 
     async def _send_group(self, inst, key: tuple, items: list) -> None:
@@ -446,14 +453,27 @@ class Producer(QueryMixin):
         deadline = asyncio.get_running_loop().time() + timeout_s
         self._sends_in_flight += 1
         try:
-            if len(items) == 1:
-                await self._send_each(inst, topic, timeout_s, items)
+            # the group's UNIQ_KEYs: one run of the generator (next_id_counters), the ids
+            # comma-joined as the batch's msg_id and split for the results
+            n = len(items)
+            head, counters = _uniq.next_id_counters(n)
+            ids = head + counters.hex(",", 2).upper().replace(",", "," + head)
+            uniqs = ids.split(",")
+            if n == 1:
+                await self._send_each(inst, topic, timeout_s, items, uniqs)
                 return
-            body = msgcodec.encode_batch_elements([(it[0], it[1], it[2]) for it in items])
+            shapes = [(it[0], it[2]) for it in items]
+            if shapes.count(shapes[0]) == n:    # one flag and properties template: no loop per element
+                flag, prefix = shapes[0]
+                body = msgcodec.encode_batch_run(flag, [it[1] for it in items], prefix + head.encode(),
+                                                 counters.hex().upper().encode(), _UNIQ_KEY_LENGTH - len(head))
+            else:
+                body = msgcodec.encode_batch_elements([(it[0], it[1], it[2] + u.encode())
+                                                       for it, u in zip(items, uniqs)])
             try:
                 r = await self._send_with_retry(
                     inst, topic, "WAIT\x01true" if wait else "WAIT\x01false", body, 0, 0,
-                    ",".join(it[3] for it in items), None, batch=True, timeout_s=timeout_s)
+                    ids, None, batch=True, timeout_s=timeout_s)
             except (MessageIllegalError, RequestCodeNotSupportedError) as e:
                 # The batch refused as such (a size or format rule of that broker, or no
                 # SEND_BATCH_MESSAGE at all) says nothing about each message: they go one
@@ -467,30 +487,30 @@ class Producer(QueryMixin):
                 remaining = deadline - asyncio.get_running_loop().time()
                 if remaining <= 0:
                     raise
-                await self._send_each(inst, topic, remaining, items)
+                await self._send_each(inst, topic, remaining, items, uniqs)
                 return
         except Exception as e:
             for it in items:
-                if not it[4].done():
-                    it[4].set_exception(e)
+                if not it[3].done():
+                    it[3].set_exception(e)
             return
         except BaseException:          # cancelled (the loop is going away): so are the sends
             for it in items:
-                it[4].cancel()
+                it[3].cancel()
             raise
         finally:
             self._sends_in_flight -= 1
-        for i, r1 in enumerate(split_batch_result(r, [it[3] for it in items])):
-            fut = items[i][4]
+        for it, r1 in zip(items, split_batch_result(r, uniqs)):
+            fut = it[3]
             if not fut.done():
                 fut.set_result(r1)
 
-    async def _send_each(self, inst, topic: str, timeout_s: float, items: list) -> None:
-        """Grouped sends as one SEND_MESSAGE_V2 each, concurrently; every future gets its own
-        result or error."""
-        async def one(flag, body, pb, uniq, fut):
+    async def _send_each(self, inst, topic: str, timeout_s: float, items: list, uniqs: list[str]) -> None:
+        """Grouped sends as one SEND_MESSAGE_V2 each, concurrently (item i with UNIQ_KEY
+        uniqs[i]); every future gets its own result or error."""
+        async def one(flag, body, prefix, fut, uniq):
             try:
-                r = await self._send_with_retry(inst, topic, pb.decode(), body, 0, flag, uniq, None,
+                r = await self._send_with_retry(inst, topic, prefix.decode() + uniq, body, 0, flag, uniq, None,
                                                 batch=False, timeout_s=timeout_s)
             except Exception as e:
                 if not fut.done():
@@ -498,7 +518,7 @@ class Producer(QueryMixin):
                 return
             if not fut.done():
                 fut.set_result(r)
-        await asyncio.gather(*(one(*it) for it in items))
+        await asyncio.gather(*(one(*it, u) for it, u in zip(items, uniqs)))
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None,
                           sharding_key: str | None = None) -> None:
