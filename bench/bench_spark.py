@@ -5,6 +5,8 @@
     python -m bench.bench_spark --namesrv 127.0.0.1:9876
     python -m bench.bench_spark --messages 1000000 --repeat 2 --schema "queue_offset long"
     python -m bench.bench_spark --ceilings --messages 1000000   # no broker: Spark's own cost
+    python -m bench.bench_spark --messages 1000000 --repeat 3 --no-index --with-ceilings
+                                    # the prebuilt-batch source after each round, same session: ratios
 
 Loads N messages of 128 B (a tag, two keys, a user property and the producer's UNIQ_KEY;
 send_batch) into a fresh topic, then times four phases over all of it:
