@@ -21,6 +21,11 @@ Measures (defaults keep a run under ~2 minutes on 2 cores):
                   a prebuilt frame on a minimal protocol, that plus encoding and decoding,
                   Connection.request, api.send_message, Producer.send; rounds interleaved,
                   rate and client / broker CPU per send (what each layer costs)
+  api pairs       (`--phases apis`) the API users call first against the fast one, rows
+                  interleaved round by round: send_batch of 64 Messages built per call,
+                  of 64 prebuilt Messages, of the 64 bodies (topic=); send(Message) with 64
+                  in flight against the same window of sends to the harness's py-store
+                  floor (../shared/bench/pyserver.py, started here; --pyserver '' skips it)
   async send      64 sends in flight: msgs/s, p50/p99 per send, client CPU per message
                   (coalesced into batches by the producer unless --no-coalesce: then one
                   request per send; `--coalesce-max N`: groups of at most N sends)
