@@ -240,7 +240,7 @@ class Broker:
         self.pop_service = PopService(ctx, secret=load_secret(self._config_path("popSecret")),
                                       store_back=partial(store_back, ctx))
         self.ctx = ctx = dataclasses.replace(ctx, pop=self.pop_service)
-        table = build_processor_table(ctx)
+        table = grpc_table = build_processor_table(ctx)
         if self.acl is not None:
             table = self.acl.guard(table)     # the check before every processor
         # timed only when metrics are served: no cost on the request path otherwise
@@ -315,7 +315,8 @@ class Broker:
         self.stats.boot_timestamp = self.now_ms()
         await self.server.start_serving()
         if cfg.enableProxy:
-            await self._start_grpc(table)
+            # the unguarded table: the endpoint checks each gRPC call itself (broker/proxy/auth.py)
+            await self._start_grpc(grpc_table)
         if self.acl is not None:
             self.acl.start()
         if cfg.metricsPort:
@@ -350,7 +351,8 @@ class Broker:
 
     async def _start_grpc(self, processors: dict) -> None:
         """The gRPC endpoint (RocketMQ's proxy in local mode) on this loop, calling the
-        processor table (unguarded: enableProxy refuses aclEnable, broker/config.py)."""
+        processor table (unguarded: with aclEnable the endpoint checks every call against
+        the same accounts before it reaches a processor, broker/proxy/auth.py)."""
         try:
             from pocketmq.broker.proxy.server import GrpcEndpoint
             import grpc  # noqa: F401
@@ -358,7 +360,8 @@ class Broker:
             raise OSError(f"enableProxy needs the grpc extra (pip install 'pocketmq[grpc]'): {e}") from None
         cfg = self.config
         self.grpc_endpoint = GrpcEndpoint(self.ctx, processors, host=self.host, port=cfg.grpcServerPort,
-                                          advertised_host=cfg.brokerIP1, max_message_bytes=cfg.maxFrameSize)
+                                          advertised_host=cfg.brokerIP1, max_message_bytes=cfg.maxFrameSize,
+                                          acl=self.acl)
         port = await self.grpc_endpoint.start()
         log.info("gRPC endpoint for RocketMQ 5.x clients listening on %s:%d (advertised %s:%d)", self.host, port,
                  cfg.brokerIP1, port)

@@ -566,11 +566,6 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
         if self.enableProxy and self.grpcServerPort != 0 and self.grpcServerPort in (self.listenPort,
                                                                                       self.haListenPort):
             raise cross_field_error("grpcServerPort", "must differ from listenPort and haListenPort", "enableProxy")
-        if self.enableProxy and self.aclEnable:
-            # the gRPC endpoint does not check RocketMQ 5 signatures against plain_acl.yml yet:
-            # serving it would open every topic to any client
-            raise cross_field_error("enableProxy", "the gRPC endpoint cannot run with aclEnable=true yet "
-                                    "(it does not check ACL); turn one of them off", "aclEnable")
         if self.maxMessageSize >= self.maxFrameSize:
             raise cross_field_error(
                 "maxMessageSize",

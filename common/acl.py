@@ -12,6 +12,7 @@ request. The request signature itself is protocol/acl.py's.
 | address patterns | RemoteAddressStrategyFactory | `parse_address_pattern` |
 | resources per code | PlainAccessValidator.parse | `request_resources` (stricter, see below) |
 | the decision | PlainPermissionManager.validate + checkPerm | `check` |
+| gRPC: resources, decision | 5.1 PlainAccessResource.parse(GeneratedMessageV3) | `grpc_resources`, `check_grpc` |
 
 The decision order is Java's exactly: a global white address allows; no AccessKey, an
 unknown key deny; the account's white address allows (skipping signature and permissions);
@@ -39,8 +40,8 @@ from pocketmq.protocol.codes import RequestCode as R
 __all__ = ["DENY", "ANY", "PUB", "SUB", "BROKER_ADMIN_CODES", "NAMESRV_PROTECTED_CODES", "AclConfigError",
            "AddressPattern", "Account", "AclFile", "AclTable", "Denial", "parse_perm", "perm_text",
            "parse_address_pattern", "parse_acl_file", "build_table", "request_resources", "check",
-           "java_hash_order", "account_config", "updated_account_yaml", "deleted_account_yaml",
-           "updated_global_white_yaml", "KEY_MIN_LENGTH"]
+           "java_hash_order", "grpc_resources", "check_grpc", "account_config", "updated_account_yaml",
+           "deleted_account_yaml", "updated_global_white_yaml", "KEY_MIN_LENGTH"]
 
 # Permission bits (acl/common/Permission.java)
 DENY, ANY, PUB, SUB = 1, 2, 4, 8
@@ -443,7 +444,9 @@ FRAME_VALIDATE = {"no_access_key": f"{_PM}.validate(PlainPermissionManager.java:
                   "admin": f"{_PM}.checkPerm(PlainPermissionManager.java:581)",
                   "default_perm": f"{_PM}.checkPerm(PlainPermissionManager.java:606)",
                   "perm": f"{_PM}.checkPerm(PlainPermissionManager.java:611)",
-                  "parse": "org.apache.rocketmq.acl.plain.PlainAccessValidator.parse(PlainAccessValidator.java:134)"}
+                  "parse": "org.apache.rocketmq.acl.plain.PlainAccessValidator.parse(PlainAccessValidator.java:134)",
+                  # gRPC only (check_grpc: its answers carry the message, not this frame)
+                  "header": "org.apache.rocketmq.acl.common.AuthorizationHeader.<init>"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -546,24 +549,17 @@ def _resource_name(resource: str) -> tuple[str, bool]:
     return f"topic:{resource}", False
 
 
-def check(table: AclTable, code: int, ext: dict | None, body, remote_ip: str | None,
-          admin_codes: frozenset = BROKER_ADMIN_CODES) -> Denial | None:
-    """None to allow the request, or the Denial Java 4.9 would answer (its order, its texts).
-    `remote_ip`: the peer's address without the port. Never raises."""
-    ext = ext or {}
-    resources = None
-    if code == _HEART_BEAT and ext:
-        # Java parses the body before anything else: one that does not decode is refused
-        # even from a white address (the other codes' resources cannot fail)
-        try:
-            resources = request_resources(code, ext, body)
-        except ValueError as e:
-            return Denial("parse", str(e), ext.get(signing.ACCESS_KEY))
+_ALLOWED = object()     # _identify: the address is white, nothing more to check
+
+
+def _identify(table: AclTable, ak: str | None, remote_ip: str | None):
+    """Java's validate up to the signature: _ALLOWED (a global white address, or the
+    account's own), a Denial (no accessKey, an unknown one), or the Account whose
+    signature is to be checked next."""
     if table.global_white:
         for pattern in table.global_white:
             if pattern.match(remote_ip):
-                return None
-    ak = ext.get(signing.ACCESS_KEY)
+                return _ALLOWED
     if ak is None:
         return Denial("no_access_key", "No accessKey is configured")
     account = table.accounts.get(ak)
@@ -571,15 +567,14 @@ def check(table: AclTable, code: int, ext: dict | None, body, remote_ip: str | N
         return Denial("unknown_key", f"No acl config for {ak}", ak)
     white = account.white
     if white.kind != "none" and white.match(remote_ip):     # (most accounts have none)
-        return None
-    try:
-        signed_ok = signing.signature_matches(ext, body, account.secret_key)
-    except UnicodeError:     # a value UTF-8 cannot hold (a lone surrogate): no client signed that
-        signed_ok = False
-    if not signed_ok:
-        return Denial("signature", f"Check signature failed for accessKey={ak}", ak)
-    if resources is None:
-        resources = request_resources(code, ext, body)
+        return _ALLOWED
+    return account
+
+
+def _permit(account: Account, code, resources: dict, admin_codes: frozenset) -> Denial | None:
+    """Java's validate after the signature, and checkPerm: the trace topic, admin codes,
+    then every resource's permission (explicit, else the account's default)."""
+    ak = account.access_key
     if resources.get(TRACE_TOPIC) == PUB:
         return None
     if code in admin_codes and not account.admin:
@@ -604,6 +599,140 @@ def check(table: AclTable, code: int, ext: dict | None, body, remote_ip: str | N
     resource, explicit = first
     name, _ = _resource_name(resource)
     return Denial("perm" if explicit else "default_perm", f"No default permission for {name}", ak, name)
+
+
+def check(table: AclTable, code: int, ext: dict | None, body, remote_ip: str | None,
+          admin_codes: frozenset = BROKER_ADMIN_CODES) -> Denial | None:
+    """None to allow the request, or the Denial Java 4.9 would answer (its order, its texts).
+    `remote_ip`: the peer's address without the port. Never raises."""
+    ext = ext or {}
+    resources = None
+    if code == _HEART_BEAT and ext:
+        # Java parses the body before anything else: one that does not decode is refused
+        # even from a white address (the other codes' resources cannot fail)
+        try:
+            resources = request_resources(code, ext, body)
+        except ValueError as e:
+            return Denial("parse", str(e), ext.get(signing.ACCESS_KEY))
+    who = _identify(table, ext.get(signing.ACCESS_KEY), remote_ip)
+    if who is _ALLOWED:
+        return None
+    if isinstance(who, Denial):
+        return who
+    try:
+        signed_ok = signing.signature_matches(ext, body, who.secret_key)
+    except UnicodeError:     # a value UTF-8 cannot hold (a lone surrogate): no client signed that
+        signed_ok = False
+    if not signed_ok:
+        return Denial("signature", f"Check signature failed for accessKey={who.access_key}", who.access_key)
+    if resources is None:
+        resources = request_resources(code, ext, body)
+    return _permit(who, code, resources, admin_codes)
+
+
+# --- RocketMQ 5's gRPC endpoint ---------------------------------------------------------------
+#
+# Java 5.1's proxy checks every gRPC request message (each Telemetry command too) against
+# the same plain-ACL accounts (PlainAccessResource.parse(GeneratedMessageV3, header), then
+# PlainPermissionManager.validate): the accessKey and signature come from the
+# `authorization` header (broker/proxy/auth.py parses and verifies it), the resources from
+# the request message, below. The request is a protobuf message of apache.rocketmq.v2
+# read by its field names (this layer does not import the generated modules).
+
+# ClientType values that consume (PUSH, SIMPLE, PULL, LITE_PUSH, LITE_SIMPLE)
+_CONSUMER_TYPES = frozenset({2, 3, 4, 5, 6})
+
+
+def _name(resource) -> str:
+    # a Resource; its namespace is not used (pocketmq topics and groups have none)
+    return resource.name
+
+
+def grpc_resources(rpc: str, request) -> dict:
+    """The resources a MessagingService request needs (resource -> perm; groups as
+    %RETRY%<group>), as Java 5.1's PlainAccessResource.parse builds them: SendMessage,
+    EndTransaction, RecallMessage PUB on the topic; ReceiveMessage, AckMessage,
+    ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue, QueryAssignment (and the
+    offset RPCs, PullMessage, SyncLiteSubscription) SUB on the group and the topic;
+    QueryRoute any permission on the topic; a consumer's Heartbeat SUB on its group; a
+    Telemetry settings command PUB on each topic it publishes, or SUB on its group and each
+    topic it subscribes; NotifyClientTermination SUB on its group. `request` None (a
+    Telemetry stream's start): nothing but the signature.
+
+    Differences, on purpose: every topic of a SendMessage needs PUB (Java refuses mixed
+    topics outright; the service refuses them too), and a NotifyClientTermination without a
+    group (a producer's) names no group (Java checks the group "" against the default).
+    Raises ValueError where Java throws AclException (a consumer heartbeat without group, a
+    settings command with neither publishing nor subscription)."""
+    res: dict = {}
+    if request is None:
+        return res
+    if rpc == "SendMessage":
+        for m in request.messages:
+            res[_name(m.topic)] = PUB
+    elif rpc in ("ReceiveMessage", "PullMessage", "UpdateOffset", "GetOffset"):
+        res[_retry(_name(request.group))] = SUB
+        res[_name(request.message_queue.topic)] = SUB
+    elif rpc in ("AckMessage", "ChangeInvisibleDuration", "ForwardMessageToDeadLetterQueue", "QueryAssignment",
+                 "SyncLiteSubscription"):
+        res[_retry(_name(request.group))] = SUB
+        res[_name(request.topic)] = SUB
+    elif rpc in ("EndTransaction", "RecallMessage"):
+        res[_name(request.topic)] = PUB
+    elif rpc == "QueryRoute":
+        res[_name(request.topic)] = ANY
+    elif rpc == "QueryOffset":
+        res[_name(request.message_queue.topic)] = SUB
+    elif rpc == "Heartbeat":
+        if request.client_type in _CONSUMER_TYPES:
+            if not request.HasField("group"):
+                raise ValueError("Consumer heartbeat doesn't have group")
+            res[_retry(_name(request.group))] = SUB
+    elif rpc == "NotifyClientTermination":
+        if request.HasField("group"):
+            res[_retry(_name(request.group))] = SUB
+    elif rpc == "Telemetry":
+        if request.WhichOneof("command") == "settings":
+            settings = request.settings
+            kind = settings.WhichOneof("pub_sub")
+            if kind == "publishing":
+                for t in settings.publishing.topics:
+                    res[_name(t)] = PUB
+            elif kind == "subscription":
+                sub = settings.subscription
+                res[_retry(_name(sub.group))] = SUB
+                for entry in sub.subscriptions:
+                    res[_name(entry.topic)] = SUB
+            else:
+                raise ValueError("settings command doesn't have publishing or subscription")
+    else:
+        raise ValueError(f"unknown MessagingService RPC {rpc}")
+    return res
+
+
+def check_grpc(table: AclTable, rpc: str, request, access_key: str | None, signed, remote_ip: str | None,
+               header_error: str | None = None) -> Denial | None:
+    """None to allow a gRPC request, or its Denial, in Java's order: the request's resources
+    (a request Java cannot parse is refused first), a global white address allows, then
+    the account as `check` finds it, the signature (`signed(secret_key)` -> bool; an
+    `header_error` — the authorization header missing or malformed — refuses here, once a
+    white address has had its say), then the permissions."""
+    try:
+        resources = grpc_resources(rpc, request)
+    except ValueError as e:
+        return Denial("parse", str(e), access_key)
+    if header_error is not None:
+        if _identify(table, None, remote_ip) is _ALLOWED:
+            return None
+        return Denial("header", header_error, access_key)
+    who = _identify(table, access_key, remote_ip)
+    if who is _ALLOWED:
+        return None
+    if isinstance(who, Denial):
+        return who
+    if not signed(who.secret_key):
+        return Denial("signature", f"Check signature failed for accessKey={who.access_key}", who.access_key)
+    return _permit(who, rpc, resources, frozenset())
 
 
 # --- the admin codes' edits of a file (50, 51, 53) --------------------------------------------

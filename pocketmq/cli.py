@@ -5,10 +5,10 @@
     pocketmq dev --demo     the same, then send and consume a few messages and print them
     pocketmq dev --grpc-port 8081
                             the gRPC endpoint for RocketMQ 5.x clients (the default, when the
-                            grpc extra is installed and ACL is off; --grpc-port 0 turns it off)
+                            grpc extra is installed; --grpc-port 0 turns it off)
     pocketmq dev --accessKey AK --secretKey SK
-                            with plain ACL on both daemons, AK an admin account
-                            (also from $ROCKETMQ_ACCESS_KEY / $ROCKETMQ_SECRET_KEY)
+                            with plain ACL on both daemons and the gRPC endpoint, AK an admin
+                            account (also from $ROCKETMQ_ACCESS_KEY / $ROCKETMQ_SECRET_KEY)
     pocketmq dev --console-port 8080
                             the web console too (the default when the console extra is
                             installed; 0: not served)
@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--sync-flush", action="store_true", help="flushDiskType=SYNC_FLUSH")
     dev.add_argument("--grpc-port", type=int, default=8081, metavar="PORT",
                      help="the gRPC endpoint for RocketMQ 5.x clients (default 8081; 0: not served); needs "
-                          "pip install 'pocketmq[grpc]' and no ACL")
+                          "pip install 'pocketmq[grpc]'; with --accessKey it checks the same ACL")
     dev.add_argument("--accessKey", metavar="AK",
                      help="run plain ACL with this admin account (default: $ROCKETMQ_ACCESS_KEY); "
                           "the demo signs with it; keys longer than 6 characters")
@@ -104,16 +104,15 @@ def _acl_args(store_dir: str, creds) -> tuple[list[str], list[str]]:
     return common, common + [f"--accessKey={creds.access_key}", f"--secretKey={creds.secret_key}"]
 
 
-def _grpc_args(port: int, creds, bind: str) -> tuple[list[str], str]:
+def _grpc_args(port: int, bind: str) -> tuple[list[str], str]:
     """The broker's gRPC endpoint for `pocketmq dev`: on unless --grpc-port 0, the grpc extra
-    is missing, ACL is on (the endpoint does not check ACL yet) or the port is taken (an
-    optional part of a development cluster: the 4.x ports still start, and the line printed
-    says how to get it). Returns (broker args, why it is off)."""
+    is missing or the port is taken (an optional part of a development cluster: the 4.x
+    ports still start, and the line printed says how to get it). With credentials it checks
+    every call against the same plain ACL as the 4.x port. Returns (broker args, why it is
+    off)."""
     off = "gRPC endpoint (RocketMQ 5.x clients) off: "
     if port == 0:
         return [], ""
-    if creds is not None:
-        return [], off + "it does not check ACL yet"
     try:
         import grpc  # noqa: F401
     except ImportError:
@@ -171,7 +170,7 @@ async def _dev(args) -> int:
     # the bound address itself, or (bound to every interface) loopback and the default brokerIP1.
     local_ip = "127.0.0.1" if every_interface else args.bind
     namesrv_addr = f"{local_ip}:{args.namesrv_port}"
-    grpc_args, grpc_note = _grpc_args(args.grpc_port, creds, args.bind)
+    grpc_args, grpc_note = _grpc_args(args.grpc_port, args.bind)
     b_cfg, _ = broker_args(grpc_args + ["-n", namesrv_addr, f"--listenPort={args.broker_port}",
                             f"--storePathRootDir={store_dir}/store",
                             "--mappedFileSizeCommitLog=134217728"]

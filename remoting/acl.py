@@ -203,10 +203,12 @@ class AclService:
         if denial is None:
             return None
         addr = getattr(conn, "remote_addr", "") or ""
-        self._record(denial, cmd.code, addr)
+        self.record(denial, cmd.code, addr)
         return cmd.response(ResponseCode.SYSTEM_ERROR, denial.remark)
 
-    def _record(self, denial: rules.Denial, code: int, addr: str) -> None:
+    def record(self, denial: rules.Denial, code, addr: str) -> None:
+        """Count and log (rate-limited) one deny; `code` is the request code, or the RPC's
+        name for the gRPC endpoint's (broker/proxy/auth.py)."""
         key = (denial.reason, code)
         self.denied[key] = self.denied.get(key, 0) + 1
         ip = addr.rpartition(":")[0] if ":" in addr else addr
@@ -220,7 +222,7 @@ class AclService:
         if entry is None and len(self._logged) >= _LOG_KEYS_MAX:
             self._logged.clear()    # bounded: a scan of many keys/addresses cannot grow it
         self._logged[lkey] = [now, 0]
-        log.warning("%s ACL denied code %d from %s (accessKey %s, resource %s): %s%s", self.name, code, addr,
+        log.warning("%s ACL denied code %s from %s (accessKey %s, resource %s): %s%s", self.name, code, addr,
                     denial.access_key, denial.resource, denial.message,
                     f" (and {suppressed} more like it since the last report)" if suppressed else "")
 
@@ -260,8 +262,9 @@ def acl_metrics(acl: AclService | None, labels: list[str], values: list[str]):
         return
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     denied = CounterMetricFamily("pocketmq_acl_denied", "Requests refused by the ACL, by reason and request "
-                                 "code", labels=labels + ["reason", "code"])
-    for (reason, code), n in sorted(acl.denied.items()):
+                                 "code (a gRPC RPC's name for the gRPC endpoint)", labels=labels + ["reason", "code"])
+    # (codes are ints, a gRPC RPC's name for the gRPC endpoint's denies)
+    for (reason, code), n in sorted(acl.denied.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
         denied.add_metric(values + [reason, str(code)], n)
     yield denied
     accounts = GaugeMetricFamily("pocketmq_acl_accounts", "Accounts of the ACL files in force", labels=labels)

@@ -53,8 +53,9 @@ class GrpcEndpoint:
     """Start with `await start()` (inside the running loop), stop with `await stop()`."""
 
     def __init__(self, ctx, processors: dict, *, host: str, port: int, advertised_host: str,
-                 max_message_bytes: int):
+                 max_message_bytes: int, acl=None):
         self.ctx = ctx
+        self.acl = acl           # aclEnable: the broker's AclService (every call checked: auth.py)
         self.processors = processors
         self.host = host
         self.port = port
@@ -85,7 +86,11 @@ class GrpcEndpoint:
         self.port = port
         self.service = MessagingService(self.ctx, self.processors, grpc_port=port,
                                         advertised_host=self.advertised_host)
-        add_servicer(self.service, self.server)
+        servicer = self.service
+        if self.acl is not None:
+            from pocketmq.broker.proxy.auth import GrpcAclGuard, guard_servicer
+            servicer = guard_servicer(self.service, GrpcAclGuard(self.acl))
+        add_servicer(servicer, self.server)
         await self.server.start()
         return port
 

@@ -164,6 +164,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.pending_transactions: OrderedDict = OrderedDict()
         self.calls: dict[tuple[str, int], int] = {}      # (rpc, status code) -> count (metrics)
         self._background: set[asyncio.Task] = set()      # nacks of undelivered messages
+        # aclEnable: auth.py's GrpcAclGuard (set by auth.guard_servicer, which checks every
+        # other RPC before it gets here); None: no ACL
+        self.acl_guard = None
 
     # -- helpers --------------------------------------------------------------------------
     def _count(self, rpc: str, st: pb.Status) -> pb.Status:
@@ -360,6 +363,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
         async def read() -> None:
             async for command in request_iterator:
+                if self.acl_guard is not None:
+                    denied = self.acl_guard.deny("Telemetry", command, context)
+                    if denied is not None:     # answered on the stream, which stays open (Java 5.3)
+                        ch.push(spb.TelemetryCommand(status=self._count("Telemetry", denied)))
+                        continue
                 kind = command.WhichOneof("command")
                 if kind == "settings":
                     reply = self._take_settings(ch, command.settings)

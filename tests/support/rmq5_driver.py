@@ -5,6 +5,11 @@ run by tests/support/rmq5.py with the Python of the client's own venv (never our
 
 Prints one JSON event per line on stdout; exits non-zero on any client error.
 
+Every scenario takes "ak" and "sk" (the client's Credentials; empty by default). `send` with
+"catch": true reports a failed start or send as an "error" event (code, type, message)
+instead of exiting, and what the client logged at ERROR as "client_log" events (a refused
+route query surfaces only there: the send raises "failed to fetch topic route").
+
 Scenarios:
   send         {"topic", "messages": [{"body", "tag"?, "keys"?: [...], "props"?: {...},
                 "group"?, "deliver_in_s"?}]}: a Producer's sync sends -> "sent" events
@@ -28,6 +33,7 @@ Scenarios:
                 messages -> one "bench" event (elapsed seconds, messages per second)
 """
 import json
+import logging
 import sys
 import threading
 import time
@@ -46,8 +52,11 @@ def emit(**event):
         print(line, flush=True)
 
 
+CREDENTIALS = Credentials()      # set from the scenario's "ak"/"sk" in __main__
+
+
 def producer(endpoint, topic, checker=None):
-    config = ClientConfiguration(endpoint, Credentials(), request_timeout=10)
+    config = ClientConfiguration(endpoint, CREDENTIALS, request_timeout=10)
     p = Producer(config, (topic,), checker=checker)
     p.startup()
     return p
@@ -70,11 +79,35 @@ def build(topic, spec):
     return m
 
 
+def emit_error(e, where):
+    emit(event="error", where=where, code=error_code(e), type=type(e).__name__, message=str(e))
+
+
+class ClientLog(logging.Handler):
+    def emit(self, record):
+        emit(event="client_log", message=record.getMessage())
+
+
 def send(endpoint, args):
-    p = producer(endpoint, args["topic"])
+    if args.get("catch"):
+        handler = ClientLog(logging.ERROR)
+        logging.getLogger("rocketmq-python-client").addHandler(handler)
+    try:
+        p = producer(endpoint, args["topic"])
+    except Exception as e:
+        if not args.get("catch"):
+            raise
+        emit_error(e, "startup")
+        return
     try:
         for i, spec in enumerate(args["messages"]):
-            r = p.send(build(args["topic"], spec))
+            try:
+                r = p.send(build(args["topic"], spec))
+            except Exception as e:
+                if not args.get("catch"):
+                    raise
+                emit_error(e, "send")
+                continue
             emit(event="sent", i=i, message_id=r.message_id, offset=r.offset, transaction_id=r.transaction_id or "")
     finally:
         p.shutdown()
@@ -131,7 +164,7 @@ def transaction(endpoint, args):
 
 
 def config(endpoint):
-    return ClientConfiguration(endpoint, Credentials(), request_timeout=10)
+    return ClientConfiguration(endpoint, CREDENTIALS, request_timeout=10)
 
 
 def subscription(args):
@@ -258,5 +291,7 @@ def bench_receive(endpoint, args):
 
 if __name__ == "__main__":
     endpoint, scenario, raw = sys.argv[1], sys.argv[2], sys.argv[3]
+    _args = json.loads(raw)
+    CREDENTIALS = Credentials(_args.get("ak", ""), _args.get("sk", ""))
     {"send": send, "bench": bench, "transaction": transaction, "receive": receive, "nack": nack, "push": push,
-     "bench_receive": bench_receive}[scenario](endpoint, json.loads(raw))
+     "bench_receive": bench_receive}[scenario](endpoint, _args)
