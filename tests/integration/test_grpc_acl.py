@@ -149,6 +149,9 @@ async def test_official_client_refused_with_the_right_status(cluster, rmq5_pytho
     assert not [e for e in events if e["event"] == "sent"], events
     assert [e for e in events if e["event"] == "error"], events
     assert refusals(events) == {code}, events
+    if case == "no PUB":      # the route is readable (SUB): the send itself is refused, with its status
+        assert [(e["where"], e["type"], e["code"]) for e in events if e["event"] == "error"] == [
+            ("send", "ForbiddenException", pb.FORBIDDEN)], events
     assert await stored(cluster, topic) == before
 
 
