@@ -306,6 +306,11 @@ class PopState:
         self._index(new)
         return new
 
+    def owned_by(self, owner: str) -> list[Lease]:
+        """The live auto-renewed leases of one owner (a walk over every lease: called when
+        a client goes, not per message)."""
+        return [lease for q in self.queues.values() for lease in q.leases.values() if lease.owner == owner]
+
     def reschedule(self, lease: Lease, visible_at: int) -> None:
         """Same lease, due later (auto-renew, or a revive that must be tried again)."""
         lease.visible_at = visible_at

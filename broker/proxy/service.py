@@ -223,7 +223,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._release(ch)
 
     def _release(self, ch: GrpcChannel) -> None:
-        """The client's auto-renewed leases are renewed no more (they run out and come back)."""
+        """The client's auto-renewed leases are renewed no more: they come back in 1 s
+        (broker/services/pop.py release_owner), unless the client is back by then."""
         if self.ctx.pop is not None:
             self.ctx.pop.release_owner(ch.client_id)
 

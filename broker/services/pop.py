@@ -17,7 +17,7 @@ response code `.code` and a `.remark`; `InvalidReceiptHandle` is a PopError):
     await svc.ack(group, topic, receipt_handle)
     new_handle = await svc.change_invisible(group, topic, receipt_handle, invisible_ms)
     await svc.forward_to_dlq(group, topic, receipt_handle)
-    svc.release_owner(owner)        # an auto-renew owner went away: its leases run out
+    svc.release_owner(owner)        # an auto-renew owner went away: its leases end in 1 s
 
 * `queue_id=-1` pops every readable queue of the topic (from a rotating start) and the
   group's retry topic `%RETRY%<group>_<topic>` (first with popFromRetryProbability %).
@@ -32,8 +32,9 @@ response code `.code` and a `.remark`; `InvalidReceiptHandle` is a PopError):
   pop get its batch back.
 * `auto_renew=True` with an `owner` (the gRPC client id): the broker renews the lease
   every `invisible_ms` until the message is acked, its invisibility changed, the owner
-  released, or 12 h passed. Renewals are not logged: after a crash such messages come back
-  at their first lease's end.
+  released (its leases then end RELEASE_INVISIBLE_MS later, as Java's proxy clears a gone
+  client's handles), or 12 h passed. Renewals are not logged: after a crash such messages
+  come back at their first lease's end.
 * Handles are signed with this broker's secret (`config/popSecret`, 32 random bytes made
   at first start); ack / change / forward refuse an unsigned handle (`signed=False` is the
   4.x wire's: its clients build the extraInfo themselves; the live lease is still checked).
@@ -75,6 +76,7 @@ log = logging.getLogger("pocketmq.broker.pop")
 POLL_MS_MAX = 60_000
 REVIVE_SLICE = 256               # leases handled per timer turn before yielding
 REVIVE_RETRY_MS = 1000           # a revive the store refused is tried again this much later
+RELEASE_INVISIBLE_MS = 1000      # a gone auto-renew owner's leases end this soon (release_owner)
 TIMER_CAP_S = 60.0               # the timer re-reads the wall clock at least this often
 _MOVED = frozenset({GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
                     GetMessageStatus.OFFSET_FOUND_NULL})
@@ -632,7 +634,23 @@ class PopService:
         self._end(lease, pop_log.REVIVED)
 
     def release_owner(self, owner: str) -> None:
+        """The owner (a gRPC client) went away: its auto-renewed leases are renewed no more
+        and come back RELEASE_INVISIBLE_MS from now (Java's proxy: clearGroup with
+        invisibleTimeMillisWhenClear, 1 s), not at the end of their 60 s lease: a FIFO
+        queue whose batch the gone client held is blocked until then. An owner back within
+        that time (a Telemetry stream replaced, a new receive) keeps them: the revive
+        timer renews the leases of live owners."""
         self._owners.discard(owner)
+        at = self.ctx.now_ms() + RELEASE_INVISIBLE_MS
+        moved = 0
+        for lease in self.state.owned_by(owner):
+            if lease.visible_at > at:
+                self.state.reschedule(lease, at)
+                moved += 1
+        if moved:
+            log.info("pop: %d message(s) leased to %s visible again in %d ms (the client went away)", moved, owner,
+                     RELEASE_INVISIBLE_MS)
+            self._wake_timer(at)
 
     # -- the revive timer ----------------------------------------------------------------
     def _wake_timer(self, visible_at: int) -> None:

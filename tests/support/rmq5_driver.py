@@ -24,11 +24,12 @@ Scenarios:
   nack         {"topic", "group"}: receive one message (10 s invisible), change its invisible
                 duration to 1 s, ack with the old handle, receive it again, ack, ack again ->
                 "msg", "changed", "ack_error", "msg", "acked", "ack_error"
-  push         {"topic", "group", "expect", "fail_until"?, "sleep_ms"?, "seconds"?, "linger_s"?}: a
-                PushConsumer whose listener takes sleep_ms and fails while a message's delivery
-                attempt is below `fail_until` (-1: always), until `expect` deliveries (or
-                `seconds`), then linger_s for acks in flight -> a "delivery" event each
-                (body, message_id, attempt, message_group, ok, t, monotonic t)
+  push         {"topic", "group", "expect", "fail_until"?, "sleep_ms"?, "seconds"?, "linger_s"?,
+                "stop_on_stdin"?}: a PushConsumer whose listener takes sleep_ms and fails while a
+                message's delivery attempt is below `fail_until` (-1: always), until `expect`
+                deliveries (or `seconds`; with stop_on_stdin: until a line or EOF on stdin), then
+                linger_s for acks in flight -> "started", a "delivery" event each (body,
+                message_id, attempt, message_group, ok, t, thread), "leaving" (stop_on_stdin)
   bench_receive {"topic", "group", "count", "batch"}: receive(batch) + ack each until `count`
                 messages -> one "bench" event (elapsed seconds, messages per second)
 """
@@ -264,11 +265,15 @@ class Listener(MessageListener):
 
 
 def push(endpoint, args):
-    listener = Listener(args["expect"], args.get("fail_until", 0), args.get("sleep_ms", 0))
+    listener = Listener(args.get("expect", 1 << 30), args.get("fail_until", 0), args.get("sleep_ms", 0))
     c = PushConsumer(config(endpoint), args["group"], listener, {args["topic"]: subscription(args)})
     c.startup()
+    emit(event="started", t=time.time())
     try:
-        if not listener.done.wait(args.get("seconds", 30)):
+        if args.get("stop_on_stdin"):
+            sys.stdin.readline()             # the test says when this consumer leaves
+            emit(event="leaving", t=time.time())
+        elif not listener.done.wait(args.get("seconds", 30)):
             emit(event="timeout", deliveries=listener.count)
         time.sleep(args.get("linger_s", 0))     # acks in flight reach the broker
     finally:
