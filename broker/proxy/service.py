@@ -345,6 +345,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             ch.topics = tuple(dict.fromkeys(t.name for t in settings.publishing.topics if t.name))
         elif kind == "subscription" and settings.subscription.HasField("group"):
             ch.group = settings.subscription.group.name or None
+        if kind == "subscription" and self.ctx.pop is not None:
+            # a consumer whose stream broke and came back within 1 s keeps its auto-renewed
+            # leases (a gone one's come back then: _release)
+            self.ctx.pop.keep_owner(ch.client_id)
         self._register(ch)
         return spb.TelemetryCommand(status=status(OK), settings=self._settings_reply(ch, settings))
 

@@ -633,6 +633,11 @@ class PopService:
             raise PopError(code, remark or "cannot store the message back")
         self._end(lease, pop_log.REVIVED)
 
+    def keep_owner(self, owner: str) -> None:
+        """The owner is alive (a consumer's Telemetry stream (re)opened): its leases are
+        renewed again, also those release_owner brought forward, if they are not due yet."""
+        self._owners.add(owner)
+
     def release_owner(self, owner: str) -> None:
         """The owner (a gRPC client) went away: its auto-renewed leases are renewed no more
         and come back RELEASE_INVISIBLE_MS from now (Java's proxy: clearGroup with
