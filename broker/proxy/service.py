@@ -36,7 +36,7 @@ Telemetry stream are forgotten first, then TOO_MANY_REQUESTS), messages per send
 (MAX_MESSAGES_PER_SEND), commands queued for one Telemetry stream (TELEMETRY_OUTBOX: a
 client that does not read loses check-backs, which the check service repeats; nothing
 waits on it), pending transaction ids (MAX_PENDING_TRANSACTIONS, oldest dropped: its
-EndTransaction then answers INVALID_TRANSACTION_ID and the check-back decides), entries per
+EndTransaction then finds the half record through the message index, as after a restart), entries per
 AckMessage (MAX_ACK_ENTRIES), the time a receive's frame may wait for a client that does
 not read (RECEIVE_WRITE_TIMEOUT_S); the POP engine bounds messages in flight and waiting
 receives (SYSTEM_BUSY / POLLING_FULL -> TOO_MANY_REQUESTS).
@@ -57,7 +57,8 @@ from pocketmq.broker.proxy.convert import OK, Code, Refused, status
 from pocketmq.broker.proxy.pb import definition_pb2 as pb
 from pocketmq.broker.proxy.pb import service_pb2 as spb
 from pocketmq.broker.proxy.pb import service_pb2_grpc
-from pocketmq.common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, NAME_GROUP, name_error, retry_topic
+from pocketmq.common.constants import (AUTO_CREATE_TOPIC_KEY_TOPIC, NAME_GROUP, TRANS_HALF_TOPIC, name_error,
+                                       retry_topic)
 from pocketmq.protocol import bodies
 from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.codes import PermName, RequestCode, ResponseCode
@@ -494,6 +495,28 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     "transaction check of %s not delivered to gRPC client %s (no Telemetry stream, or it "
                     "does not read); the check service asks again", transaction_id, ch.client_id)
 
+    def _find_half(self, topic: str, msg_id: str) -> tuple[int, int] | None:
+        """(commit log offset, queue offset) of the newest half record of `topic` whose
+        message id is `msg_id`, from the message index (None without one, or when none is
+        there). The newest: a half record the check service re-stored carries the same id,
+        and END_TRANSACTION resolves a re-stored one to its origin (broker/core/transaction.py)."""
+        store = self.ctx.store
+        if not msg_id or not self.ctx.config.messageIndexEnable:
+            return None
+        res = store.query_message(TRANS_HALF_TOPIC, msg_id, 32, 0, 2**63 - 1)
+        for offset in res.offsets:                     # newest first
+            raw = store.look_message_by_offset(offset)
+            if raw is None:
+                continue
+            try:
+                rec = msgcodec.decode_record(raw, decompress=False)
+            except ValueError:
+                continue
+            props = rec.properties
+            if props.get(msgcodec.UNIQ_KEY) == msg_id and props.get(msgcodec.REAL_TOPIC) == topic:
+                return offset, rec.queue_offset
+        return None
+
     async def EndTransaction(self, request, context):
         topic, transaction_id = request.topic.name, request.transaction_id
         if request.resolution not in (pb.COMMIT, pb.ROLLBACK):
@@ -501,10 +524,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 Code.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")))
         where = self.pending_transactions.get((topic, transaction_id))
         if where is None:
+            # not sent through this process (a restart since, or another endpoint): the half
+            # record is found by its message id in the index, as QUERY_MESSAGE finds it
+            where = self._find_half(topic, request.message_id or transaction_id)
+        if where is None:
             return spb.EndTransactionResponse(status=self._count("EndTransaction", status(
                 Code.INVALID_TRANSACTION_ID,
                 f"no half message of transaction {transaction_id!r} on topic {topic} is waiting here (already "
-                f"ended, never sent here, or sent before a restart: the broker's check-back will ask)")))
+                f"ended, never sent here, or not indexed: the broker's check-back will ask)")))
         commit_log_offset, queue_offset = where
         ext = {"producerGroup": topic, "tranStateTableOffset": str(queue_offset),
                "commitLogOffset": str(commit_log_offset),

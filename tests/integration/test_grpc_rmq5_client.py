@@ -278,3 +278,33 @@ async def test_readme_rmq5_example_runs(cluster, rmq5_python, tmp_path):
                                     text=True, timeout=60, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
         assert p.returncode == 0, f"README {fence} example failed:\n{p.stderr[-3000:]}"
         assert all(repr(body) in p.stdout for body in expect), (fence, p.stdout)
+
+
+async def test_end_transaction_after_a_broker_restart_finds_the_half_message(cluster):
+    # the half message was sent before a restart: EndTransaction finds it through the message
+    # index by its id (the in-process table of the endpoint was lost with the process)
+    s = stub(cluster)
+    topic = uniq("Rmq5TxRestart")
+    assert s.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic)), metadata=md("tx")).status.code == pb.OK
+    ids = {}
+    for name in ("commit", "rollback"):
+        m = pb.Message(topic=pb.Resource(name=topic), body=name.encode())
+        m.system_properties.message_id = ids[name] = uniq(f"TXR{name.upper()}")
+        m.system_properties.message_type = pb.TRANSACTION
+        sent = s.SendMessage(spb.SendMessageRequest(messages=[m]), metadata=md("tx"))
+        assert sent.status.code == pb.OK, sent
+    assert await max_offsets(cluster, topic) == 0                  # half messages: nothing to consume yet
+    await asyncio.to_thread(cluster.restart_broker)
+    s = stub(cluster)
+    for name, resolution in (("commit", pb.COMMIT), ("rollback", pb.ROLLBACK)):
+        r = s.EndTransaction(spb.EndTransactionRequest(topic=pb.Resource(name=topic), message_id=ids[name],
+                                                       transaction_id=ids[name], resolution=resolution,
+                                                       source=pb.SOURCE_CLIENT), metadata=md("tx"))
+        assert r.status.code == pb.OK, r
+    got = await consume(cluster, topic, 1)
+    assert [m.body for m in got] == [b"commit"]
+    # an id no half message has is still refused, naming it
+    r = s.EndTransaction(spb.EndTransactionRequest(topic=pb.Resource(name=topic), message_id="NO-SUCH-ID",
+                                                   transaction_id="NO-SUCH-ID", resolution=pb.COMMIT),
+                         metadata=md("tx"))
+    assert r.status.code == pb.INVALID_TRANSACTION_ID and "NO-SUCH-ID" in r.status.message
