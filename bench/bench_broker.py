@@ -202,6 +202,13 @@ def calibrated(run, json_path: str | None = None) -> dict:
     return result
 
 
+def print_calibration(when: str) -> None:
+    """The calibration line a bench prints before and after its rounds: the loopback round
+    trip and the host's load (the 2-core host is shared: read the figures against both)."""
+    print(f"calibration {when}: loopback_echo_rtt_us={loopback_echo_rtt_us():.1f}, "
+          f"load average {os.getloadavg()[0]:.2f}", flush=True)
+
+
 def loopback_echo_rtt_us(seconds: float = 1.0) -> float:
     """Calibration: a bare asyncio round trip between two processes on this machine right
     now (100-byte ping-pong). Shared hosts drift; read the other figures against it."""

@@ -310,14 +310,13 @@ def main() -> int:
     if a.serve:
         serve(a.serve, [option(o) for o in a.opt])
         return 0
-    from bench.bench_broker import loopback_echo_rtt_us
+    from bench.bench_broker import print_calibration
     clients = a.clients.split(",")
     python = None
     if "rmq5" in clients:
         from tests.support.rmq5 import ensure_venv
         python = ensure_venv()
-    print(f"calibration before: loopback_echo_rtt_us={loopback_echo_rtt_us():.1f}, "
-          f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    print_calibration("before")
     for r in range(a.rounds):
         for spec in a.servers.split(","):
             pid, endpoint, stop = start_server(spec)
@@ -334,8 +333,7 @@ def main() -> int:
                 print(f"round {r} {spec}: " + ", ".join(parts), flush=True)
             finally:
                 stop()
-    print(f"calibration after: loopback_echo_rtt_us={loopback_echo_rtt_us():.1f}, "
-          f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    print_calibration("after")
     return 0
 
 

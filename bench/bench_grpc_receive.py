@@ -32,7 +32,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.bench_broker import loopback_echo_rtt_us  # noqa: E402
+from bench.bench_broker import print_calibration  # noqa: E402
 from pocketmq.client import Message, Producer  # noqa: E402
 from pocketmq.client.lite_pull_consumer import LitePullConsumer  # noqa: E402
 from tests.support.rmq5 import ensure_venv, proxy_cluster, run_driver  # noqa: E402
@@ -92,8 +92,7 @@ def main() -> int:
     python = ensure_venv()
     c = proxy_cluster(tempfile.mkdtemp(prefix="bench-grpc-recv"))
     c.start()
-    print(f"calibration before: loopback_echo_rtt_us={loopback_echo_rtt_us():.1f}, "
-          f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    print_calibration("before")
     try:
         for r in range(a.rounds):
             topic = f"BenchGrpcRecv{os.getpid()}x{r}"
@@ -108,8 +107,7 @@ def main() -> int:
                 rate = stub_rate(c.grpc_endpoint, topic, f"GBenchStub{r}", a.count)
                 print(f"round {r}: our stubs, receive(32) + one AckMessage of 32 over gRPC {rate:.0f} msgs/s, "
                       f"ratio {rate / ours:.3f}", flush=True)
-        print(f"calibration after: loopback_echo_rtt_us={loopback_echo_rtt_us():.1f}, "
-              f"load average {os.getloadavg()[0]:.2f}", flush=True)
+        print_calibration("after")
     finally:
         c.stop()
     return 0

@@ -26,11 +26,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.bench_broker import loopback_echo_rtt_us  # noqa: E402
+from bench.bench_broker import print_calibration  # noqa: E402
 from bench.bench_grpc_floor import stub_us  # noqa: E402
 from pocketmq.client import Message, Producer  # noqa: E402
-from tests.support.daemons import Cluster, free_port  # noqa: E402
-from tests.support.rmq5 import ensure_venv, run_driver  # noqa: E402
+from tests.support.rmq5 import ensure_venv, proxy_cluster, run_driver  # noqa: E402
 
 
 async def remoting_rate(namesrv: str, topic: str, count: int, size: int) -> float:
@@ -52,26 +51,23 @@ def main() -> int:
     ap.add_argument("--stub", action="store_true", help="also time our own stubs as the client")
     a = ap.parse_args()
     python = ensure_venv()
-    grpc_port = free_port()
-    c = Cluster(tempfile.mkdtemp(prefix="bench-grpc"), broker_args=["--enable-proxy", f"--grpcServerPort={grpc_port}"])
+    c = proxy_cluster(tempfile.mkdtemp(prefix="bench-grpc"))
     c.start()
-    print(f"calibration before: loopback_echo_rtt_us={loopback_echo_rtt_us():.1f}, "
-          f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    print_calibration("before")
     try:
         for r in range(a.rounds):
             topic = f"BenchGrpc{os.getpid()}x{r}"
-            [ev] = run_driver(python, f"127.0.0.1:{grpc_port}", "bench", timeout_s=600, topic=topic, count=a.count,
+            [ev] = run_driver(python, c.grpc_endpoint, "bench", timeout_s=600, topic=topic, count=a.count,
                               size=a.size)
             ours = asyncio.run(remoting_rate(c.namesrv_addr, topic, a.count, a.size))
             print(f"round {r}: 5.x Python producer over gRPC {ev['per_s']:.0f} sends/s, "
                   f"pocketmq Producer over remoting {ours:.0f} sends/s, ratio {ev['per_s'] / ours:.2f}", flush=True)
             if a.stub:
-                us = stub_us(f"127.0.0.1:{grpc_port}", a.count, a.size, c.broker.proc.pid)
+                us = stub_us(c.grpc_endpoint, a.count, a.size, c.broker.proc.pid)
                 print(f"round {r}: our stubs, sync grpc client: " + ", ".join(
                     f"{name} {w:.0f} us/call (broker CPU {s:.0f}, client CPU {cl:.0f})"
                     for name, (w, s, cl) in us.items()), flush=True)
-        print(f"calibration after: loopback_echo_rtt_us={loopback_echo_rtt_us():.1f}, "
-              f"load average {os.getloadavg()[0]:.2f}", flush=True)
+        print_calibration("after")
     finally:
         c.stop()
     return 0
