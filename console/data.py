@@ -678,8 +678,11 @@ def replication_text(t: dict) -> str:
     """Replication lag from a broker's runtime info: a master's per-slave bytes behind, a
     slave's bytes and ms behind its master; '' without replicas."""
     if "haLagBytes" in t:
-        return f"{to_int(t.get('haLagBytes'))} B / {to_int(t.get('haLagMillis'))} ms behind {t.get('haMasterAddr', '')}"
+        lag_bytes, lag_ms, master = to_int(t.get("haLagBytes")), to_int(t.get("haLagMillis")), t.get("haMasterAddr", "")
+        if lag_bytes < 0 or lag_ms < 0:      # -1: the slave has not heard its master yet (never shown as -1)
+            return f"lag not known yet (no frame from {master or 'its master'} so far)"
+        return f"{lag_bytes} B / {lag_ms} ms behind {master}"
     lags = [(k[len("haSlaveLagBytes_"):], to_int(v)) for k, v in sorted(t.items()) if k.startswith("haSlaveLagBytes_")]
     if lags:
-        return "; ".join(f"slave {a}: {b} B behind" for a, b in lags)
+        return "; ".join(f"slave {a}: {b} B behind" if b >= 0 else f"slave {a}: lag not known yet" for a, b in lags)
     return ""

@@ -259,3 +259,14 @@ def test_orderly_text_says_what_clients_and_the_group_config_say():
     assert logic.orderly_text(False, [True, False, False]) == "mixed: 1 of 3 clients orderly"
     assert logic.orderly_text(False, [True, None]) == "orderly (1 not telling)"
     assert logic.orderly_text(False, [None]) == "unknown (no client tells)"
+
+
+def test_replication_text_never_shows_minus_one():
+    from pocketmq.console.data import replication_text
+    assert replication_text({}) == ""
+    assert replication_text({"haLagBytes": "120", "haLagMillis": "3", "haMasterAddr": "h:10912"}) \
+        == "120 B / 3 ms behind h:10912"
+    assert replication_text({"haLagBytes": "-1", "haLagMillis": "1", "haMasterAddr": "h:10912"}) \
+        == "lag not known yet (no frame from h:10912 so far)"
+    assert replication_text({"haSlaveLagBytes_10.0.0.2:5": "0", "haSlaveLagBytes_10.0.0.3:5": "-1"}) \
+        == "slave 10.0.0.2:5: 0 B behind; slave 10.0.0.3:5: lag not known yet"
