@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import sys
 import tempfile
@@ -66,7 +67,8 @@ async def main(argv=None) -> int:
     p.add_argument("--groups", type=int, default=500)
     p.add_argument("--runs", type=int, default=5)
     a = p.parse_args(argv)
-    c = Cluster(tempfile.mkdtemp(prefix="bench-console-"))
+    root = tempfile.mkdtemp(prefix="bench-console-")
+    c = Cluster(root)
     c.start()
     try:
         t = time.perf_counter()
@@ -99,6 +101,7 @@ async def main(argv=None) -> int:
             await con.close()
     finally:
         c.stop()
+        shutil.rmtree(root, ignore_errors=True)     # a bench leaves no store behind
     return 0
 
 

@@ -245,12 +245,12 @@ def rmq5_us(python: str, endpoint: str, topic: str, count: int, size: int, serve
     import tempfile
 
     from tests.support.rmq5 import DRIVER
-    home = tempfile.mkdtemp(prefix="rmq5home")    # the client writes its logs under ~/logs
-    env = dict(os.environ, HOME=home)
-    env.pop("PYTHONPATH", None)
-    s0 = cpu_s(server_pid)
-    out = subprocess.run([python, "-c", RMQ5_TIMED, str(DRIVER.parent), endpoint, topic, str(count), str(size)],
-                         capture_output=True, text=True, env=env, cwd=home, timeout=600)
+    with tempfile.TemporaryDirectory(prefix="rmq5home") as home:    # the client writes its logs under ~/logs
+        env = dict(os.environ, HOME=home)
+        env.pop("PYTHONPATH", None)
+        s0 = cpu_s(server_pid)
+        out = subprocess.run([python, "-c", RMQ5_TIMED, str(DRIVER.parent), endpoint, topic, str(count), str(size)],
+                             capture_output=True, text=True, env=env, cwd=home, timeout=600)
     server = (cpu_s(server_pid) - s0) / (count + 50) * 1e6
     if out.returncode != 0:
         raise RuntimeError(f"rmq5 client exited {out.returncode}: {out.stderr[-2000:]}")
@@ -267,11 +267,16 @@ def start_server(spec: str):
         raise SystemExit(f"unknown server set-up {mode!r}; one of {', '.join(MODES)}")
     port = free_port()
     if mode == "broker":
+        import shutil
         import tempfile
-        c = Cluster(tempfile.mkdtemp(prefix="bench-grpc-floor"),
-                    broker_args=["--enable-proxy", f"--grpcServerPort={port}"])
+        root = tempfile.mkdtemp(prefix="bench-grpc-floor")
+        c = Cluster(root, broker_args=["--enable-proxy", f"--grpcServerPort={port}"])
         c.start()
-        return c.broker.proc.pid, f"127.0.0.1:{port}", c.stop
+
+        def stop_broker():
+            c.stop()
+            shutil.rmtree(root, ignore_errors=True)     # a bench leaves no store behind
+        return c.broker.proc.pid, f"127.0.0.1:{port}", stop_broker
     env = dict(os.environ, FLOOR_PORT=str(port))
     for e in envs:
         k, _, v = e.partition("=")

@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import os
 import pathlib
+import shutil
 import sys
 import tempfile
 import time
@@ -90,7 +91,8 @@ def main() -> int:
     ap.add_argument("--stub", action="store_true", help="also our stubs: receive(32) + one ack of 32")
     a = ap.parse_args()
     python = ensure_venv()
-    c = proxy_cluster(tempfile.mkdtemp(prefix="bench-grpc-recv"))
+    root = tempfile.mkdtemp(prefix="bench-grpc-recv")
+    c = proxy_cluster(root)
     c.start()
     print_calibration("before")
     try:
@@ -110,6 +112,7 @@ def main() -> int:
         print_calibration("after")
     finally:
         c.stop()
+        shutil.rmtree(root, ignore_errors=True)     # a bench leaves no store behind
     return 0
 
 

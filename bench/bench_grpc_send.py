@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import os
 import pathlib
+import shutil
 import sys
 import tempfile
 import time
@@ -51,7 +52,8 @@ def main() -> int:
     ap.add_argument("--stub", action="store_true", help="also time our own stubs as the client")
     a = ap.parse_args()
     python = ensure_venv()
-    c = proxy_cluster(tempfile.mkdtemp(prefix="bench-grpc"))
+    root = tempfile.mkdtemp(prefix="bench-grpc")
+    c = proxy_cluster(root)
     c.start()
     print_calibration("before")
     try:
@@ -70,6 +72,7 @@ def main() -> int:
         print_calibration("after")
     finally:
         c.stop()
+        shutil.rmtree(root, ignore_errors=True)     # a bench leaves no store behind
     return 0
 
 

@@ -56,7 +56,8 @@ def run_node_driver(node_dir: pathlib.Path, endpoint: str, scenario: str, timeou
                     **args) -> list[dict]:
     """Run one driver scenario; its JSON events. A non-zero exit or a timeout fails with the
     driver's stderr tail."""
-    home = tempfile.mkdtemp(prefix="noderm5home")      # the client writes its logs under ~/logs
-    env = dict(os.environ, NODE_PATH=str(node_dir / "node_modules"), HOME=home)
-    return run_events([shutil.which("node") or "node", str(DRIVER), endpoint, scenario, json.dumps(args)], env, home,
-                      f"node driver {scenario}", timeout_s)
+    # the client writes its logs under ~/logs; removed afterwards (the stderr tail is in the error)
+    with tempfile.TemporaryDirectory(prefix="noderm5home") as home:
+        env = dict(os.environ, NODE_PATH=str(node_dir / "node_modules"), HOME=home)
+        return run_events([shutil.which("node") or "node", str(DRIVER), endpoint, scenario, json.dumps(args)], env,
+                          home, f"node driver {scenario}", timeout_s)

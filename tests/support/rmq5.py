@@ -110,11 +110,12 @@ def run_driver(python: str, endpoint: str, scenario: str, timeout_s: float = 60,
     """Run one driver scenario; its JSON events (one per stdout line). A non-zero exit or a
     timeout fails with the driver's stderr tail (the client logs there)."""
     import tempfile
-    home = tempfile.mkdtemp(prefix="rmq5home")    # the client writes its logs under ~/logs
-    env = dict(os.environ, PYTHONUNBUFFERED="1", HOME=home)
-    env.pop("PYTHONPATH", None)       # nothing of the checkout: the client's own world only
-    return run_events([python, str(DRIVER), endpoint, scenario, json.dumps(args)], env, home,
-                      f"rmq5 driver {scenario}", timeout_s)
+    # the client writes its logs under ~/logs; removed afterwards (the stderr tail is in the error)
+    with tempfile.TemporaryDirectory(prefix="rmq5home") as home:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", HOME=home)
+        env.pop("PYTHONPATH", None)       # nothing of the checkout: the client's own world only
+        return run_events([python, str(DRIVER), endpoint, scenario, json.dumps(args)], env, home,
+                          f"rmq5 driver {scenario}", timeout_s)
 
 
 def run_events(cmd: list[str], env: dict, cwd: str, what: str, timeout_s: float) -> list[dict]:
