@@ -335,7 +335,7 @@ def main():
     ap.add_argument("--flush", default="ASYNC_FLUSH")
     ap.add_argument("--pull-batch", type=int, default=32)
     ap.add_argument("--busy-poll-us", type=int, default=None,
-                    help="broker busyPollMicros (default: the broker's default, 200)")
+                    help="broker busyPollMicros (default: the broker's default, 500)")
     ap.add_argument("--metrics-port", type=int, default=0,
                     help="broker metricsPort: serve Prometheus /metrics (times every request; 0: off)")
     ap.add_argument("--codec", choices=["json", "msgpack"], default="json",

@@ -414,7 +414,8 @@ class Broker:
             is_slave=self.is_slave, sync_master=cfg.brokerRole is BrokerRole.SYNC_MASTER,
             replication=self.ha_master, schedule_cursors=self.schedule_cursors,
             fence=self.link.fence if self.link is not None and not self.is_slave else None, acl=self.acl,
-            ha_status=partial(ha_runtime_info, self.store, cfg, self.ha_master, self.ha_slave, self.now_ms))
+            ha_status=partial(ha_runtime_info, self.store, cfg, self.ha_master, self.ha_slave, self.now_ms),
+            busy_poll=self.server.busy_poll)
 
     async def _serve_metrics(self) -> None:
         from prometheus_client import CollectorRegistry

@@ -211,7 +211,7 @@ class Connection(asyncio.Protocol):
                     # Server side, after answering: the peer's next request may follow at once.
                     # (A read that answered nothing, e.g. part of a large frame, is no reason to
                     # spin: the rest is on its way and the peer is not waiting for us.)
-                    self.busy_poll.kick(_monotonic() - t0)
+                    self.busy_poll.kick()
         if self.read_budget is not None and not failed and not self.closed:
             if dec.buffered_bytes or self.budget_reserved or self.budget_wanted:
                 self._account_partial(t0, handled)

@@ -79,7 +79,7 @@ class RemotingServer:
         self.on_connection_close = on_connection_close
         self.handlers_in_flight_max = handlers_in_flight_max
         from pocketmq.remoting.busy_poll import BusyPoll
-        self.busy_poll = BusyPoll(busy_poll_us, adaptive=True) if busy_poll_us > 0 else None
+        self.busy_poll = BusyPoll(busy_poll_us) if busy_poll_us > 0 else None
         self.connections: set[Connection] = set()
         # Partial request frames of all connections: bytes and time (remoting/read_budget.py).
         self.read_budget = ReadBudget(read_buffer_bytes_max, frame_read_timeout_ms, name)

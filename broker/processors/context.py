@@ -93,6 +93,8 @@ class BrokerContext:
     # the replication view for GET_BROKER_RUNTIME_INFO, haStatus and metrics (a callable
     # returning a dict, None when there is none)
     ha_status: Callable[[], dict] | None = None
+    # the server's BusyPoll (remoting/busy_poll.py), shown in the runtime info; None: off
+    busy_poll: object | None = None
     # the delay levels' cursors (delayOffset.json), served by GET_ALL_DELAY_OFFSET
     schedule_cursors: ScheduleCursors | None = None
     # the plain ACL (remoting/acl.py AclService) the ACL admin codes edit; None: aclEnable=false

@@ -68,6 +68,10 @@ def runtime_info(ctx) -> dict:
     info.update(stats.runtime_counts())
     if ctx.ha_status is not None:
         info.update(runtime_keys(ctx.ha_status()))
+    if ctx.busy_poll is not None:
+        # pocketmq's own: the window the loop spins for now and what it follows
+        # (remoting/busy_poll.py), e.g. busyPollWindowMicros, busyPollGapAvgMicros, busyPollCaught
+        info.update({"busyPoll" + k[0].upper() + k[1:]: v for k, v in ctx.busy_poll.snapshot().items()})
     return info
 
 

@@ -602,7 +602,6 @@ class HASlave:
             if data is not None:
                 if not data:
                     raise ConnectionError("the master closed the connection")
-                t_read = time.perf_counter()
                 self.last_frame_ms = self.mono_ms()
                 was_behind = self.behind
                 self.behind = len(data) >= BEHIND_READ_BYTES
@@ -629,7 +628,7 @@ class HASlave:
             if data is not None and was_behind and not self.behind and self.on_caught_up is not None:
                 self.on_caught_up()
             if data and self.busy_poll is not None:
-                self.busy_poll.kick(time.perf_counter() - t_read)
+                self.busy_poll.kick()
             if data:
                 # A read of buffered bytes does not suspend: without this turn of the loop the
                 # callbacks the appends scheduled (held pulls woken, the index pump's step,

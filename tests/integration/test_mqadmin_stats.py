@@ -158,6 +158,11 @@ def test_broker_status_by_address(cluster):
     for key in ("getTransferedTps", "getFoundTps", "getMissTps", "bootTimestamp", "brokerVersionDesc",
                 "dispatchBehindBytes", "remainHowManyDataToFlush"):
         assert key in t, key
+    # pocketmq's own: the busy-polling window (remoting/busy_poll.py) and the gap it follows,
+    # measured from the requests this module sent (at most the busyPollMicros cap, 500)
+    assert int(t["busyPollCapMicros"]) == 500
+    assert 0 < int(t["busyPollWindowMicros"]) <= 500 and int(t["busyPollGapAvgMicros"]) > 0
+    assert int(t["busyPollWindows"]) > 0 and t["busyPollSuspended"] in ("True", "False")
 
 
 def test_broker_status_by_cluster(cluster):

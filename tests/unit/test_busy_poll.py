@@ -28,28 +28,6 @@ async def test_off_when_zero():
     assert not bp._scheduled
 
 
-async def test_adaptive_spins_only_for_frequent_kicks():
-    slow = BusyPoll(200, adaptive=True)
-    for _ in range(5):
-        slow.kick()
-        slow._last -= 0.001          # pretend 1 ms passed between kicks
-    assert not slow._scheduled       # gaps of 1 ms > 200 us window: no spinning
-    fast = BusyPoll(200, adaptive=True)
-    for _ in range(20):              # the average forgets the cold start within ~10 kicks
-        fast.kick()                  # back-to-back kicks: gaps far below the window
-    assert fast._scheduled
-
-
-async def test_adaptive_does_not_spin_after_long_work():
-    bp = BusyPoll(200, adaptive=True)
-    for _ in range(20):
-        bp.kick(work_s=0.000150)     # frequent, but each read took 150 us > half the window
-    assert not bp._scheduled
-    for _ in range(20):
-        bp.kick(work_s=0.000010)     # short request/response work: spin
-    assert bp._scheduled
-
-
 async def test_server_spins_only_after_answering():
     from pocketmq.protocol.command import RemotingCommand, encode
     from pocketmq.remoting.connection import Connection
@@ -102,6 +80,7 @@ async def test_budget_suspends_after_windows_that_catch_nothing_and_probes(monke
         await _run_out(bp, clock)
     assert bp.suspended and bp.stats["caught"] == 0 and bp.stats["windows"] == MISS_LIMIT
     for _ in range(PROBE_EVERY - 1):
+        clock.t += 100e-6
         bp.kick()                        # suspended: kicks start no window...
         assert not bp._scheduled
     bp.kick()                            # ...but every PROBE_EVERY-th probes
@@ -153,3 +132,76 @@ async def test_sharing_says_what_the_last_yield_found(monkeypatch):
     assert not bp.sharing and bp._scheduled
     await _run_out(bp, clock)
     assert not bp.sharing
+
+
+async def test_the_window_follows_the_measured_gap_up_to_the_cap(monkeypatch):
+    from pocketmq.remoting.busy_poll import WINDOW_PER_GAP
+    clock = _Clock(monkeypatch)
+    bp = BusyPoll(500)
+    assert bp.window_s == pytest.approx(500e-6) and bp.gap_avg_us == -1     # nothing measured yet
+    for _ in range(40):                  # a fast host: a request every 40 us
+        bp.kick()
+        clock.t += 40e-6
+    assert bp.gap_avg_us == pytest.approx(40, rel=0.01)
+    assert bp.window_s == pytest.approx(WINDOW_PER_GAP * 40e-6, rel=0.01)
+    for _ in range(40):                  # a slow one: 180 us
+        bp.kick()
+        clock.t += 180e-6
+    assert bp.window_s == pytest.approx(WINDOW_PER_GAP * 180e-6, rel=0.01)
+    for _ in range(40):                  # a round trip beyond what the cap allows
+        bp.kick()
+        clock.t += 400e-6
+    assert bp.window_s == pytest.approx(500e-6)
+    snap = bp.snapshot()
+    assert snap["windowMicros"] == 500 and snap["capMicros"] == 500 and snap["gapAvgMicros"] == 400
+    assert set(snap) >= {"suspended", "windows", "caught", "suspendedKicks", "shared"}
+    bp.kick()
+    clock.t += 10.0                      # an idle spell counts as at most GAP_CAP_FACTOR caps
+    bp.kick()
+    assert bp.gap_avg_us < 2000
+
+
+async def _peer(bp, clock, kicks: int, fast_s: float, slow_s: float) -> tuple[int, float]:
+    """A request/response peer whose round trip depends on us, as on the VMs measured:
+    answered by a spinning loop the next request comes after fast_s, by a loop that slept
+    (the two wake-ups) after slow_s. -> (requests caught by a spin, mean cycle)."""
+    caught = 0
+    t_start = clock.t
+    for _ in range(kicks):
+        t0 = clock.t
+        bp.kick()
+        spinning = bp._scheduled and bp._until >= t0 + fast_s
+        nxt = t0 + (fast_s if spinning else slow_s)
+        caught += spinning
+        while clock.t < nxt:             # the loop runs its spin turns while time passes
+            clock.t = min(nxt, clock.t + 5e-6)
+            await asyncio.sleep(0)
+    return caught, (clock.t - t_start) / kicks
+
+
+@pytest.mark.parametrize("start", ["spinning", "suspended"])
+async def test_same_host_same_speed_whichever_state_the_loop_starts_in(monkeypatch, start):
+    # issue 35: 120 us round trips when spinning, 220 us when not (two wake-ups), with the
+    # old absolute rule (spin only while the gap is under a 200 us window) both states were
+    # stable, so a run got 4.4-5.4k or 7.7k sends/s by chance. The window sized from the
+    # measured gap catches the slow round trip too, so both starts end spinning.
+    from pocketmq.remoting.busy_poll import MISS_LIMIT, PROBE_EVERY
+    clock = _Clock(monkeypatch)
+    bp = BusyPoll(500)
+    if start == "suspended":
+        bp._misses = MISS_LIMIT
+    await _peer(bp, clock, PROBE_EVERY + 20, 120e-6, 220e-6)     # settling: at most one probe away
+    caught, cycle = await _peer(bp, clock, 500, 120e-6, 220e-6)
+    assert not bp.suspended
+    assert caught >= 495 and cycle == pytest.approx(120e-6, rel=0.02)
+
+
+async def test_a_round_trip_beyond_the_cap_is_not_spun_for(monkeypatch):
+    # 2 ms between requests: no window of at most 500 us catches one, so the budget
+    # suspends spinning after MISS_LIMIT windows and then probes once per PROBE_EVERY kicks.
+    from pocketmq.remoting.busy_poll import MISS_LIMIT, PROBE_EVERY
+    clock = _Clock(monkeypatch)
+    bp = BusyPoll(500)
+    caught, _ = await _peer(bp, clock, MISS_LIMIT + 2 * PROBE_EVERY, 2e-3, 2e-3)
+    assert caught == 0 and bp.suspended
+    assert bp.stats["windows"] == MISS_LIMIT + 2
