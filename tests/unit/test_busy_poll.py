@@ -205,3 +205,22 @@ async def test_a_round_trip_beyond_the_cap_is_not_spun_for(monkeypatch):
     caught, _ = await _peer(bp, clock, MISS_LIMIT + 2 * PROBE_EVERY, 2e-3, 2e-3)
     assert caught == 0 and bp.suspended
     assert bp.stats["windows"] == MISS_LIMIT + 2
+
+
+async def test_gaps_that_spread_widen_the_window(monkeypatch):
+    # a consumer's pulls and commits: mostly 30 us apart, one in five 110 us. Twice the
+    # mean (~94 us) would end before the long gaps and let the loop sleep just before
+    # those requests; the mean plus four mean deviations covers them.
+    from pocketmq.remoting.busy_poll import WINDOW_PER_GAP
+    clock = _Clock(monkeypatch)
+    bp = BusyPoll(500)
+    for i in range(200):
+        bp.kick()
+        clock.t += 110e-6 if i % 5 == 4 else 30e-6
+    assert bp.window_s > 110e-6 > WINDOW_PER_GAP * bp.gap_avg_us * 1e-6
+    assert bp.window_s <= 500e-6
+    steady = BusyPoll(500)               # a sync loop's gaps barely spread: twice the mean
+    for _ in range(200):
+        steady.kick()
+        clock.t += 40e-6
+    assert steady.window_s == pytest.approx(WINDOW_PER_GAP * 40e-6, rel=0.01)
