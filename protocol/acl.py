@@ -23,6 +23,7 @@ import binascii
 import functools
 import hashlib
 import hmac
+import operator
 
 try:      # CPython's OpenSSL HMAC: its copy() is C (hmac.HMAC.copy is Python, one-shot
     from _hashlib import hmac_new as _openssl_hmac_new       # hmac.digest sets up the key
@@ -56,20 +57,51 @@ def field_text(value) -> str:
     return str(value)
 
 
+# The signed keys' order per shape of ext fields (their keys in arrival order), as an
+# itemgetter: a client sends a few shapes (one per request type), and the broker sees the
+# same few from every client. Bounded: shapes of more than _SHAPE_KEYS_MAX keys are not
+# kept, and the table is emptied when it reaches _SHAPES_MAX (hostile or fuzzed maps).
+_SHAPES: dict = {}
+_SHAPES_MAX = 512
+_SHAPE_KEYS_MAX = 48
+
+
+def _signed_order(ext: dict):
+    """An itemgetter returning the signed values in signing order (always a tuple)."""
+    shape = tuple(ext)
+    getter = _SHAPES.get(shape)
+    if getter is None:
+        # the sorted keys less the unsigned ones (removed when present)
+        keys = sorted(shape)
+        if SIGNATURE in ext:
+            keys.remove(SIGNATURE)
+        if "_UNIQUE_KEY_QUERY" in ext:
+            keys.remove("_UNIQUE_KEY_QUERY")
+        if len(keys) == 1:
+            key = keys[0]
+            getter = lambda d: (d[key],)        # noqa: E731  (itemgetter of one key is no tuple)
+        elif keys:
+            getter = operator.itemgetter(*keys)
+        else:
+            getter = lambda d: ()               # noqa: E731
+        if len(shape) <= _SHAPE_KEYS_MAX:
+            if len(_SHAPES) >= _SHAPES_MAX:
+                _SHAPES.clear()
+            _SHAPES[shape] = getter
+    return getter
+
+
 def _fields_text(ext: dict) -> bytes:
-    # Every request of a signing client passes here twice (client and broker): the sorted
-    # keys less the unsigned ones (removed when present: cheaper than a test per key), the
-    # values joined without a call per field when they are all str (the decoders' case);
-    # other values (a client's own dict, ali-ons' JSON scalars) take field_text.
-    keys = sorted(ext)
-    if SIGNATURE in ext:
-        keys.remove(SIGNATURE)
-    if "_UNIQUE_KEY_QUERY" in ext:
-        keys.remove("_UNIQUE_KEY_QUERY")
+    # Every request of a signing client passes here twice (client and broker): the values
+    # in signing order by the shape's itemgetter (sort and join 0.81 -> 0.41 µs for a
+    # SEND_MESSAGE_V2), joined without a call per field when they are all str (the
+    # decoders' case); other values (a client's own dict, ali-ons' JSON scalars) take
+    # field_text. Pinned to the plain rule by tests/unit/test_acl_signature.py.
+    values = _signed_order(ext)(ext)
     try:
-        text = "".join(map(ext.__getitem__, keys))
+        text = "".join(values)
     except TypeError:
-        text = "".join([field_text(ext[k]) for k in keys])
+        text = "".join([field_text(v) for v in values])
     return text.encode("utf-8")
 
 

@@ -66,3 +66,18 @@ def test_fast_path_equals_the_plain_rule_on_random_requests():
         signed = sign_request({k: v for k, v in ext.items() if k != "AccessKey"}, body, "AK1234567", secret)
         assert signed["Signature"] == _plain_signature(signed, body, secret)
         assert signature_matches({**ext, "Signature": want}, body, secret)
+
+
+def test_the_signed_order_per_shape_is_bounded_and_never_reuses_values():
+    # protocol/acl.py keeps the signing order per shape of ext fields (their keys in arrival
+    # order): values are read from each request, and hostile maps cannot grow the table
+    from pocketmq.protocol import acl
+    one = {"b": "1", "a": "2", "Signature": "s"}
+    two = {"b": "3", "a": "4", "Signature": "s"}
+    assert acl._fields_text(one) == b"21" and acl._fields_text(two) == b"43"
+    for i in range(3 * acl._SHAPES_MAX):
+        acl._fields_text({f"k{i}": "v", "a": "w"})
+    assert len(acl._SHAPES) <= acl._SHAPES_MAX
+    huge = {f"key{i:05d}": str(i) for i in range(acl._SHAPE_KEYS_MAX + 1)}
+    assert acl._fields_text(huge) == "".join(str(i) for i in range(len(huge))).encode()
+    assert tuple(huge) not in acl._SHAPES
