@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import sys
@@ -200,6 +201,23 @@ def calibrated(run, json_path: str | None = None) -> dict:
         with open(json_path, "w") as f:
             json.dump(result, f, indent=2)
     return result
+
+
+@contextlib.contextmanager
+def temp_cluster(prefix: str, make=Cluster, **kwargs):
+    """A started cluster (`make(root, **kwargs)`: tests/support/daemons.py Cluster, or a
+    factory such as tests/support/rmq5.proxy_cluster) in a temp dir, stopped and its store
+    removed on leaving: a bench leaves no store behind (stores filled /tmp once)."""
+    root = tempfile.mkdtemp(prefix=prefix)
+    try:
+        c = make(root, **kwargs)
+        c.start()
+        try:
+            yield c
+        finally:
+            c.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def print_calibration(when: str) -> None:

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import urllib.request
 
+from bench.bench_broker import temp_cluster
 from pocketmq.console.server import start_console
 from pocketmq.protocol.bodies import MessageQueue, SubscriptionGroupConfig, TopicConfig
 from pocketmq.tools.mqadmin.session import AdminSession
@@ -67,10 +66,7 @@ async def main(argv=None) -> int:
     p.add_argument("--groups", type=int, default=500)
     p.add_argument("--runs", type=int, default=5)
     a = p.parse_args(argv)
-    root = tempfile.mkdtemp(prefix="bench-console-")
-    c = Cluster(root)
-    c.start()
-    try:
+    with temp_cluster("bench-console-") as c:
         t = time.perf_counter()
         await populate(c, a.topics, a.groups)
         print(f"created {a.topics} topics and {a.groups} groups in {time.perf_counter() - t:.1f} s")
@@ -99,9 +95,6 @@ async def main(argv=None) -> int:
                       f"{statistics.median(warm):>9.1f} ms")
         finally:
             await con.close()
-    finally:
-        c.stop()
-        shutil.rmtree(root, ignore_errors=True)     # a bench leaves no store behind
     return 0
 
 

@@ -260,23 +260,17 @@ def rmq5_us(python: str, endpoint: str, topic: str, count: int, size: int, serve
 
 def start_server(spec: str):
     """-> (server pid, endpoint, stop())"""
-    from tests.support.daemons import Cluster, free_port
+    from tests.support.daemons import free_port
     spec, *envs = spec.split("@")
     mode, *opts = spec.split("+")
     if mode not in MODES:
         raise SystemExit(f"unknown server set-up {mode!r}; one of {', '.join(MODES)}")
     port = free_port()
     if mode == "broker":
-        import shutil
-        import tempfile
-        root = tempfile.mkdtemp(prefix="bench-grpc-floor")
-        c = Cluster(root, broker_args=["--enable-proxy", f"--grpcServerPort={port}"])
-        c.start()
-
-        def stop_broker():
-            c.stop()
-            shutil.rmtree(root, ignore_errors=True)     # a bench leaves no store behind
-        return c.broker.proc.pid, f"127.0.0.1:{port}", stop_broker
+        from bench.bench_broker import temp_cluster
+        running = temp_cluster("bench-grpc-floor", broker_args=["--enable-proxy", f"--grpcServerPort={port}"])
+        c = running.__enter__()
+        return c.broker.proc.pid, f"127.0.0.1:{port}", lambda: running.__exit__(None, None, None)
     env = dict(os.environ, FLOOR_PORT=str(port))
     for e in envs:
         k, _, v = e.partition("=")

@@ -24,16 +24,14 @@ import argparse
 import asyncio
 import os
 import pathlib
-import shutil
 import sys
-import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.bench_broker import print_calibration  # noqa: E402
+from bench.bench_broker import print_calibration, temp_cluster  # noqa: E402
 from pocketmq.client import Message, Producer  # noqa: E402
 from pocketmq.client.lite_pull_consumer import LitePullConsumer  # noqa: E402
 from tests.support.rmq5 import ensure_venv, proxy_cluster, run_driver  # noqa: E402
@@ -91,11 +89,8 @@ def main() -> int:
     ap.add_argument("--stub", action="store_true", help="also our stubs: receive(32) + one ack of 32")
     a = ap.parse_args()
     python = ensure_venv()
-    root = tempfile.mkdtemp(prefix="bench-grpc-recv")
-    c = proxy_cluster(root)
-    c.start()
-    print_calibration("before")
-    try:
+    with temp_cluster("bench-grpc-recv", proxy_cluster) as c:
+        print_calibration("before")
         for r in range(a.rounds):
             topic = f"BenchGrpcRecv{os.getpid()}x{r}"
             asyncio.run(fill(c.namesrv_addr, topic, a.count, a.size))
@@ -110,9 +105,6 @@ def main() -> int:
                 print(f"round {r}: our stubs, receive(32) + one AckMessage of 32 over gRPC {rate:.0f} msgs/s, "
                       f"ratio {rate / ours:.3f}", flush=True)
         print_calibration("after")
-    finally:
-        c.stop()
-        shutil.rmtree(root, ignore_errors=True)     # a bench leaves no store behind
     return 0
 
 

@@ -18,16 +18,14 @@ import argparse
 import asyncio
 import os
 import pathlib
-import shutil
 import sys
-import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.bench_broker import print_calibration  # noqa: E402
+from bench.bench_broker import print_calibration, temp_cluster  # noqa: E402
 from bench.bench_grpc_floor import stub_us  # noqa: E402
 from pocketmq.client import Message, Producer  # noqa: E402
 from tests.support.rmq5 import ensure_venv, proxy_cluster, run_driver  # noqa: E402
@@ -52,11 +50,8 @@ def main() -> int:
     ap.add_argument("--stub", action="store_true", help="also time our own stubs as the client")
     a = ap.parse_args()
     python = ensure_venv()
-    root = tempfile.mkdtemp(prefix="bench-grpc")
-    c = proxy_cluster(root)
-    c.start()
-    print_calibration("before")
-    try:
+    with temp_cluster("bench-grpc", proxy_cluster) as c:
+        print_calibration("before")
         for r in range(a.rounds):
             topic = f"BenchGrpc{os.getpid()}x{r}"
             [ev] = run_driver(python, c.grpc_endpoint, "bench", timeout_s=600, topic=topic, count=a.count,
@@ -70,9 +65,6 @@ def main() -> int:
                     f"{name} {w:.0f} us/call (broker CPU {s:.0f}, client CPU {cl:.0f})"
                     for name, (w, s, cl) in us.items()), flush=True)
         print_calibration("after")
-    finally:
-        c.stop()
-        shutil.rmtree(root, ignore_errors=True)     # a bench leaves no store behind
     return 0
 
 

@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import subprocess
-import tempfile
 import threading
 import time
 
@@ -43,8 +42,11 @@ class Consumer:
     """A PushConsumer driver process that runs until told to leave (stdin) or killed; its
     events are read as they come."""
 
-    def __init__(self, python: str, endpoint: str, topic: str, group: str, sleep_ms: int):
-        self.home = tempfile.mkdtemp(prefix="rmq5home")
+    def __init__(self, python: str, endpoint: str, topic: str, group: str, sleep_ms: int, home):
+        # the client writes its logs under ~/logs: a dir of the test's tmp_path (kept only
+        # when the test fails, by the retention policy)
+        self.home = str(home)
+        os.makedirs(self.home, exist_ok=True)
         env = dict(os.environ, PYTHONUNBUFFERED="1", HOME=self.home)
         env.pop("PYTHONPATH", None)
         args = {"topic": topic, "group": group, "sleep_ms": sleep_ms, "stop_on_stdin": True}
@@ -138,18 +140,18 @@ async def fifo_group(cluster) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("leaving", ["close", "SIGKILL"])
-async def test_fifo_order_holds_as_consumers_join_and_leave(cluster, rmq5_python, leaving):
+async def test_fifo_order_holds_as_consumers_join_and_leave(cluster, rmq5_python, leaving, tmp_path):
     topic, group = await fifo_group(cluster)
     sent: list[str] = []
     # A is slow (batches wait in its process queue, leased to it), B quick
-    a = Consumer(rmq5_python, cluster.grpc_endpoint, topic, group, sleep_ms=150)
+    a = Consumer(rmq5_python, cluster.grpc_endpoint, topic, group, sleep_ms=150, home=tmp_path / "a")
     b = None
     try:
         await asyncio.to_thread(a.wait_for, "start", started)
         sent += await send_round(rmq5_python, cluster, topic, 0)
         await asyncio.to_thread(a.wait_for, "first deliveries", lambda ev: sum(e["event"] == "delivery"
                                                                                 for e in ev) >= len(GROUPS))
-        b = Consumer(rmq5_python, cluster.grpc_endpoint, topic, group, sleep_ms=10)     # joins
+        b = Consumer(rmq5_python, cluster.grpc_endpoint, topic, group, sleep_ms=10, home=tmp_path / "b")     # joins
         await asyncio.to_thread(b.wait_for, "start", started)
         sent += await send_round(rmq5_python, cluster, topic, 1)
         # A leaves while it holds messages (its listener is slow: batches wait in its queue)
