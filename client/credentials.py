@@ -3,7 +3,7 @@
 RocketMQ 4.x's clients sign every request, to brokers and to nameservers alike, with an
 RPC hook (Java's AclClientRPCHook, the C++ client's ClientRPCHook): AccessKey (and
 OnsChannel / SecurityToken when set) added to the ext fields, then a Signature over all of
-them and the body (protocol/acl.py `sign_request`, the one signer). Ours signs in one
+them and the body (protocol/acl.py `request_signer`, the one signer). Ours signs in one
 place: ClientConnection.send (client/connection.py), which every request of a
 ClientInstance goes through, the producer's pre-built SEND_MESSAGE_V2 fields included.
 
@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 
 from pocketmq.client.errors import InvalidArgumentError
-from pocketmq.protocol.acl import sign_request
+from pocketmq.protocol.acl import request_signer
 from pocketmq.protocol.codes import FLAG_RESPONSE
 
 ENV_ACCESS_KEY = "ROCKETMQ_ACCESS_KEY"
@@ -43,6 +43,19 @@ class Credentials:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise InvalidArgumentError(f"credentials: {name} must be a string or None")
+        # the account's signer, made once (protocol/acl.py request_signer): every request
+        # this client sends passes through sign()
+        object.__setattr__(self, "_signed", request_signer(self.access_key, self.secret_key,
+                                                           self.security_token, self.channel))
+
+    def __getstate__(self) -> dict:
+        # pickled (the Spark source ships its options to executors) without the signer, a closure
+        return {k: v for k, v in self.__dict__.items() if k != "_signed"}
+
+    def __setstate__(self, state: dict) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+        self.__post_init__()
 
     def sign(self, cmd) -> None:
         """Sign an outgoing request in place (responses are never signed, as in Java)."""
@@ -51,8 +64,7 @@ class Credentials:
         body = cmd.body
         if type(body) is not bytes:
             body = cmd.body_bytes()
-        cmd.ext_fields = sign_request(cmd.ext_fields, body, self.access_key, self.secret_key,
-                                      self.security_token, self.channel)
+        cmd.ext_fields = self._signed(cmd.ext_fields, body)
 
 
 def as_credentials(value) -> Credentials | None:

@@ -25,13 +25,9 @@ import hashlib
 import hmac
 import operator
 
-try:      # CPython's OpenSSL HMAC: its copy() is C (hmac.HMAC.copy is Python, one-shot
-    from _hashlib import hmac_new as _openssl_hmac_new       # hmac.digest sets up the key
-except ImportError:                                          # every call): 0.6 against 0.95
-    _openssl_hmac_new = None                                 # and 1.3 us a request here
-
 __all__ = ["SIGNATURE", "ACCESS_KEY", "SECURITY_TOKEN", "ONS_CHANNEL", "UNSIGNED_FIELDS",
-           "field_text", "combine_request_content", "sign", "sign_request", "signature_matches"]
+           "field_text", "combine_request_content", "sign", "sign_request", "request_signer",
+           "signature_matches"]
 
 SIGNATURE = "Signature"
 ACCESS_KEY = "AccessKey"
@@ -97,7 +93,8 @@ def _fields_text(ext: dict) -> bytes:
     # SEND_MESSAGE_V2), joined without a call per field when they are all str (the
     # decoders' case); other values (a client's own dict, ali-ons' JSON scalars) take
     # field_text. Pinned to the plain rule by tests/unit/test_acl_signature.py.
-    values = _signed_order(ext)(ext)
+    getter = _SHAPES.get(tuple(ext)) or _signed_order(ext)
+    values = getter(ext)
     try:
         text = "".join(values)
     except TypeError:
@@ -113,9 +110,7 @@ def combine_request_content(ext_fields: dict | None, body: bytes | bytearray | m
 
 
 def sign(content: bytes, secret_key: str) -> str:
-    mac = _keyed(secret_key).copy()
-    mac.update(content)
-    return _b64(mac.digest())
+    return _b64(_mac(_keyed(secret_key), content, None))
 
 
 def _b64(digest: bytes) -> str:
@@ -130,30 +125,58 @@ def sign_request(ext_fields: dict, body, access_key: str, secret_key: str,
                  security_token: str | None = None, ons_channel: str | None = None) -> dict:
     """The ext fields a signing client sends: AccessKey (and the optional token and
     channel) added, then the Signature over all of them and the body. Returns a new dict."""
-    out = dict(ext_fields)
-    out[ACCESS_KEY] = access_key
+    return request_signer(access_key, secret_key, security_token, ons_channel)(ext_fields, body)
+
+
+def request_signer(access_key: str, secret_key: str, security_token: str | None = None,
+                   ons_channel: str | None = None):
+    """`sign_request` for one account, as a function (ext_fields, body) -> new ext fields:
+    what a client keeps to sign every request (the key's HMAC states looked up once, the
+    account's fields bound)."""
+    keyed = _keyed(secret_key)
+    added = {ACCESS_KEY: access_key}
     if security_token is not None:
-        out[SECURITY_TOKEN] = security_token
+        added[SECURITY_TOKEN] = security_token
     if ons_channel is not None:
-        out[ONS_CHANNEL] = ons_channel
-    out.pop(SIGNATURE, None)
-    # (the body is fed to the HMAC as it is, not copied behind the fields' text)
-    mac = _keyed(secret_key).copy()
-    mac.update(_fields_text(out))
-    if body:
-        mac.update(body)
-    out[SIGNATURE] = _b64(mac.digest())
-    return out
+        added[ONS_CHANNEL] = ons_channel
+
+    def signed(ext_fields: dict, body) -> dict:
+        out = dict(ext_fields)
+        out.update(added)
+        if SIGNATURE in out:
+            del out[SIGNATURE]
+        out[SIGNATURE] = _b2a(_mac(keyed, _fields_text(out), body), newline=False).decode("ascii")
+        return out
+    return signed
+
+
+_IPAD = bytes(x ^ 0x36 for x in range(256))
+_OPAD = bytes(x ^ 0x5C for x in range(256))
 
 
 @functools.lru_cache(maxsize=256)
-def _keyed(secret_key: str):
-    """An HMAC-SHA1 keyed with `secret_key`, to copy: the key's setup once per account, not
-    once per request (the broker checks every request)."""
+def _keyed(secret_key: str) -> tuple:
+    """HMAC-SHA1 keyed with `secret_key` as its two SHA-1 states after the padded key
+    (RFC 2104: inner over key^ipad, outer over key^opad), to copy: the key's setup once per
+    account, not once per request (the broker checks every request). Two SHA-1 copies are
+    cheaper than a copy of OpenSSL's HMAC context (0.53 against 0.63 us a request here).
+    (`hashlib.sha1` is OpenSSL's where CPython has it.)"""
     key = secret_key.encode("utf-8")
-    if _openssl_hmac_new is not None:
-        return _openssl_hmac_new(key, digestmod="sha1")
-    return hmac.new(key, digestmod=hashlib.sha1)
+    if len(key) > 64:                 # SHA-1's block: a longer key is hashed first
+        key = hashlib.sha1(key).digest()
+    key = key.ljust(64, b"\0")
+    return hashlib.sha1(key.translate(_IPAD)), hashlib.sha1(key.translate(_OPAD))
+
+
+def _mac(keyed: tuple, text: bytes, body) -> bytes:
+    # (the body is fed to the HMAC as it is, not copied behind the fields' text)
+    inner = keyed[0].copy()
+    inner.update(text)
+    if body:
+        inner.update(body)
+    outer = keyed[1].copy()
+    outer.update(inner.digest())
+    return outer.digest()
 
 
 def signature_matches(ext_fields: dict, body, secret_key: str) -> bool:
@@ -163,9 +186,5 @@ def signature_matches(ext_fields: dict, body, secret_key: str) -> bool:
     got = ext_fields.get(SIGNATURE)
     if type(got) is not str:
         return False
-    # (the body is fed to the HMAC as it is, not copied behind the fields' text)
-    mac = _keyed(secret_key).copy()
-    mac.update(_fields_text(ext_fields))
-    if body:
-        mac.update(body)
-    return _compare(got.encode("ascii", "replace"), _b2a(mac.digest(), newline=False))
+    digest = _mac(_keyed(secret_key), _fields_text(ext_fields), body)
+    return _compare(got.encode("ascii", "replace"), _b2a(digest, newline=False))

@@ -61,6 +61,12 @@ def acl_files(main_path: str) -> list[str]:
     return found + [main_path]
 
 
+def _ip_of(conn) -> str:
+    # the peer's address without the port, from "host:port" / "[v6]:port"
+    addr = getattr(conn, "remote_addr", "") or ""
+    return addr.rpartition(":")[0].strip("[]") if ":" in addr else addr
+
+
 def _stamp(path: str):
     try:
         st = os.stat(path)
@@ -81,6 +87,7 @@ class AclService:
         self.log_interval_s = log_interval_s
         self.name = name
         self.table = rules.AclTable()
+        self._check = rules.checker(self.table, admin_codes)    # the table's decision (hot codes kept)
         self._stamps: dict = {}
         self._failed_stamps: dict | None = None
         self.reloads = 0
@@ -113,6 +120,7 @@ class AclService:
 
     def _install(self, table: rules.AclTable, stamps: dict) -> None:
         self.table = table
+        self._check = rules.checker(table, self.admin_codes)
         self._stamps = stamps
         self._failed_stamps = None
         self.last_error = None
@@ -182,28 +190,31 @@ class AclService:
                 for code, proc in table.items()}
 
     def _guarded(self, proc):
-        deny = self.deny
+        service = self
 
         def guarded(conn, cmd):
-            refusal = deny(conn, cmd)
-            if refusal is not None:
-                return refusal
-            return proc(conn, cmd)
+            # (one call for the check, the processor's own, on every request: deny()'s steps
+            # written out, the peer's IP taken apart once, when the connection was made)
+            ip = getattr(conn, "remote_ip", None)
+            if ip is None:
+                ip = _ip_of(conn)
+            denial = service._check(cmd.code, cmd.ext_fields, cmd.body, ip)
+            if denial is None:
+                return proc(conn, cmd)
+            return service._refuse(conn, cmd, denial)
         return guarded
 
     def deny(self, conn, cmd):
         """None, or the reply to a denied request (a oneway one is not answered: the
         connection sends nothing for it)."""
-        # (the peer's IP was taken apart once, when the connection was made)
         ip = getattr(conn, "remote_ip", None)
         if ip is None:
-            addr = getattr(conn, "remote_addr", "") or ""
-            ip = addr.rpartition(":")[0].strip("[]") if ":" in addr else addr
-        denial = rules.check(self.table, cmd.code, cmd.ext_fields, cmd.body, ip, self.admin_codes)
-        if denial is None:
-            return None
-        addr = getattr(conn, "remote_addr", "") or ""
-        self.record(denial, cmd.code, addr)
+            ip = _ip_of(conn)
+        denial = self._check(cmd.code, cmd.ext_fields, cmd.body, ip)
+        return None if denial is None else self._refuse(conn, cmd, denial)
+
+    def _refuse(self, conn, cmd, denial: rules.Denial):
+        self.record(denial, cmd.code, getattr(conn, "remote_addr", "") or "")
         return cmd.response(ResponseCode.SYSTEM_ERROR, denial.remark)
 
     def record(self, denial: rules.Denial, code, addr: str) -> None:

@@ -373,6 +373,78 @@ def test_check_never_raises_on_hostile_requests(table):
         assert d is None or d.remark.startswith("org.apache.rocketmq.acl.common.AclException: ")
 
 
+NO_GLOBAL_WHITE = SAMPLE.split(b"\n", 1)[1] + b"""\
+  - accessKey: pubOnlyUser
+    secretKey: pubOnlySecret
+    defaultTopicPerm: PUB
+    defaultGroupPerm: DENY
+  - accessKey: freeAdmin
+    secretKey: freeAdminSecret
+    admin: true
+"""
+
+
+@pytest.mark.parametrize("text", [SAMPLE, NO_GLOBAL_WHITE], ids=["global-white", "no-global-white"])
+def test_checker_answers_as_check_on_random_requests(text):
+    # common/acl.py `checker` keeps the hot codes' decisions per (accessKey, code, names);
+    # every answer must be the plain rule's, repeated requests (kept decisions) included:
+    # a kept decision never lets a bad signature, another account or another name through
+    import random
+    t = A.build_table([A.parse_acl_file(text, "/conf/plain_acl.yml")])
+    fast = A.checker(t)
+    rng = random.Random(35)
+    accounts = [(AK, SK), ("rocketmq2", "12345678"), ("adminWithPerms", "adminSecret"),
+                ("pubOnlyUser", "pubOnlySecret"), ("freeAdmin", "freeAdminSecret"), ("nobody01", "whatever1")]
+    names = ["topicA", "topicB", "topicC", "topicZ", "%RETRY%groupB", "%RETRY%groupA", "secretT",
+             "RMQ_SYS_TRACE_TOPIC", None]
+    groups = ["groupA", "groupB", "groupC", "groupZ", None]
+    codes = [R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE, R.PULL_MESSAGE, R.SEND_MESSAGE, R.QUERY_MESSAGE,
+             R.UPDATE_AND_CREATE_TOPIC, R.CONSUMER_SEND_MSG_BACK]
+    seen = 0
+    for _ in range(4000):
+        code = int(rng.choice(codes))
+        topic, group = rng.choice(names), rng.choice(groups)
+        if code == R.PULL_MESSAGE or code == R.QUERY_MESSAGE:
+            ext = {"topic": topic, "consumerGroup": group}
+        elif code == R.SEND_MESSAGE or (code == R.SEND_BATCH_MESSAGE and rng.random() < 0.5):
+            ext = {"topic": topic, "group": group}
+        else:
+            ext = {"a": group, "b": topic, "e": str(rng.randrange(4))}
+        ext = {k: v for k, v in ext.items() if v is not None}
+        body = rng.choice([None, b"", b"body", b"other"])
+        ak, sk = rng.choice(accounts)
+        msg = signed(ext, body, ak, sk) if rng.random() < 0.9 else dict(ext)
+        r = rng.random()
+        if r < 0.1:
+            msg = dict(msg, Signature="AAAAAAAAAAAAAAAAAAAAAAAAAAA=")
+        elif r < 0.15:
+            body = (body or b"") + b"!"
+        elif r < 0.2 and msg:
+            k = rng.choice(sorted(msg))
+            msg = dict(msg, **{k: str(msg[k]) + "x"})
+        ip = rng.choice(["1.1.1.1", "192.168.0.7", "192.168.1.9"])
+        want = A.check(t, code, msg, body, ip)
+        got = fast(code, msg, body, ip)
+        assert got == want, (code, msg, body, ip)
+        seen += want is None
+    assert seen > 500     # allowed requests were repeated: kept decisions were exercised
+
+
+def test_checker_keeps_a_bounded_number_of_decisions(monkeypatch):
+    monkeypatch.setattr(A, "_DECIDED_MAX", 8)
+    t = A.build_table([A.parse_acl_file(NO_GLOBAL_WHITE, "/conf/plain_acl.yml")])
+    fast = A.checker(t)
+    for i in range(50):
+        # an admin without resource perms may send anywhere: every topic a kept decision
+        assert fast(R.SEND_MESSAGE_V2, signed({"b": f"t{i}"}, b"m", "freeAdmin", "freeAdminSecret"), b"m",
+                    "1.1.1.1") is None
+        assert 1 <= len(fast.decided) <= 8
+        # denied decisions are never kept
+        assert fast(R.SEND_MESSAGE_V2, signed({"b": f"t{i}"}, b"m", "adminWithPerms", "adminSecret"), b"m",
+                    "1.1.1.1").reason == "default_perm"
+    assert all(k[0] == "freeAdmin" for k in fast.decided)
+
+
 # --- the admin codes' edits -------------------------------------------------------------------
 
 def test_update_account_keeps_the_others_and_bumps_the_version():

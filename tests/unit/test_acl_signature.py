@@ -49,8 +49,9 @@ def _plain_signature(ext: dict, body, secret: str) -> str:
 
 
 def test_fast_path_equals_the_plain_rule_on_random_requests():
-    # protocol/acl.py signs and checks with a copied OpenSSL HMAC, sorted keys less the
-    # unsigned ones removed after sorting, and map() over str values: pinned here
+    # protocol/acl.py signs and checks with HMAC-SHA1 as two copied SHA-1 states (the
+    # padded key's, RFC 2104; a key over SHA-1's 64-byte block hashed first), the signed
+    # order kept per shape, and a plain join over str values: pinned here to hmac.new
     import random
     rnd = random.Random(32)
     alphabet = ["a", "b", "AccessKey", "Signature", "_UNIQUE_KEY_QUERY", "OnsChannel", "topic", "é", "Z", "k"]
@@ -60,7 +61,7 @@ def test_fast_path_equals_the_plain_rule_on_random_requests():
             ext[key] = rnd.choice(["", "v", "héllo", "TopicTest", 1, False, True, 2.5, None]) \
                 if rnd.random() < 0.3 else rnd.choice(["x", "yz", "ünï", "12"])
         body = rnd.choice([None, b"", b"\x00\xffbody", bytearray(b"ba"), memoryview(b"mv")])
-        secret = rnd.choice(["12345678", "sk-secret", "ключ-1234"])
+        secret = rnd.choice(["12345678", "sk-secret", "ключ-1234", "k" * 64, "k" * 65, "ключ" * 40])
         want = _plain_signature(ext, body, secret)
         assert sign(combine_request_content(ext, body), secret) == want
         signed = sign_request({k: v for k, v in ext.items() if k != "AccessKey"}, body, "AK1234567", secret)

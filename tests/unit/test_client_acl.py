@@ -68,6 +68,20 @@ def test_credentials_forms_and_secret_not_in_repr():
             as_credentials(bad)
 
 
+def test_credentials_sign_as_sign_request_and_pickle_without_their_signer():
+    # Credentials keep a signer made once (protocol/acl.py request_signer, a closure): it must
+    # sign exactly as sign_request, and the Spark source pickles its options to executors
+    import pickle
+    for creds in (Credentials(AK, SK), Credentials(AK, SK, "LOCAL", "tok")):
+        back = pickle.loads(pickle.dumps(creds))
+        assert back == creds and hash(back) == hash(creds)
+        for c in (creds, back):
+            cmd = RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext_fields={"b": "T", "Signature": "old"}, body=b"x")
+            c.sign(cmd)
+            assert cmd.ext_fields == sign_request({"b": "T"}, b"x", AK, SK, creds.security_token, creds.channel)
+            assert signature_matches(cmd.ext_fields, b"x", SK)
+
+
 def test_credentials_from_env_and_flags():
     assert credentials_from_env({}) is None
     env = {"ROCKETMQ_ACCESS_KEY": AK, "ROCKETMQ_SECRET_KEY": SK}
