@@ -45,8 +45,11 @@ class Credentials:
                 raise InvalidArgumentError(f"credentials: {name} must be a string or None")
         # the account's signer, made once (protocol/acl.py request_signer): every request
         # this client sends passes through sign()
-        object.__setattr__(self, "_signed", request_signer(self.access_key, self.secret_key,
-                                                           self.security_token, self.channel))
+        try:
+            signer = request_signer(self.access_key, self.secret_key, self.security_token, self.channel)
+        except UnicodeError:
+            raise InvalidArgumentError("credentials: secret_key is not text UTF-8 can hold") from None
+        object.__setattr__(self, "_signed", signer)
 
     def __getstate__(self) -> dict:
         # pickled (the Spark source ships its options to executors) without the signer, a closure

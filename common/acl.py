@@ -646,6 +646,25 @@ _PULL = int(R.PULL_MESSAGE)
 _SEND_V1 = int(R.SEND_MESSAGE)
 
 
+def _send_key(ak, code: int, topic, ext: dict, group_field: str) -> tuple:
+    # (request_resources: the group counts only for a %RETRY% topic)
+    retry = type(topic) is str and topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+    return ak, code, topic, ext.get(group_field) if retry else None
+
+
+# A kept key's names are at most this long (RocketMQ's limits: 127 for a topic, 255 for a
+# group; a longer one is refused by the processor after the check): the table stays small
+# whatever names an allowed account sends.
+_KEY_NAME_MAX = 255
+
+
+def _keepable(key: tuple) -> bool:
+    ak, _, a, b = key
+    return (type(ak) is str and len(ak) <= _KEY_NAME_MAX
+            and (a is None or type(a) is str and len(a) <= _KEY_NAME_MAX)
+            and (b is None or type(b) is str and len(b) <= _KEY_NAME_MAX))
+
+
 def checker(table: AclTable, admin_codes: frozenset = BROKER_ADMIN_CODES):
     """`check` for one table, as a function (code, ext, body, remote_ip) -> Denial | None,
     with the same answers (pinned to `check` by tests/unit/test_acl_rules.py).
@@ -655,7 +674,9 @@ def checker(table: AclTable, admin_codes: frozenset = BROKER_ADMIN_CODES):
     codes of the hot paths (SEND_MESSAGE_V2/V1, SEND_BATCH_MESSAGE, PULL_MESSAGE) from an
     account without a white address, under no global white address, a decision once
     allowed is kept: such a request is its account, its signature and a dict lookup. Every
-    other request, and any first one, takes `check`."""
+    other request, and any first one, takes `check`. The kept keys are bounded in number
+    (_DECIDED_MAX) and in size (names of at most _KEY_NAME_MAX characters; a send's group
+    only where the decision reads it)."""
     if table.global_white:
         # (a global white address allows before anything else: nothing to keep)
         return lambda code, ext, body, ip: check(table, code, ext, body, ip, admin_codes)
@@ -667,12 +688,14 @@ def checker(table: AclTable, admin_codes: frozenset = BROKER_ADMIN_CODES):
     def fast(code, ext, body, ip):
         key = None
         if ext:
+            # the key holds what the decision reads and nothing more: a send's group only
+            # for a %RETRY% topic (a new group per request must not make a new entry)
             if code == _SEND_V2 or code == _SEND_BATCH and "b" in ext:
-                key = (ext.get(access_key), code, ext.get("b"), ext.get("a"))
+                key = _send_key(ext.get(access_key), code, ext.get("b"), ext, "a")
             elif code == _PULL:
                 key = (ext.get(access_key), code, ext.get("topic"), ext.get("consumerGroup"))
             elif code == _SEND_V1 or code == _SEND_BATCH:
-                key = (ext.get(access_key), code, ext.get("topic"), ext.get("group"))
+                key = _send_key(ext.get(access_key), code, ext.get("topic"), ext, "group")
             if key is not None:
                 try:
                     account = decided.get(key)
@@ -686,8 +709,8 @@ def checker(table: AclTable, admin_codes: frozenset = BROKER_ADMIN_CODES):
                         pass
                     return _bad_signature(account)
         denial = check(table, code, ext, body, ip, admin_codes)
-        if denial is None and key is not None:
-            account = accounts.get(key[0]) if type(key[0]) is str else None
+        if denial is None and key is not None and _keepable(key):
+            account = accounts.get(key[0])
             if account is not None:
                 if len(decided) >= _DECIDED_MAX:
                     decided.clear()

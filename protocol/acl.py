@@ -55,11 +55,13 @@ def field_text(value) -> str:
 
 # The signed keys' order per shape of ext fields (their keys in arrival order), as an
 # itemgetter: a client sends a few shapes (one per request type), and the broker sees the
-# same few from every client. Bounded: shapes of more than _SHAPE_KEYS_MAX keys are not
-# kept, and the table is emptied when it reaches _SHAPES_MAX (hostile or fuzzed maps).
+# same few from every client. Bounded: shapes of more than _SHAPE_KEYS_MAX keys or
+# _SHAPE_CHARS_MAX characters of names are not kept, and the table is emptied when it
+# reaches _SHAPES_MAX (hostile or fuzzed maps).
 _SHAPES: dict = {}
 _SHAPES_MAX = 512
 _SHAPE_KEYS_MAX = 48
+_SHAPE_CHARS_MAX = 1024      # (and their names' length: long hostile keys are not kept)
 
 
 def _signed_order(ext: dict):
@@ -80,7 +82,7 @@ def _signed_order(ext: dict):
             getter = operator.itemgetter(*keys)
         else:
             getter = lambda d: ()               # noqa: E731
-        if len(shape) <= _SHAPE_KEYS_MAX:
+        if len(shape) <= _SHAPE_KEYS_MAX and sum(map(len, shape)) <= _SHAPE_CHARS_MAX:
             if len(_SHAPES) >= _SHAPES_MAX:
                 _SHAPES.clear()
             _SHAPES[shape] = getter
@@ -186,5 +188,11 @@ def signature_matches(ext_fields: dict, body, secret_key: str) -> bool:
     got = ext_fields.get(SIGNATURE)
     if type(got) is not str:
         return False
-    digest = _mac(_keyed(secret_key), _fields_text(ext_fields), body)
+    try:
+        text = _fields_text(ext_fields)
+    except (TypeError, UnicodeError):
+        # keys that do not sort together (a msgpack header's bytes key beside str ones), a
+        # value UTF-8 cannot hold (a lone surrogate): no client signed that
+        return False
+    digest = _mac(_keyed(secret_key), text, body)
     return _compare(got.encode("ascii", "replace"), _b2a(digest, newline=False))

@@ -445,6 +445,36 @@ def test_checker_keeps_a_bounded_number_of_decisions(monkeypatch):
     assert all(k[0] == "freeAdmin" for k in fast.decided)
 
 
+def test_checker_keys_hold_only_what_the_decision_reads():
+    # a publisher sending to one topic with a new producer group each time (or names past
+    # RocketMQ's limits) must not grow the kept decisions: the group counts only for a
+    # %RETRY% topic, and long names are decided by check every time
+    t = A.build_table([A.parse_acl_file(NO_GLOBAL_WHITE, "/conf/plain_acl.yml")])
+    fast = A.checker(t)
+    for i in range(100):
+        ext = signed({"a": f"group-{i}-" + "g" * 200, "b": "topicB"}, b"m", "freeAdmin", "freeAdminSecret")
+        assert fast(R.SEND_MESSAGE_V2, ext, b"m", "1.1.1.1") is None
+    assert len(fast.decided) == 1
+    for i in range(3):
+        ext = signed({"a": f"g{i}", "b": f"%RETRY%g{i}"}, b"m", "freeAdmin", "freeAdminSecret")
+        assert fast(R.SEND_MESSAGE_V2, ext, b"m", "1.1.1.1") is None
+    assert len(fast.decided) == 4
+    long_topic = signed({"b": "t" * 300}, b"m", "freeAdmin", "freeAdminSecret")
+    assert fast(R.SEND_MESSAGE_V2, long_topic, b"m", "1.1.1.1") is None
+    assert fast(R.PULL_MESSAGE, signed({"topic": "x", "consumerGroup": "g" * 256}, None, "freeAdmin",
+                                       "freeAdminSecret"), None, "1.1.1.1") is None
+    assert len(fast.decided) == 4
+
+
+def test_non_str_keys_are_a_bad_signature_not_a_crash(table):
+    # a msgpack header may carry a bytes key beside str ones: they do not sort together
+    ext = signed({"b": "topicB"}, b"m")
+    ext[b"raw"] = "x"
+    for decide in (lambda: A.check(table, R.SEND_MESSAGE_V2, ext, b"m", "1.1.1.1"),
+                   lambda: A.checker(table)(R.SEND_MESSAGE_V2, ext, b"m", "1.1.1.1")):
+        assert decide().reason == "signature"
+
+
 # --- the admin codes' edits -------------------------------------------------------------------
 
 def test_update_account_keeps_the_others_and_bumps_the_version():

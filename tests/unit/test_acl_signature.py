@@ -82,3 +82,10 @@ def test_the_signed_order_per_shape_is_bounded_and_never_reuses_values():
     huge = {f"key{i:05d}": str(i) for i in range(acl._SHAPE_KEYS_MAX + 1)}
     assert acl._fields_text(huge) == "".join(str(i) for i in range(len(huge))).encode()
     assert tuple(huge) not in acl._SHAPES
+
+
+def test_long_key_names_are_not_kept_as_shapes():
+    from pocketmq.protocol import acl
+    ext = {"k" * 2000: "v", "a": "w"}
+    assert acl._fields_text(ext) == b"wv"
+    assert tuple(ext) not in acl._SHAPES

@@ -63,7 +63,7 @@ def test_credentials_forms_and_secret_not_in_repr():
     assert as_credentials((AK, SK, "LOCAL")).channel == "LOCAL"      # the C++ wheel's order
     t = as_credentials((AK, SK, "LOCAL", "tok"))
     assert t.security_token == "tok" and "tok" not in repr(t)
-    for bad in ((AK,), (AK, ""), ("", SK), "ak:sk", (AK, SK, 5)):
+    for bad in ((AK,), (AK, ""), ("", SK), "ak:sk", (AK, SK, 5), (AK, "secret\ud800")):
         with pytest.raises(InvalidArgumentError):
             as_credentials(bad)
 
