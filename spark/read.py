@@ -137,9 +137,129 @@ class Properties:
         return pa.MapArray.from_arrays(offsets, names, self.values.take(picked))
 
 
-def properties_columns(texts: pa.Array) -> Properties:
-    """Properties texts (one per row) -> their Properties (lookups, the user map)."""
-    return Properties(texts)
+class UniformProperties:
+    """Properties texts whose rows all hold the same names in the same order (one producer's
+    messages: the common case), parsed from their separators' positions alone: one pass
+    finds every \x01 and \x02, and when each row has the same sequence of them (one \x01
+    per chunk, optionally a trailing \x02) and the same names (compared as bytes), each
+    entry is a column of positions. `lookup` and `user_map` are one `take` each of the
+    values cut out of the texts' buffer. decode_properties' rules hold: an entry whose
+    value is empty is dropped (null / left out of the map), and of a name written twice
+    (the broker appends WAIT to a batch's elements that carry it) the last kept value wins;
+    a user property's name written twice is left to Properties (`uniform_properties`
+    declines)."""
+
+    def __init__(self, n: int, names: list[str], pieces: pa.StringArray, present: np.ndarray):
+        self.n = n
+        self.names = names                      # the entries' names, in text order
+        self.where: dict[str, list[int]] = {}   # name -> its entries, in text order
+        for j, name in enumerate(names):
+            self.where.setdefault(name, []).append(j)
+        self.pieces = pieces                    # piece 2 * (r * E + j): row r's value of entry j
+        self.present = present                  # (n, E): the value is not empty
+
+    def _values(self, rows_entries: np.ndarray, mask=None) -> pa.Array:
+        return self.pieces.take(pa.array(2 * rows_entries, mask=mask))
+
+    def lookup(self, name: str) -> pa.Array:
+        """The value of `name` per row (its last entry with a value), null where absent."""
+        entries = self.where.get(name)
+        if entries is None:
+            return pa.nulls(self.n, pa.string())
+        flat = np.arange(self.n, dtype=np.int64) * len(self.names)
+        which = flat + entries[0]
+        found = self.present[:, entries[0]]
+        for j in entries[1:]:
+            here = self.present[:, j]
+            which = np.where(here, flat + j, which)
+            found = found | here
+        return self._values(which, ~found)
+
+    def user_map(self) -> pa.MapArray:
+        """The entries whose name is not a system key, per row in text order."""
+        user = np.array([j for j, name in enumerate(self.names) if name not in SYSTEM_PROPERTY_KEYS], np.int64)
+        kept = self.present[:, user]
+        offsets = np.zeros(self.n + 1, np.int32)
+        np.cumsum(kept.sum(axis=1), out=offsets[1:])
+        rows, which = np.nonzero(kept)          # row-major: each row's entries in text order
+        keys = pa.array([self.names[j] for j in user.tolist()], pa.string()).take(pa.array(which))
+        return pa.MapArray.from_arrays(pa.array(offsets), keys, self._values(rows * len(self.names) + user[which]))
+
+
+def uniform_properties(texts: pa.Array) -> UniformProperties | None:
+    """UniformProperties of `texts` when every row has the same entries (see there), else
+    None. tests/spark/test_pure.py pins its answers to decode_properties."""
+    n = len(texts)
+    if n < 2 or texts.null_count or texts.buffers()[2] is None:
+        return None
+    offs = np.frombuffer(texts.buffers()[1], np.int32, n + 1, texts.offset * 4).astype(np.int64)
+    data = np.frombuffer(texts.buffers()[2], np.uint8)
+    lo, hi = int(offs[0]), int(offs[-1])
+    # every byte below 3: the separators (a \x00 too, which the pattern below refuses)
+    seps = np.flatnonzero(data[lo:hi] < 3) + lo
+    k = len(seps) // n
+    if k == 0 or k * n != len(seps):
+        return None
+    seps = seps.reshape(n, k)
+    # the same count in every row: each row's block of k lies inside the row
+    if not ((seps[:, 0] >= offs[:-1]) & (seps[:, -1] < offs[1:])).all():
+        return None
+    if not (data[seps] == _SEPARATOR_PATTERN[:k]).all():     # name \x01 value \x02 ... (\x02)
+        return None
+    e = (k + 1) // 2                                           # a trailing \x02 ends no entry
+    at = seps[:, 0:2 * e:2]                                    # each entry's \x01
+    ends = np.empty((n, e), np.int64)                          # its \x02, or the row's end
+    ends[:, :e - 1] = seps[:, 1:2 * e - 1:2]
+    ends[:, e - 1] = seps[:, 2 * e - 1] if 2 * e - 1 < k else offs[1:]
+    starts = np.empty((n, e), np.int64)
+    starts[:, 0] = offs[:-1]
+    starts[:, 1:] = ends[:, :e - 1] + 1
+    lengths = at[0] - starts[0]
+    if not lengths.all() or not (at - starts == lengths).all():
+        return None                              # an empty name, or names of other lengths
+    names = []
+    for j, length in enumerate(lengths.tolist()):
+        first = data[starts[0, j]:starts[0, j] + length]
+        if not _same_bytes(data, starts[:, j], first):
+            return None
+        names.append(first.tobytes().decode("utf-8"))
+    user = [name for name in names if name not in SYSTEM_PROPERTY_KEYS]
+    if len(set(user)) != len(user):
+        return None                              # a user name twice: Properties keeps dict order
+    cut = np.empty(2 * n * e, np.int32)          # value (r, j) / the gap to the next value
+    cut[0::2] = (at + 1).ravel()
+    cut[1::2] = ends.ravel()
+    pieces = pa.StringArray.from_buffers(len(cut) - 1, pa.py_buffer(cut), texts.buffers()[2])
+    return UniformProperties(n, names, pieces, ends > at + 1)
+
+
+_SEPARATOR_PATTERN = np.tile(np.array([1, 2], np.uint8), 64)
+
+
+def _same_bytes(data: np.ndarray, starts: np.ndarray, want: np.ndarray) -> bool:
+    """data[s:s + len(want)] == want for every s of `starts` (each s + len(want) inside
+    data): 8 bytes a gather, read as one unaligned 64-bit word per row, instead of an
+    index per byte."""
+    length = len(want)
+    span = -(-length // 8) * 8                   # the words read from each start
+    if length > 8 * 8 or int(starts.max()) + span > len(data):
+        got = np.lib.stride_tricks.sliding_window_view(data, length)[starts]
+        return bool((got == want).all())
+    words = np.ndarray((len(data) - 7,), "<u8", data, strides=(1,))
+    padded = np.zeros(span, np.uint8)
+    padded[:length] = want
+    for w in range(0, length, 8):
+        keep = min(8, length - w)
+        mask = np.uint64((1 << (8 * keep)) - 1)
+        if not ((words[starts + w] & mask) == padded[w:w + 8].view("<u8")[0]).all():
+            return False
+    return True
+
+
+def properties_columns(texts: pa.Array) -> Properties | UniformProperties:
+    """Properties texts (one per row) -> their lookups and user map: UniformProperties when
+    every row has the same entries, else Properties."""
+    return uniform_properties(texts) or Properties(texts)
 
 
 def _has_duplicate_names(offsets: pa.Array, names: pa.Array) -> bool:
@@ -556,7 +676,7 @@ def segments_to_batch(segments: list[ColumnSegment], broker_name: str,
         return _empty(columns)
     parsed = []         # the batch's Properties, parsed once when a column needs them
 
-    def props() -> Properties:
+    def props() -> Properties | UniformProperties:
         if not parsed:
             parsed.append(properties_columns(col("props")))
         return parsed[0]

@@ -364,7 +364,7 @@ def test_properties_map_is_vectorised_without_duplicate_names(monkeypatch):
     def refuse(_texts):
         raise AssertionError("per-row path taken")
     monkeypatch.setattr(read, "_user_map_plain", refuse)
-    props = read.properties_columns(pa.array(texts, pa.string()))
+    props = read.Properties(pa.array(texts, pa.string()))
     assert props.user_map().to_pylist() == want.to_pylist()
     for key in ("TAGS", "KEYS", "UNIQ_KEY", "WAIT", "a", "é", "absent"):
         looked_up = props.lookup(key).to_pylist()
@@ -372,6 +372,91 @@ def test_properties_map_is_vectorised_without_duplicate_names(monkeypatch):
         # the same as pyarrow's map_lookup over a map of every entry (the reader before Properties)
         everything = pa.MapArray.from_arrays(pa.array(props.offsets, pa.int32()), props.names, props.values)
         assert looked_up == pc.map_lookup(everything, key, "last").to_pylist(), key
+
+
+def _uniform_texts(seed: int, rows: int, names: list[str], trailing: bool = False) -> list[str]:
+    import random
+
+    rnd = random.Random(seed)
+    values = ["", "v", "red", "k1 k2", "значение", "😀x", "a" * 70, "TAGS", "=", "\x03"]
+    return ["\x02".join(f"{n}\x01{rnd.choice(values)}" for n in names) + ("\x02" if trailing else "")
+            for _ in range(rows)]
+
+
+def _check_properties(props, texts: list[str], names) -> None:
+    from pocketmq.spark import read
+
+    for key in list(names) + ["absent", "TAGS", "KEYS", "UNIQ_KEY"]:
+        assert props.lookup(key).to_pylist() == [msgcodec.decode_properties(t).get(key) for t in texts], key
+    assert props.user_map().to_pylist() == read._user_map_plain(texts).to_pylist()
+
+
+@pytest.mark.parametrize("names,trailing", [
+    (["TAGS", "KEYS", "UNIQ_KEY", "color", "WAIT"], False),
+    (["UNIQ_KEY"], True),
+    (["a", "__STARTDELIVERTIME", "ключ", "x" * 65, "TAGS", "y" * 9, "z" * 16], False),
+    (["KEYS", "user"], True),
+    # a batch element as the broker stores it: WAIT twice (the element's, then the batch's)
+    (["color", "TAGS", "KEYS", "WAIT", "UNIQ_KEY", "WAIT", "CLUSTER"], False),
+    (["TAGS", "u", "TAGS", "KEYS", "TAGS"], True),
+], ids=["producer", "one-trailing", "lengths", "keys-user-trailing", "batch-element", "system-thrice"])
+def test_uniform_properties_match_decode_properties(names, trailing):
+    """Rows with the same names in the same order (one producer's messages) take
+    UniformProperties: every lookup and the user map as decode_properties gives them,
+    empty values dropped, names of every length compared exactly."""
+    from pocketmq.spark import read
+
+    texts = _uniform_texts(7, 600, names, trailing)
+    arr = pa.array(texts, pa.string())
+    props = read.uniform_properties(arr)
+    assert props is not None and props.names == names
+    _check_properties(props, texts, names)
+    assert isinstance(read.properties_columns(arr), read.UniformProperties)
+    # a slice of a larger array (offset into its buffers), as a batch's texts can be
+    part = pa.array(["TAGS\x01other"] + texts, pa.string()).slice(1)
+    _check_properties(read.uniform_properties(part), texts, names)
+
+
+@pytest.mark.parametrize("case", ["other-name-same-length", "other-count", "empty-name", "repeated-user-name",
+                                  "separator-in-value", "nul-in-value", "trailing-in-some", "empty-row",
+                                  "null-row", "one-row", "last-name-at-the-buffer-end"])
+def test_uniform_properties_declines_rows_that_differ(case):
+    """What UniformProperties cannot read row-alike is left to Properties (None here), and
+    properties_columns still answers as decode_properties."""
+    from pocketmq.spark import read
+
+    base = _uniform_texts(8, 40, ["TAGS", "KEYS", "color"])
+    texts = list(base)
+    if case == "other-name-same-length":
+        texts[17] = texts[17].replace("KEYS", "KEYZ")
+    elif case == "other-count":
+        texts[3] += "\x02extra\x01e"
+    elif case == "empty-name":
+        texts = ["\x01v\x02" + t for t in texts]
+    elif case == "repeated-user-name":
+        texts = [t + "\x02color\x01again" for t in texts]
+    elif case == "separator-in-value":
+        texts[5] = texts[5].replace("color\x01", "color\x01a\x01", 1)
+    elif case == "nul-in-value":
+        texts[9] = texts[9].replace("color\x01", "color\x01\x00", 1)
+    elif case == "trailing-in-some":
+        texts[0] += "\x02"
+    elif case == "empty-row":
+        texts[11] = ""
+    elif case == "one-row":
+        texts = texts[:1]
+    if case == "last-name-at-the-buffer-end":
+        # the names are the same; the last row's last name ends just before the buffer
+        # does (the word-wise compare must not read past it)
+        texts = ["v\x01" + "x" * (i % 3) + "\x02ab\x01" + "y" * (i % 4 + 1) for i in range(30)]
+        props = read.uniform_properties(pa.array(texts, pa.string()))
+        assert props is not None
+        _check_properties(props, texts, ["v", "ab"])
+        return
+    arr = pa.array(texts + ([None] if case == "null-row" else []), pa.string())
+    assert read.uniform_properties(arr) is None
+    if case != "null-row":
+        _check_properties(read.properties_columns(arr), texts, ["TAGS", "KEYS", "color", "KEYZ", "extra"])
 
 
 def test_properties_with_repeated_user_names_keep_dict_order():
