@@ -236,8 +236,12 @@ class FrameDecoder:
         except ProtocolError:
             self._broken = True
             raise
-        # (bytes(...) of a bytes slice is that slice: one copy from a read's bytes, two from the buffer)
-        body = bytes(buf[bstart:pos + 4 + length])
+        # One copy of the body whether `buf` is a read's bytes or the decoder's bytearray: a
+        # bytearray slice would be a copy and bytes() of it another (a pull reply of 256 KiB:
+        # 2 allocations and copies instead of 1). The view is released before the buffer
+        # can be resized again (feed, compaction).
+        with memoryview(buf) as view:
+            body = view[bstart:pos + 4 + length].tobytes()
         return RemotingCommand(code, opaque, flag, remark, ext, body, language, version, stype)
 
     def _check_length(self, length: int) -> None:
