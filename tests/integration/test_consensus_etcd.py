@@ -327,8 +327,16 @@ async def test_a_dead_member_costs_one_failed_call_then_the_next_endpoint_serves
                 assert (snap.state, snap.leader) == (f"s{round_}".encode(), b"0:a")
                 assert errors and cluster.endpoints[dead] in errors[0], errors
                 assert cs.endpoint() != cluster.endpoints[dead]
-                # the dead one, and when it led, maybe a member mid-election ("leader changed", a timeout)
-                assert len(errors) <= 3, "\n".join(errors)
+                # the dead one; when it led, the live members may fail mid-election ("leader
+                # changed", a timeout), and on a slow host the rotation may come round to the
+                # dead one once more before the election ends: nothing else
+                at_dead = [e for e in errors if cluster.endpoints[dead] in e]
+                others = [e for e in errors if cluster.endpoints[dead] not in e]
+                assert len(at_dead) <= 2 and len(others) <= 2 * (len(cluster.endpoints) - 1), "\n".join(errors)
+                election = ("leader changed", "timed out", "no leader")
+                assert all(any(w in e.lower().replace("_", " ") for w in election) for e in others), \
+                    "\n".join(errors)
+                assert len(at_dead) == 1 or others, "\n".join(errors)
                 assert await cs.keepalive(lease) > 0
                 assert await cs.cas_state(C, G, expect_state_rev=snap.state_rev,
                                           new_state=f"s{round_ + 1}".encode(), expect_leader=b"0:a")
