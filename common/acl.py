@@ -637,10 +637,10 @@ def _bad_signature(account: Account) -> Denial:
     return Denial("signature", f"Check signature failed for accessKey={account.access_key}", account.access_key)
 
 
-# The hot codes' decisions kept per (accessKey, code, the two names the resources come
-# from): `checker` below. A request's resources for these codes are a function of those
-# names alone, and the decision of the resources, the account and the admin codes, all
-# fixed for one table. Bounded: emptied when it reaches _DECIDED_MAX.
+# The hot codes' decisions kept per (accessKey, code, the names the resources come from):
+# `checker` below. A request's resources for these codes are a function of those names
+# alone, and the decision of the resources, the account and the admin codes, all fixed for
+# one table. Bounded: emptied when it reaches _DECIDED_MAX.
 _DECIDED_MAX = 4096
 _PULL = int(R.PULL_MESSAGE)
 _SEND_V1 = int(R.SEND_MESSAGE)
