@@ -399,11 +399,12 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     # A RocketMQ client holds one pull per queue it consumes, all on one connection per
     # broker: 10,000 is far above any real assignment, far below a flood.
     maxHeldPullsPerConnection: PositiveInt = 10_000
-    # pocketmq's own: after answering, keep the event loop polling (not sleeping) for twice
-    # the measured gap between requests, at most this long, so the next request does not
-    # pay the idle-CPU wake-up (~40 µs per hop on the VMs measured). The cap is above the
-    # sync round trips seen on slow hosts (120-300 µs) so the window, not the cap, decides
-    # (remoting/busy_poll.py). CPU for latency; 0 turns it off. See docs/benchmarks.md.
+    # pocketmq's own: after answering, keep the event loop polling (not sleeping) for a
+    # window that follows the measured gap between requests, at most this long, so the next
+    # request does not pay the idle-CPU wake-up (~40 µs per hop on the VMs measured). The
+    # cap is above the sync round trips seen on slow hosts (120-300 µs) so the window, not
+    # the cap, decides (remoting/busy_poll.py). CPU for latency; 0 turns it off. See
+    # docs/benchmarks.md.
     busyPollMicros: Annotated[int, Field(ge=0, le=100_000)] = 500
     # pocketmq's own: the connection limit (0: RLIMIT_NOFILE minus the reserve) and the
     # descriptors it leaves to the store (0: half the limit, 64..1024)

@@ -150,10 +150,10 @@ async def acquire_instance(namesrv_addr: str, instance_name: str | None = None, 
 
 
 # After sending a lone request the client keeps its event loop polling instead of
-# sleeping, for twice the measured gap between such requests and at most this long, so
-# the reply is handled without the idle-CPU wake-up (~40 µs per hop on the VMs measured;
-# remoting/busy_poll.py, docs/benchmarks.md). Set to 0 (before creating clients) to save
-# the CPU.
+# sleeping, for a window that follows the measured gap between such requests and at most
+# this long, so the reply is handled without the idle-CPU wake-up (~40 µs per hop on the
+# VMs measured; remoting/busy_poll.py, docs/benchmarks.md). Set to 0 (before creating
+# clients) to save the CPU.
 DEFAULT_BUSY_POLL_US = 500
 
 

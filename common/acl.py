@@ -619,18 +619,11 @@ def check(table: AclTable, code: int, ext: dict | None, body, remote_ip: str | N
         return None
     if isinstance(who, Denial):
         return who
-    if not _signed_by(who, ext, body):
+    if not signing.signature_matches(ext, body, who.secret_key):
         return _bad_signature(who)
     if resources is None:
         resources = request_resources(code, ext, body)
     return _permit(who, code, resources, admin_codes)
-
-
-def _signed_by(account: Account, ext: dict, body) -> bool:
-    try:
-        return signing.signature_matches(ext, body, account.secret_key)
-    except UnicodeError:     # a value UTF-8 cannot hold (a lone surrogate): no client signed that
-        return False
 
 
 def _bad_signature(account: Account) -> Denial:
@@ -702,12 +695,7 @@ def checker(table: AclTable, admin_codes: frozenset = BROKER_ADMIN_CODES):
                 except TypeError:         # a hostile frame's unhashable value
                     key = account = None
                 if account is not None:
-                    try:
-                        if matches(ext, body, account.secret_key):
-                            return None
-                    except UnicodeError:  # (as _signed_by)
-                        pass
-                    return _bad_signature(account)
+                    return None if matches(ext, body, account.secret_key) else _bad_signature(account)
         denial = check(table, code, ext, body, ip, admin_codes)
         if denial is None and key is not None and _keepable(key):
             account = accounts.get(key[0])

@@ -182,7 +182,8 @@ def _mac(keyed: tuple, text: bytes, body) -> bytes:
 
 
 def signature_matches(ext_fields: dict, body, secret_key: str) -> bool:
-    """The request's Signature is the one `secret_key` makes (constant-time comparison)."""
+    """The request's Signature is the one `secret_key` makes (constant-time comparison).
+    Never raises: what cannot have been signed is False."""
     if not ext_fields:
         return False
     got = ext_fields.get(SIGNATURE)
@@ -190,9 +191,10 @@ def signature_matches(ext_fields: dict, body, secret_key: str) -> bool:
         return False
     try:
         text = _fields_text(ext_fields)
+        keyed = _keyed(secret_key)
     except (TypeError, UnicodeError):
         # keys that do not sort together (a msgpack header's bytes key beside str ones), a
-        # value UTF-8 cannot hold (a lone surrogate): no client signed that
+        # value or a secret UTF-8 cannot hold (a lone surrogate): no client signed that
         return False
-    digest = _mac(_keyed(secret_key), text, body)
+    digest = _mac(keyed, text, body)
     return _compare(got.encode("ascii", "replace"), _b2a(digest, newline=False))

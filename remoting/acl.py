@@ -190,30 +190,23 @@ class AclService:
                 for code, proc in table.items()}
 
     def _guarded(self, proc):
-        service = self
+        deny = self.deny
 
         def guarded(conn, cmd):
-            # (one call for the check, the processor's own, on every request: deny()'s steps
-            # written out, the peer's IP taken apart once, when the connection was made)
-            ip = getattr(conn, "remote_ip", None)
-            if ip is None:
-                ip = _ip_of(conn)
-            denial = service._check(cmd.code, cmd.ext_fields, cmd.body, ip)
-            if denial is None:
-                return proc(conn, cmd)
-            return service._refuse(conn, cmd, denial)
+            refusal = deny(conn, cmd)
+            return proc(conn, cmd) if refusal is None else refusal
         return guarded
 
     def deny(self, conn, cmd):
         """None, or the reply to a denied request (a oneway one is not answered: the
         connection sends nothing for it)."""
+        # (the peer's IP was taken apart once, when the connection was made)
         ip = getattr(conn, "remote_ip", None)
         if ip is None:
             ip = _ip_of(conn)
         denial = self._check(cmd.code, cmd.ext_fields, cmd.body, ip)
-        return None if denial is None else self._refuse(conn, cmd, denial)
-
-    def _refuse(self, conn, cmd, denial: rules.Denial):
+        if denial is None:
+            return None
         self.record(denial, cmd.code, getattr(conn, "remote_addr", "") or "")
         return cmd.response(ResponseCode.SYSTEM_ERROR, denial.remark)
 
