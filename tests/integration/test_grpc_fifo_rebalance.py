@@ -143,8 +143,10 @@ async def fifo_group(cluster) -> tuple[str, str]:
 async def test_fifo_order_holds_as_consumers_join_and_leave(cluster, rmq5_python, leaving, tmp_path):
     topic, group = await fifo_group(cluster)
     sent: list[str] = []
-    # A is slow (batches wait in its process queue, leased to it), B quick
-    a = Consumer(rmq5_python, cluster.grpc_endpoint, topic, group, sleep_ms=150, home=tmp_path / "a")
+    # A is slow (batches wait in its process queue, leased to it), B quick. At 150 ms a message
+    # A could finish all it held between its next delivery and the leave (a CI run saw it), and
+    # the batch-coming-back case went untested; at 600 ms it still holds most of round 0 then.
+    a = Consumer(rmq5_python, cluster.grpc_endpoint, topic, group, sleep_ms=600, home=tmp_path / "a")
     b = None
     try:
         await asyncio.to_thread(a.wait_for, "start", started)
