@@ -96,8 +96,9 @@ async def test_pull_offset_codes(env):
         assert {"nextBeginOffset", "minOffset", "maxOffset", "suggestWhichBrokerId"} <= set(resp.ext_fields)
 
 
-async def test_long_poll_answered_within_50ms_of_matching_send(env):
+async def test_long_poll_answered_by_the_dispatcher_on_a_matching_send(env):
     ns, broker, c = env
+    broker.hold_service.rescan_interval_ms = 600_000      # no rescan in this test: only a wake answers
     assert (await c.invoke(broker.addr, send_cmd("LP", b"first"))).code == C.SUCCESS
     held = asyncio.ensure_future(c.invoke(broker.addr, pull_cmd("LP", 0, 1, sub="TagA", suspend_ms=10000), 20))
     await asyncio.sleep(0.2)
@@ -112,7 +113,10 @@ async def test_long_poll_answered_within_50ms_of_matching_send(env):
     elapsed_ms = (time.perf_counter() - t0) * 1000
     assert resp.code == C.SUCCESS
     assert [m.body for m in decode_records(resp.body)] == [b"wake"]
-    assert elapsed_ms < 50, f"held pull answered {elapsed_ms:.1f} ms after the send"
+    # Woken by the dispatcher: the hold service's rescan is off above and the pull is held
+    # for 10 s, so an answer within a second of the send can only be the wake. (A bound of
+    # 50 ms measured the host's load as much as the broker; its speed is bench/'s.)
+    assert elapsed_ms < 1000, f"held pull answered {elapsed_ms:.1f} ms after the send"
 
 
 async def test_held_pull_expires_at_its_suspend_time(env):
