@@ -6,8 +6,9 @@ tag filtering on the units' tags codes, the record filter (SQL92: reads the reco
 properties in the segment, no copy of the record), stepping over fillers and over records already
 deleted with their segment. Records are handed out as slices of the commit log
 (CommitLog.read: memoryviews of the mappings, zero copy), physically adjacent ones
-coalesced. `_get_contiguous` is the common pull's fast path (no filter, records back to
-back in memory): one slice found from the first and last unit, no per-unit loop.
+coalesced. `_get_unfiltered` is the common pull's fast path (no filter, records in one
+segment in memory): the units' columns unpacked at once, the limits by a running sum, runs
+of adjacent records found by comparing columns, no Python step per unit.
 `_get_matching` is the filtered pull's (a record filter with a `match_many` form, the
 SQL92 filter's): the units decoded and the records judged a chunk at a time, then only
 the matches walked; anything it does not handle (fillers, records out of memory or in a
@@ -15,9 +16,9 @@ deleted segment) goes to the general per-unit loop, whose result it reproduces.
 """
 from __future__ import annotations
 
-from bisect import bisect_left
-from itertools import compress, islice, repeat
-from operator import add, ne, sub
+from bisect import bisect_left, bisect_right
+from itertools import accumulate, compress, islice, repeat
+from operator import add, le, ne, sub
 
 from pocketmq.common.constants import CQ_UNIT_SIZE
 from pocketmq.broker.store.api import (CQ_FILLER_SIZE, GetMessageResult, GetMessageStatus, MessageFilter,
@@ -86,7 +87,7 @@ class ReadPart:
             buf = buf[:limit - limit % CQ_UNIT_SIZE]
         cfg = self.config
         if message_filter is None and record_filter is None:
-            fast = self._get_contiguous(buf, offset, max_msg_nums, min_offset, max_offset)
+            fast = self._get_unfiltered(buf, offset, max_msg_nums, min_offset, max_offset)
             if fast is not None:
                 return fast
         elif record_filter is not None:
@@ -172,49 +173,64 @@ class ReadPart:
             slices.append(cur_view[cur_start:cur_end])
         return GetMessageResult(status, offset + scanned, min_offset, max_offset, count, slices, total)
 
-    def _get_contiguous(self, buf, offset: int, max_msg_nums: int, min_offset: int,
+    def _get_unfiltered(self, buf, offset: int, max_msg_nums: int, min_offset: int,
                         max_offset: int) -> GetMessageResult | None:
-        """The common pull: no tag filter, and the next units point at records that lie
-        back to back in one segment still in memory, within the transfer limits. Then the
-        answer is one slice found from the first and last unit, with no per-unit loop.
-        None when any of that does not hold (the general loop decides)."""
+        """The common pull: no filter, and the units' records lie in one segment still in
+        memory. Then the general loop's answer is computed from the units' columns at once,
+        with no Python step per unit: one unpack (unit_columns), the transfer limits by a
+        running sum of the sizes (bisect), and records that lie back to back coalesced by
+        comparing each record's offset with the previous one's end (one slice when all
+        are adjacent: one queue's records written together; a few when queues interleave
+        in the commit log). None when anything else holds (a filler among the units the loop
+        would visit, a record out of memory or outside the first record's segment, offsets
+        not in order): the general loop decides. tests/unit/test_store.py pins the two together."""
         cfg = self.config
-        n = min(max_msg_nums, cfg.max_transfer_count_on_message_in_memory, len(buf) // CQ_UNIT_SIZE)
-        if n <= 0:
+        n = len(buf) // CQ_UNIT_SIZE
+        limit = min(max_msg_nums, cfg.max_transfer_count_on_message_in_memory, n)
+        if limit <= 0:
             return None
-        p0, _s0, _t0 = CQ_UNIT.unpack_from(buf, 0)
-        pl, sl, _tl = CQ_UNIT.unpack_from(buf, (n - 1) * CQ_UNIT_SIZE)
-        span = pl + sl - p0
-        if span <= 0 or span > cfg.max_transfer_bytes_on_message_in_memory or sl == CQ_FILLER_SIZE:
-            return None
-        if len(buf) >= (n + 1) * CQ_UNIT_SIZE and CQ_UNIT.unpack_from(buf, n * CQ_UNIT_SIZE)[1] == CQ_FILLER_SIZE:
-            return None     # the general loop also steps over the fillers that follow
-        # Contiguous iff the sizes add up to the span (offsets only grow within a queue).
-        sizes = memoryview(buf).cast("B")[:n * CQ_UNIT_SIZE]
-        total = 0
-        for _p, size, _t in CQ_UNIT.iter_unpack(sizes):
-            if size == CQ_FILLER_SIZE:
-                return None
-            total += size
-        if total != span:
+        # the loop also visits the unit after the last it takes (a filler there is stepped over)
+        phys, sizes = unit_columns(buf, 0, min(limit + 1, n))
+        if CQ_FILLER_SIZE in sizes:
             return None
         cl = self._commitlog
+        p0 = phys[0]
         if cl.wrote_offset - p0 > self._memory_limit:
+            return None         # out of memory: the disk limits apply (offsets only grow after it)
+        acc = list(accumulate(islice(sizes, limit)))
+        # the first record is taken whatever its size, each later one while the sum fits
+        k = max(1, bisect_right(acc, cfg.max_transfer_bytes_on_message_in_memory))
+        total = acc[k - 1]
+        found = cl.readable_view(p0, sizes[0])
+        if found is None:
             return None
-        view = cl.read(p0, span)        # None unless all of it is written in one segment
-        if view is None:
+        view, seg_lo, seg_hi = found
+        end = phys[k - 1] + sizes[k - 1]
+        if end > seg_hi:
             return None
-        return GetMessageResult(_FOUND, offset + n, min_offset, max_offset, n, [view], span)
+        if end - p0 == total:       # back to back (offsets in order: no gap, no overlap)
+            slices = [view[p0 - seg_lo:end - seg_lo]]
+        else:
+            ends = list(map(add, islice(phys, k - 1), islice(sizes, k - 1)))     # each record's end
+            later = phys[1:k]
+            if not all(map(le, ends, later)):
+                return None     # offsets not in order: not what a queue holds, the loop decides
+            # a run ends where the next record does not start at this one's end
+            cuts = list(compress(range(1, k), map(ne, later, ends)))
+            firsts = [0] + cuts
+            lasts = [c - 1 for c in cuts] + [k - 1]
+            slices = [view[phys[a] - seg_lo:phys[b] + sizes[b] - seg_lo] for a, b in zip(firsts, lasts)]
+        return GetMessageResult(_FOUND, offset + k, min_offset, max_offset, k, slices, total)
 
     def _get_matching(self, buf, offset: int, max_msg_nums: int, min_offset: int, max_offset: int,
                       message_filter, record_filter, match_many, cq=None) -> GetMessageResult | None:
-        """The general loop's result for a pull with a record filter that judges many
-        records at once (`match_many(segment, commit_log_offsets, sizes, segment_start) ->
-        [bool]` for records of this queue in one segment). Units are decoded and judged a chunk at a time (sized from the
-        filter's recent match rate, so little is judged beyond where the pull stops), then
-        only the matches are walked, with the loop's limits: max_msg_nums and the in-memory
-        count and byte caps, checked at every unit after the first taken one (a unit the
-        byte cap stops at ends the pull even when it would be refused). None (the loop
+        """The general loop's result for a pull with a record filter that judges many records at
+        once (`match_many(segment, commit_log_offsets, sizes, segment_start) -> [bool]` for
+        records of this queue in one segment). Units are decoded and judged a chunk at a time
+        (sized from the filter's recent match rate, so little is judged beyond where the pull
+        stops), then only the matches are walked, with the loop's limits: max_msg_nums and the
+        in-memory count and byte caps, checked at every unit after the first taken one (a unit
+        the byte cap stops at ends the pull even when it would be refused). None (the loop
         decides) on a filler unit, a record out of memory, or one not in a readable segment.
 
         Judging ahead: a consumer's next pull starts where this one stops, so a chunk judged

@@ -609,13 +609,54 @@ def test_closed_store(tmp_path):
         s.get_message("TopicA", 0, 0, 1)
 
 
-def test_contiguous_fast_path_agrees_with_the_general_loop(tmp_path):
-    """get_message's one-slice fast path must answer exactly what the per-unit loop answers."""
+def _fast_and_general(s, topic, qid, offset, n):
+    """get_message's answer, and the general per-unit loop's for the same pull."""
+    fast = s.get_message(topic, qid, offset, n)
+    general = MessageStore._get_unfiltered
+    MessageStore._get_unfiltered = lambda *a, **k: None
+    try:
+        slow = s.get_message(topic, qid, offset, n)
+    finally:
+        MessageStore._get_unfiltered = general
+    return fast, slow
+
+
+@pytest.mark.parametrize("shape", ["adjacent-and-interleaved", "segments", "memory", "many-queues", "fillers",
+                                   "exact-cap"])
+def test_unfiltered_fast_path_agrees_with_the_general_loop(tmp_path, shape):
+    """get_message's unfiltered fast path (the units' columns at once, runs of adjacent records
+    coalesced) must answer exactly what the per-unit loop answers: status, next offset, count,
+    bytes and the records' bytes, for every offset and several pull sizes. Shapes: one queue's
+    records adjacent or interleaved with another's, batches, random sizes and a byte cap
+    (3,000) that cuts pulls; records across many small commit-log segments (a run cannot
+    span two); a memory limit that leaves the oldest records "on disk" (the disk caps apply);
+    eight queues written round robin (every record its own run); filler units in the queue
+    (the loop steps over them, also right after the last record it takes); records of one
+    size with the byte cap exactly three of them (a sum equal to the cap is taken)."""
     import random
     rng = random.Random(7)
-    s = opened(config(tmp_path, max_transfer_count_on_message_in_memory=1024,
-                      max_transfer_bytes_on_message_in_memory=3000))
+    kw = dict(max_transfer_count_on_message_in_memory=1024, max_transfer_bytes_on_message_in_memory=3000)
+    if shape == "exact-cap":
+        probe = opened(config(tmp_path / "probe"))
+        record = probe.put_message(msg(body=b"e" * 77)).wrote_bytes
+        probe.close()
+        kw.update(max_transfer_bytes_on_message_in_memory=3 * record)
+    if shape == "segments":
+        kw.update(mapped_file_size_commit_log=1024)
+    if shape == "memory":
+        kw.update(total_physical_memory_bytes=100 * 40, access_message_in_memory_max_ratio=40,
+                  max_transfer_bytes_on_message_in_disk=700, max_transfer_count_on_message_in_disk=4)
+    s = opened(config(tmp_path, **kw))
+    queues = 8 if shape == "many-queues" else 2
     for i in range(300):
+        if shape == "many-queues":
+            s.put_message(msg(qid=i % queues, body=b"r" * rng.randrange(1, 120)))
+            continue
+        if shape == "exact-cap":
+            s.put_message(msg(qid=rng.randrange(2), body=b"e" * 77))
+            continue
+        if shape == "fillers" and rng.random() < 0.1:
+            s._cq_table["TopicA"][0]._write_fillers(rng.randrange(1, 4))      # a gap in the queue
         if rng.random() < 0.3:   # interleave another queue: records of queue 0 stop being adjacent
             s.put_message(msg(qid=1, body=b"o" * rng.randrange(1, 200)))
         if rng.random() < 0.2:
@@ -623,19 +664,40 @@ def test_contiguous_fast_path_agrees_with_the_general_loop(tmp_path):
                                                [(0, b"b%d" % j, tags("B")) for j in range(rng.randrange(1, 6))]))
         else:
             s.put_message(msg(body=b"m" * rng.randrange(1, 300), props=tags("A")))
-    general = MessageStore._get_contiguous
-    mx = s.get_max_offset_in_queue("TopicA", 0)
-    for offset in range(0, mx + 2):
-        for n in (1, 3, 32, 500):
-            fast = s.get_message("TopicA", 0, offset, n)
-            MessageStore._get_contiguous = lambda *a, **k: None
-            try:
-                slow = s.get_message("TopicA", 0, offset, n)
-            finally:
-                MessageStore._get_contiguous = general
-            assert (fast.status, fast.next_begin_offset, fast.message_count, fast.buffer_total_size) == \
-                   (slow.status, slow.next_begin_offset, slow.message_count, slow.buffer_total_size), (offset, n)
-            assert joined(fast) == joined(slow)
+    taken = 0
+    for qid in range(queues):
+        mx = s.get_max_offset_in_queue("TopicA", qid)
+        for offset in range(0, mx + 2):
+            for n in (1, 3, 32, 500):
+                fast, slow = _fast_and_general(s, "TopicA", qid, offset, n)
+                assert (fast.status, fast.next_begin_offset, fast.message_count, fast.buffer_total_size) == \
+                       (slow.status, slow.next_begin_offset, slow.message_count, slow.buffer_total_size), \
+                       (qid, offset, n)
+                assert joined(fast) == joined(slow)
+                taken += fast.message_count
+    assert taken > 1000
+    s.close()
+
+
+def test_unfiltered_fast_path_answers_without_the_general_loop(tmp_path):
+    """The fast path is taken (not only agreed with) for interleaved queues: the general loop
+    is never reached for pulls of records in one in-memory segment."""
+    s = opened(config(tmp_path, mapped_file_size_commit_log=1 << 20))
+    for i in range(200):
+        s.put_message(msg(qid=i % 4, body=b"x" * 50))
+    calls = []
+    general = MessageStore._get_unfiltered
+
+    def spy(*a, **k):
+        r = general(*a, **k)
+        calls.append(r is not None)
+        return r
+    MessageStore._get_unfiltered = spy
+    try:
+        r = s.get_message("TopicA", 2, 0, 32)
+    finally:
+        MessageStore._get_unfiltered = general
+    assert calls == [True] and r.message_count == 32 and len(r.buffers) == 32     # each record its own run
     s.close()
 
 
