@@ -272,6 +272,26 @@ def row(name, n, m: Meter, cpu_us: float) -> dict:
     return out
 
 
+TINY_ROWS = 40          # a query this small costs what any query costs before its rows
+TINY_TIMES = 3
+
+
+def fixed_cost(name: str, rows: int, action, phases: list) -> None:
+    """--with-ceilings: the median wall of TINY_TIMES runs of `action` (a count() of
+    TINY_ROWS rows): planning, scheduling, the tasks' start and end. A rate over N rows mixes
+    it in; the per-row comparison takes it out (ceiling_ratios' "marginal" ratios)."""
+    walls = []
+    for _ in range(TINY_TIMES):
+        t0 = time.perf_counter()
+        got = action()
+        walls.append(time.perf_counter() - t0)
+        assert got == rows, f"{name}: {got} rows"
+    walls.sort()
+    p = {"phase": name, "rows": rows, "wall_s": round(walls[len(walls) // 2], 3)}
+    print(" ".join(f"{k}={v}" for k, v in p.items()), flush=True)
+    phases.append(p)
+
+
 def run(namesrv: str, broker_pids: list[int], args) -> dict:
     topic = f"BenchSpark{os.getpid()}x{int(time.time()) % 100000}"
     asyncio.run(create_topic(namesrv, topic, args.queues))
@@ -298,12 +318,14 @@ def run(namesrv: str, broker_pids: list[int], args) -> dict:
         spark = spark_session(args.master)
         jvm = spark.sparkContext._gateway.proc.pid
         meters = dict(broker_cpu, spark=lambda: tree_cpu_seconds(jvm), jvm=lambda: process_cpu_seconds(jvm))
-        small = {topic: {f"{r.broker_name}:{r.queue_id}": r.start + 10 for r in ranges}}
+        per_queue = max(1, TINY_ROWS // len(ranges))
+        small = {topic: {f"{r.broker_name}:{r.queue_id}": r.start + per_queue for r in ranges}}
         out_dir = tempfile.mkdtemp(prefix="bench-spark-parquet-")
         try:
             # the first Python-source query of a session starts the workers: not timed
             reader(spark, namesrv, topic, small, args.schema).count()
-            reader(spark, namesrv, topic, small, args.schema).write.mode("overwrite").parquet(os.path.join(out_dir, "warm"))
+            reader(spark, namesrv, topic, small, args.schema).write.mode("overwrite").parquet(
+                os.path.join(out_dir, "warm"))
             ceiling = ceiling_phases(spark, args, meters, out_dir, phases) if args.with_ceilings else None
             for k in range(args.repeat):
                 # the JVM's JIT warms over the first full-size runs: later rounds are faster
@@ -313,11 +335,14 @@ def run(namesrv: str, broker_pids: list[int], args) -> dict:
                 assert n == args.messages, f"count() gave {n}"
                 phases.append(row("spark count()" + suffix, n, m, m.other["spark"] / n * 1e6))
                 with Meter(meters) as m:
-                    reader(spark, namesrv, topic, schema=args.schema).write.mode("overwrite").parquet(os.path.join(out_dir, "out"))
+                    reader(spark, namesrv, topic, schema=args.schema).write.mode("overwrite").parquet(
+                        os.path.join(out_dir, "out"))
                 n = spark.read.parquet(os.path.join(out_dir, "out")).count()
                 assert n == args.messages, f"parquet holds {n} rows"
                 phases.append(row("spark parquet" + suffix, n, m, m.other["spark"] / n * 1e6))
                 if ceiling is not None:
+                    fixed_cost(f"fixed: spark count() of {TINY_ROWS} rows{suffix}", per_queue * len(ranges),
+                               lambda: reader(spark, namesrv, topic, small, args.schema).count(), phases)
                     ceiling(suffix)
             if args.stream_cap:
                 got = phase_stream(spark, namesrv, topic, args.stream_cap, out_dir, meters)
@@ -458,8 +483,8 @@ def ceiling_phases(spark, args, meters, out_dir, phases):
     spark.dataSource.register(ceiling_source())
     n = args.messages
 
-    def source():
-        r = spark.read.format("pocketmq_ceiling").option("rows", str(n))
+    def source(rows=n):
+        r = spark.read.format("pocketmq_ceiling").option("rows", str(rows))
         return r.option("batchRows", str(args.batch_rows)).load()
 
     source().limit(10).count()      # starts its workers: not timed
@@ -472,6 +497,8 @@ def ceiling_phases(spark, args, meters, out_dir, phases):
         with Meter(meters) as m:
             source().write.mode("overwrite").parquet(os.path.join(out_dir, "ceiling"))
         phases.append(row("ceiling parquet" + suffix, n, m, m.other["spark"] / n * 1e6))
+        fixed_cost(f"fixed: ceiling count() of {TINY_ROWS} rows{suffix}", TINY_ROWS,
+                   lambda: source(TINY_ROWS).count(), phases)
     return timed
 
 
@@ -487,6 +514,23 @@ def ceiling_ratios(phases: list[dict], repeat: int) -> dict:
             out[f"{action}{suffix}"] = round(ours["rows_per_s"] / ceiling["rows_per_s"], 3)
     print("rows/s against the prebuilt-batch source, same session: "
           + ", ".join(f"{k} {v:.2f}x" for k, v in out.items()), flush=True)
+    # the same with each side's fixed cost taken out: wall per row beyond a 40-row count()
+    marginal = {}
+    for k in range(repeat):
+        suffix = "" if k == 0 else f" #{k + 1}"
+        ours, ceiling = by[f"spark count(){suffix}"], by[f"ceiling count(){suffix}"]
+        f_ours = by[f"fixed: spark count() of {TINY_ROWS} rows{suffix}"]
+        f_ceiling = by[f"fixed: ceiling count() of {TINY_ROWS} rows{suffix}"]
+        us_ours = (ours["wall_s"] - f_ours["wall_s"]) / ours["rows"] * 1e6
+        us_ceiling = (ceiling["wall_s"] - f_ceiling["wall_s"]) / ceiling["rows"] * 1e6
+        marginal[f"count(){suffix}"] = {
+            "fixed_ms": [round(f_ours["wall_s"] * 1e3), round(f_ceiling["wall_s"] * 1e3)],
+            "wall_us_per_row": [round(us_ours, 3), round(us_ceiling, 3)],
+            "ratio": round(us_ceiling / us_ours, 3) if us_ours > 0 else None}
+    print("count() beyond a 40-row count() (fixed ms ours / prebuilt; wall µs a row ours / prebuilt; ratio): "
+          + ", ".join(f"{k} {v['fixed_ms'][0]} / {v['fixed_ms'][1]} ms; {v['wall_us_per_row'][0]:.2f} / "
+                      f"{v['wall_us_per_row'][1]:.2f} µs; {v['ratio']}x" for k, v in marginal.items()), flush=True)
+    out["marginal"] = marginal
     return out
 
 
@@ -585,7 +629,8 @@ def main(argv=None):
                     help="--ceilings: rows per prebuilt batch (the reader's batches are ~8,192 rows)")
     ap.add_argument("--with-ceilings", action="store_true",
                     help="after the source's Spark phases, the prebuilt-batch source's count() and Parquet "
-                         "(13 columns, --messages rows) in the same session, and the ratios")
+                         "(13 columns, --messages rows) in the same session, and the ratios; also each "
+                         "source's 40-row count() (the fixed cost of a query) and the ratio per row beyond it")
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args(argv)
     # a kill (timeout, ^C from a wrapper) still stops the daemons and removes the temp dirs
