@@ -182,8 +182,9 @@ class ReadPart:
         comparing each record's offset with the previous one's end (one slice when all
         are adjacent: one queue's records written together; a few when queues interleave
         in the commit log). None when anything else holds (a filler among the units the loop
-        would visit, a record out of memory or outside the first record's segment, offsets
-        not in order): the general loop decides. tests/unit/test_store.py pins the two together."""
+        would visit, a unit of size 0 or less, a record out of memory or outside the first
+        record's segment, offsets not in order): the general loop decides.
+        tests/unit/test_store.py pins the two together."""
         cfg = self.config
         n = len(buf) // CQ_UNIT_SIZE
         limit = min(max_msg_nums, cfg.max_transfer_count_on_message_in_memory, n)
@@ -191,7 +192,9 @@ class ReadPart:
             return None
         # the loop also visits the unit after the last it takes (a filler there is stepped over)
         phys, sizes = unit_columns(buf, 0, min(limit + 1, n))
-        if CQ_FILLER_SIZE in sizes:
+        if CQ_FILLER_SIZE in sizes or min(sizes) <= 0:
+            # a filler, or a unit no record makes (a zero unit a crash left before reput
+            # repairs it, a negative size): the running sum and the order below assume neither
             return None
         cl = self._commitlog
         p0 = phys[0]
@@ -208,13 +211,15 @@ class ReadPart:
         end = phys[k - 1] + sizes[k - 1]
         if end > seg_hi:
             return None
-        if end - p0 == total:       # back to back (offsets in order: no gap, no overlap)
+        ends = list(map(add, islice(phys, k - 1), islice(sizes, k - 1)))     # each record's end
+        later = phys[1:k]
+        if later == ends:           # each record starts where the one before ends: one slice
             slices = [view[p0 - seg_lo:end - seg_lo]]
         else:
-            ends = list(map(add, islice(phys, k - 1), islice(sizes, k - 1)))     # each record's end
-            later = phys[1:k]
+            # offsets in order (sizes > 0: strictly growing), which the memory and segment
+            # checks above assume; else not what a queue holds, and the loop decides
             if not all(map(le, ends, later)):
-                return None     # offsets not in order: not what a queue holds, the loop decides
+                return None
             # a run ends where the next record does not start at this one's end
             cuts = list(compress(range(1, k), map(ne, later, ends)))
             firsts = [0] + cuts

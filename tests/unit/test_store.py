@@ -679,6 +679,50 @@ def test_unfiltered_fast_path_agrees_with_the_general_loop(tmp_path, shape):
     s.close()
 
 
+@pytest.mark.parametrize("case", ["gap-then-overlap", "out-of-order", "zero-unit", "zero-unit-deleted-segment",
+                                  "zero-unit-out-of-memory", "negative-size"])
+def test_unfiltered_fast_path_leaves_units_no_queue_holds_to_the_loop(tmp_path, case):
+    """Consume-queue units out of order, overlapping, all zero (what a crash leaves before
+    reput repairs it) or of a negative size: the fast path must still answer as the general
+    loop (a fresh-eyes review found each of these answered differently before the order and
+    size checks): a span equal to the sizes' sum is no proof of adjacency, and a running sum
+    with a negative size is not sorted."""
+    kw = {}
+    if case == "zero-unit-deleted-segment":
+        kw = dict(mapped_file_size_commit_log=1024)
+    if case == "zero-unit-out-of-memory":
+        kw = dict(mapped_file_size_commit_log=1024, total_physical_memory_bytes=100 * 40,
+                  access_message_in_memory_max_ratio=40, max_transfer_count_on_message_in_disk=1)
+    if case == "negative-size":
+        kw = dict(max_transfer_bytes_on_message_in_memory=3 * 101 // 2)
+    s = opened(config(tmp_path, **kw))
+    body = b"y" * 200 if case.startswith("zero-unit-") else b"x%03d" % 0
+    r = [s.put_message(msg(body=body)) for _ in range(20 if case.startswith("zero-unit-") else 6)]
+    size = r[0].wrote_bytes
+    s.put_message(msg(topic="TopicB", body=b"seed"))      # TopicB queue 0, unit 0: a real record
+    at = [x.wrote_offset for x in r]
+    if case.startswith("zero-unit-"):
+        pair = [x.wrote_offset for x in r if x.wrote_offset >= 2048][:2]
+        assert pair[1] == pair[0] + size
+    units = {
+        "gap-then-overlap": [(at[0], size), (at[0] + size + 5, size), (at[0] + 2 * size, size)],
+        "out-of-order": [(at[0], size), (at[4], size), (at[2], size)],
+        "zero-unit": [(at[0], size), (0, 0), (at[1], size)],
+        "negative-size": [(at[0], size), (at[1], size), (at[2], -size), (at[1], 0)],
+    }.get(case) or [(pair[0], size), (0, 0), (pair[1], size)]
+    cq = s._cq_table["TopicB"][0]
+    for phys, n in units:
+        cq.put(cq.max_offset, phys, n, 0)
+    if case == "zero-unit-deleted-segment":
+        s._commitlog.delete_first_segments(1)
+    for max_nums in (1, 3, 32):
+        fast, slow = _fast_and_general(s, "TopicB", 0, 1, max_nums)
+        assert (fast.status, fast.next_begin_offset, fast.message_count, fast.buffer_total_size) == \
+               (slow.status, slow.next_begin_offset, slow.message_count, slow.buffer_total_size), max_nums
+        assert joined(fast) == joined(slow) and len(fast.buffers) == len(slow.buffers)
+    s.close()
+
+
 def test_unfiltered_fast_path_answers_without_the_general_loop(tmp_path):
     """The fast path is taken (not only agreed with) for interleaved queues: the general loop
     is never reached for pulls of records in one in-memory segment."""
