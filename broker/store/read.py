@@ -211,7 +211,7 @@ class ReadPart:
         end = phys[k - 1] + sizes[k - 1]
         if end > seg_hi:
             return None
-        ends = list(map(add, islice(phys, k - 1), islice(sizes, k - 1)))     # each record's end
+        ends = tuple(map(add, islice(phys, k - 1), islice(sizes, k - 1)))  # records' ends (a tuple, as phys)
         later = phys[1:k]
         if later == ends:           # each record starts where the one before ends: one slice
             slices = [view[p0 - seg_lo:end - seg_lo]]
