@@ -514,7 +514,7 @@ def ceiling_ratios(phases: list[dict], repeat: int) -> dict:
             out[f"{action}{suffix}"] = round(ours["rows_per_s"] / ceiling["rows_per_s"], 3)
     print("rows/s against the prebuilt-batch source, same session: "
           + ", ".join(f"{k} {v:.2f}x" for k, v in out.items()), flush=True)
-    # the same with each side's fixed cost taken out: wall per row beyond a 40-row count()
+    # the same with each side's fixed cost taken out: wall per row beyond a TINY_ROWS count()
     marginal = {}
     for k in range(repeat):
         suffix = "" if k == 0 else f" #{k + 1}"
@@ -527,7 +527,7 @@ def ceiling_ratios(phases: list[dict], repeat: int) -> dict:
             "fixed_ms": [round(f_ours["wall_s"] * 1e3), round(f_ceiling["wall_s"] * 1e3)],
             "wall_us_per_row": [round(us_ours, 3), round(us_ceiling, 3)],
             "ratio": round(us_ceiling / us_ours, 3) if us_ours > 0 else None}
-    print("count() beyond a 40-row count() (fixed ms ours / prebuilt; wall µs a row ours / prebuilt; ratio): "
+    print(f"count() beyond a {TINY_ROWS}-row count() (fixed ms ours / prebuilt; wall µs a row ours / prebuilt; ratio): "
           + ", ".join(f"{k} {v['fixed_ms'][0]} / {v['fixed_ms'][1]} ms; {v['wall_us_per_row'][0]:.2f} / "
                       f"{v['wall_us_per_row'][1]:.2f} µs; {v['ratio']}x" for k, v in marginal.items()), flush=True)
     out["marginal"] = marginal

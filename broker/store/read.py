@@ -213,18 +213,18 @@ class ReadPart:
             return None
         ends = tuple(map(add, islice(phys, k - 1), islice(sizes, k - 1)))  # records' ends (a tuple, as phys)
         later = phys[1:k]
-        if later == ends:           # each record starts where the one before ends: one slice
-            slices = [view[p0 - seg_lo:end - seg_lo]]
+        if later == ends:           # each record starts where the one before ends: one run
+            cuts = []
+        elif not all(map(le, ends, later)):
+            # offsets out of order (sizes > 0 make them strictly growing otherwise), which
+            # the memory and segment checks above assume: not what a queue holds, the loop decides
+            return None
         else:
-            # offsets in order (sizes > 0: strictly growing), which the memory and segment
-            # checks above assume; else not what a queue holds, and the loop decides
-            if not all(map(le, ends, later)):
-                return None
             # a run ends where the next record does not start at this one's end
             cuts = list(compress(range(1, k), map(ne, later, ends)))
-            firsts = [0] + cuts
-            lasts = [c - 1 for c in cuts] + [k - 1]
-            slices = [view[phys[a] - seg_lo:phys[b] + sizes[b] - seg_lo] for a, b in zip(firsts, lasts)]
+        firsts = [0] + cuts
+        lasts = [c - 1 for c in cuts] + [k - 1]
+        slices = [view[phys[a] - seg_lo:phys[b] + sizes[b] - seg_lo] for a, b in zip(firsts, lasts)]
         return GetMessageResult(_FOUND, offset + k, min_offset, max_offset, k, slices, total)
 
     def _get_matching(self, buf, offset: int, max_msg_nums: int, min_offset: int, max_offset: int,
