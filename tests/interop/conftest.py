@@ -45,9 +45,28 @@ class Agent:
             out, err = p.communicate()
             raise AssertionError(f"cpp agent {args} timed out; stderr tail: {err[-2000:]}")
         events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-        if p.returncode != 0:
+        if p.returncode != 0 and not shutdown_abort(p.returncode, events, err):
             raise AssertionError(f"cpp agent {args} exited {p.returncode}; stderr tail: {err[-2000:]}")
         return events
+
+
+# The Apache C++ client (rocketmq==0.4.4) sometimes aborts inside its own push consumer's
+# shutdown: an uncaught boost::thread_interrupted from one of its threads (SIGABRT; the same
+# family as apache/rocketmq-client-cpp issues 202 and 204, "consumer.shutdown will coredump").
+# Seen once in CI (2026-11-28); not reproduced in five runs of test_cpp_client.py since.
+SHUTDOWN_ABORT = "boost::thread_interrupted"
+
+
+def shutdown_abort(returncode: int, events: list[dict], err: str) -> bool:
+    """The agent died of that abort after it said it was stopping: every delivery the test
+    judges was already out, so the run stands (with a warning); any other exit is a failure."""
+    import signal
+    import warnings
+
+    if returncode == -signal.SIGABRT and events and events[-1]["event"] == "stopping" and SHUTDOWN_ABORT in err:
+        warnings.warn(f"the C++ client aborted in its own shutdown ({SHUTDOWN_ABORT}) after stopping")
+        return True
+    return False
 
 
 @pytest.fixture(scope="module")

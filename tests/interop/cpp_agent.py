@@ -297,6 +297,9 @@ def push_main(args):
                 if args.stop_file and _exists(args.stop_file):
                     break
     finally:
+        # everything the test judges is out before the client's own shutdown, which the
+        # C++ client sometimes aborts in (conftest.Agent.run: SHUTDOWN_ABORT)
+        emit(event="stopping", count=state["n"])
         c.shutdown()
     emit(event="done", count=state["n"])
 
