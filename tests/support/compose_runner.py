@@ -42,7 +42,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -63,12 +62,6 @@ LISTEN_KEYS = r"(?:listenPort|haListenPort|metricsPort)\s*[=:]\s*|(?<![\w.])0\.0
 
 class ComposeError(Exception):
     """The compose file asks for something the runner cannot map, or a service failed."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOCALHOST, 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------------------
@@ -324,6 +317,10 @@ class ComposeRunner:
         self.commands: dict[str, list[str]] = {}
         declared = set((self.doc.get("volumes") or {}))
         volumes: dict[str, str] = {}
+        # daemons' one port rule (below the ephemeral range, never handed out twice: a bind(0)
+        # port is ephemeral, and an outgoing connection can take it before the service binds
+        # it). Imported here: this file also runs as a script (etcdctl), without `tests`.
+        from tests.support.daemons import free_port
         for s in self.services.values():
             for port in s.ports:
                 s.local_ports[port] = free_port()
