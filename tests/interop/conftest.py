@@ -1,6 +1,8 @@
 import os
+import signal
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -60,9 +62,6 @@ SHUTDOWN_ABORT = "boost::thread_interrupted"
 def shutdown_abort(returncode: int, events: list[dict], err: str) -> bool:
     """The agent died of that abort after it said it was stopping: every delivery the test
     judges was already out, so the run stands (with a warning); any other exit is a failure."""
-    import signal
-    import warnings
-
     if returncode == -signal.SIGABRT and events and events[-1]["event"] == "stopping" and SHUTDOWN_ABORT in err:
         warnings.warn(f"the C++ client aborted in its own shutdown ({SHUTDOWN_ABORT}) after stopping")
         return True
