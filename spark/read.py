@@ -12,7 +12,9 @@ record_starts' Python walk where its magic-code search is not conclusive); _fram
 the framing and gathers every fixed field with numpy (one row copy per record's head out
 of a sliding window, read as a structured dtype at protocol.message.head_positions) and
 cuts body, topic and properties out of one zero-copy pyarrow binary array over the body;
-segments_to_batch makes the RecordBatch.
+segments_to_batch makes the RecordBatch. A batch's pull bodies are framed together
+(_batch_parts / _joined_segment: one _frame over their joined bytes) when _judge would keep
+every one whole, which is the common case; otherwise body by body.
 The records left out are decoded by the client's decode_pull_body (decode_records_raw
 tuples, its salvage of undecodable records) and go through records_to_batch; the batches
 of both kinds are yielded in queue order (parts_to_batches). A body whose framing or UTF-8
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import struct
 import threading
 
 import numpy as np
@@ -448,13 +451,70 @@ def pull_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_da
         addr, results = run_with_instance(namesrv_addr,
                                           lambda inst, o=offset: _pulls(inst, r, o, sub_expression, rows),
                                           credentials=credentials, tls=tls)
-        parts = []
-        for res in results:
-            segments = _body_segments(res.body, mq, addr) if res.body is not None else None
-            keep, offset = _judge(res, r, offset, wanted, fail_on_data_loss, segments)
-            parts.extend(keep)
+        parts, offset = _batch_parts(results, r, offset, wanted, fail_on_data_loss, mq, addr)
         if parts:
             yield parts
+
+
+def _batch_parts(results: list[PullResult], r: QueueRange, offset: int, wanted, fail_on_data_loss: bool,
+                 mq: MessageQueue, addr: str) -> tuple[list, int]:
+    """The pull results of one batch (in order, the first at `offset`) -> (their segments cut
+    to r and the tag filter, the next offset): each body by _body_segments and _judge, or all
+    at once by _joined_segment when that applies (the same answer: _judge would keep every
+    body whole)."""
+    joined = _joined_segment(results, r, offset, wanted)
+    if joined is not None:
+        return [joined], results[-1].next_begin_offset
+    parts = []
+    for res in results:
+        segments = _body_segments(res.body, mq, addr) if res.body is not None else None
+        keep, offset = _judge(res, r, offset, wanted, fail_on_data_loss, segments)
+        parts.extend(keep)
+    return parts, offset
+
+
+# Bodies joined for one _frame at most (the batch's bodies are held anyway; the join copies
+# them once, and _frame's offsets are int32).
+JOIN_BYTES_MAX = 64 << 20
+_QUEUE_OFFSET = struct.Struct(">q")     # QUEUEOFFSET, at head_positions(0)["queue_offset"] of a record
+
+
+def _joined_segment(results: list[PullResult], r: QueueRange, offset: int, wanted) -> ColumnSegment | None:
+    """The records of all the batch's pull bodies as one ColumnSegment, framed by one _frame
+    over their joined bytes, when _judge would keep every body whole: every result FOUND with
+    a body of column-wise records only (record_starts_np, no slow record), each body's first
+    record at the offset its pull asked for (no gap: no data-loss decision) and its last
+    before the range's end, no tag filter, progress on every pull. None otherwise (the caller
+    takes each body on its own; nothing here raises or logs). Why: each body's walk and
+    _frame cost ~75 µs of numpy and pyarrow calls whatever its rows, about a third of a 256
+    KiB body's decode; joined, the batch pays them once (docs/benchmarks.md, issue 35 item 4,
+    seventeenth session)."""
+    if wanted is not None or not results:
+        return None
+    bodies = []
+    starts = []
+    size = 0
+    for res in results:
+        body = res.body
+        if res.status != PullResult.FOUND or body is None or res.next_begin_offset <= offset:
+            return None
+        walked = record_starts_np(body)
+        if walked is None or len(walked[1]) or not len(walked[0]):
+            return None
+        st = walked[0]
+        first = _QUEUE_OFFSET.unpack_from(body, int(st[0]) + _P["queue_offset"])[0]
+        last = _QUEUE_OFFSET.unpack_from(body, int(st[-1]) + _P["queue_offset"])[0]
+        if first != offset or last >= r.end:
+            return None
+        bodies.append(body)
+        starts.append(st + size if size else st)
+        size += len(body)
+        if size > JOIN_BYTES_MAX:
+            return None
+        offset = res.next_begin_offset
+    if len(bodies) == 1:
+        return _frame(bodies[0], starts[0])
+    return _frame(b"".join(bodies), np.concatenate(starts))
 
 
 def _judge(res: PullResult, r: QueueRange, offset: int, wanted, fail_on_data_loss: bool,

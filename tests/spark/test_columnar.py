@@ -65,13 +65,22 @@ def _batch_body(first: int, n: int) -> bytes:
                                  STORE, 0, 0, msgcodec.topic_field(topic_b), elements)
 
 
-def _columnar(bodies, r: QueueRange, wanted, fail: bool = True):
+def _columnar(bodies, r: QueueRange, wanted, fail: bool = True, batch: bool = True):
+    """pull_range's way: the bodies as the pull results of one batch (_batch_parts: joined
+    when every body is kept whole), or (batch=False) each body on its own."""
     offset = r.start
-    parts = []
+    results = []
     for body in bodies:
-        res = PullResult(PullResult.FOUND, _next(body, offset), 0, 10_000, [], 0, body)
-        keep, offset = read._judge(res, r, offset, wanted, fail, read._body_segments(body, MQ, "addr"))
-        parts.extend(keep)
+        results.append(PullResult(PullResult.FOUND, _next(body, offset), 0, 10_000, [], 0, body))
+        offset = results[-1].next_begin_offset
+    if batch:
+        parts, _ = read._batch_parts(results, r, r.start, wanted, fail, MQ, "addr")
+    else:
+        parts = []
+        offset = r.start
+        for res in results:
+            keep, offset = read._batch_parts([res], r, offset, wanted, fail, MQ, "addr")
+            parts.extend(keep)
     return _rows(read.parts_to_batches(parts, MQ.broker_name)), parts
 
 
@@ -108,14 +117,17 @@ def _same(bodies, start=0, end=10_000, sub="*", expect_kinds=None):
     try:
         want = _plain(bodies, r, wanted)
     except Exception as e:          # the plain path's error is the column path's too
-        with pytest.raises(type(e)) as got_error:
-            _columnar(bodies, r, wanted)
-        assert str(got_error.value) == str(e)
+        for batch in (True, False):
+            with pytest.raises(type(e)) as got_error:
+                _columnar(bodies, r, wanted, batch=batch)
+            assert str(got_error.value) == str(e)
         return e
     got, parts = _columnar(bodies, r, wanted)
     assert got == want
+    alone, alone_parts = _columnar(bodies, r, wanted, batch=False)
+    assert alone == want
     if expect_kinds is not None:
-        assert [type(p).__name__ for p in parts] == expect_kinds
+        assert [type(p).__name__ for p in alone_parts] == expect_kinds
     return got
 
 
@@ -217,6 +229,66 @@ def test_batch_records_and_several_pulls_in_one_batch():
     rows = _same([_batch_body(0, 40), _body(40, 3), _batch_body(43, 7)], expect_kinds=["ColumnSegment"] * 3)
     assert [r["queue_offset"] for r in rows] == list(range(50))
     assert rows[0]["born_host"] == "10.1.2.3:51000" and rows[40]["born_host"] == "127.0.0.1:40123"
+
+
+def _framed(monkeypatch) -> list[int]:
+    """The row count of every _frame call from here on."""
+    calls = []
+    real = read._frame
+
+    def counting(body, starts):
+        calls.append(len(starts))
+        return real(body, starts)
+    monkeypatch.setattr(read, "_frame", counting)
+    return calls
+
+
+def test_a_batch_of_plain_bodies_is_framed_once(monkeypatch):
+    """pull_range's batch of several pulls whose bodies hold column-wise records only, each
+    kept whole: one _frame over the joined bodies (one ColumnSegment), the same rows."""
+    bodies = [_body(0, 20), _batch_body(20, 15), _body(35, 1), _body(36, 30)]
+    r = QueueRange(TOPIC, MQ.broker_name, MQ.queue_id, 0, 66)
+    want = _plain(bodies, r, None)
+    calls = _framed(monkeypatch)
+    got, parts = _columnar(bodies, r, None)
+    assert got == want and [r["queue_offset"] for r in got] == list(range(66))
+    assert calls == [66] and [type(p).__name__ for p in parts] == ["ColumnSegment"]
+    alone, _ = _columnar(bodies[:1], r, None)       # one body: framed as it is, not copied
+    assert alone == want[:20] and calls == [66, 20]
+
+
+@pytest.mark.parametrize("case", ["compressed", "ipv6", "end_inside", "start_inside", "gap", "tags", "utf8",
+                                  "not_found"])
+def test_a_batch_is_framed_body_by_body_unless_every_body_is_kept_whole(case, monkeypatch, caplog):
+    """Whatever would make _judge cut, drop, warn or raise, a body hold records the column
+    path leaves out, or a record the column path cannot frame (not UTF-8): each body is taken
+    on its own, and the rows, the errors and the data-loss decisions are the plain path's."""
+    special = {"compressed": {3: {"compressed": True}}, "ipv6": {5: {"born": V6}},
+               "utf8": {2: {"text": "TAGS\x01ok"}}}.get(case, {})
+    bodies = [_body(0, 10), _body(10, 10, special), _body(20, 10)]
+    if case == "utf8":
+        bodies[1] = _poison(bodies[1], 2, "utf8")
+    start, end, sub = {"end_inside": (0, 25), "start_inside": (4, 30), "gap": (0, 30)}.get(case, (0, 30)) + ("*",)
+    if case == "tags":
+        sub = "TagA"
+    if case == "gap":
+        bodies = [bodies[0], bodies[2]]     # offsets 10..19 gone: the second pull's first record is 20
+    r = QueueRange(TOPIC, MQ.broker_name, MQ.queue_id, start, end)
+    calls = _framed(monkeypatch)
+    if case == "not_found":
+        results = [PullResult(PullResult.FOUND, 10, 0, 10_000, [], 0, bodies[0]),
+                   PullResult(PullResult.NO_MATCHED_MSG, 20, 0, 10_000, [])]
+        parts, offset = read._batch_parts(results, r, 0, None, True, MQ, "addr")
+        assert offset == 20 and calls == [10] and _rows(read.parts_to_batches(parts, MQ.broker_name)) \
+            == _plain(bodies[:1], r, None)
+        return
+    with caplog.at_level(logging.WARNING):
+        got = _same(bodies, start=start, end=end, sub=sub)
+    if case == "utf8":      # framing the joined bodies is tried; its UTF-8 check declines it
+        calls.remove(30)
+    assert calls and max(calls) <= 10
+    if case == "gap":
+        assert isinstance(got, DataLossError)
 
 
 def test_compressed_and_ipv6_records_are_merged_in_queue_order():
