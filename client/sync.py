@@ -20,6 +20,7 @@ plain listener's thread carries its consumer's worker context.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import os
 import threading
@@ -71,11 +72,18 @@ def _get_loop() -> asyncio.AbstractEventLoop:
 
 def run(coro, timeout_s: float | None = None):
     """Run a coroutine on the facade's loop and wait for its result."""
+    return submit(coro).result(timeout_s)
+
+
+def submit(coro) -> concurrent.futures.Future:
+    """Start a coroutine on the facade's loop; its result is the returned Future's (whose
+    cancel() cancels the coroutine). From a thread other than the loop's only: waiting on
+    the Future there would block the loop."""
     loop = _get_loop()
     if threading.current_thread() is _thread:
         coro.close()
         raise ClientStateError("blocking client call from inside its own event loop; use the asyncio client")
-    return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout_s)
+    return asyncio.run_coroutine_threadsafe(coro, loop)
 
 
 class _Facade:

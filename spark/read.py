@@ -440,20 +440,44 @@ def pull_range(namesrv_addr: str, r: QueueRange, sub_expression: str, fail_on_da
     """Yield the records of `r` (exactly [start, end), tag-filtered) in batches of about
     `rows` (BATCH_ROWS) records, each a list of non-empty segments in queue order
     (ColumnSegment, or lists of decode_records_raw tuples for the records the column-wise
-    path leaves out: _body_segments): read_range without the Arrow step (bench_spark times it)."""
-    from pocketmq.spark.session import run_with_instance
+    path leaves out: _body_segments): read_range without the Arrow step (bench_spark times it).
+    The next batch's pulls run on the client's loop while this one is decoded (one batch
+    ahead at most): they start where this batch's last pull ended, and are cancelled and
+    asked again when judging this batch moves the offset elsewhere (data loss skipped)."""
+    from pocketmq.spark.session import submit_with_instance
 
     wanted = tag_set(sub_expression)
     rows = rows or BATCH_ROWS
-    offset = r.start
     mq = MessageQueue(r.topic, r.broker_name, r.queue_id)
-    while offset < r.end:
-        addr, results = run_with_instance(namesrv_addr,
-                                          lambda inst, o=offset: _pulls(inst, r, o, sub_expression, rows),
-                                          credentials=credentials, tls=tls)
-        parts, offset = _batch_parts(results, r, offset, wanted, fail_on_data_loss, mq, addr)
-        if parts:
-            yield parts
+
+    def pulls(offset: int):
+        return offset, submit_with_instance(namesrv_addr, lambda inst: _pulls(inst, r, offset, sub_expression, rows),
+                                            credentials=credentials, tls=tls)
+
+    ahead = pulls(r.start) if r.start < r.end else None
+    try:
+        while ahead is not None:
+            offset, future = ahead
+            addr, results = future.result(PULLS_TIMEOUT_S)
+            ahead = None
+            last = results[-1]
+            if last.status in _GO_ON and last.next_begin_offset < r.end:
+                ahead = pulls(last.next_begin_offset)       # where the batch after this one starts
+            parts, offset = _batch_parts(results, r, offset, wanted, fail_on_data_loss, mq, addr)
+            if ahead is not None and ahead[0] != offset:
+                ahead[1].cancel()
+                ahead = None
+            if ahead is None and offset < r.end:
+                ahead = pulls(offset)
+            if parts:
+                yield parts
+    finally:
+        if ahead is not None:
+            ahead[1].cancel()
+
+
+# The longest wait for one batch's pulls (each pull has its own PULL_TIMEOUT_S).
+PULLS_TIMEOUT_S = 120.0
 
 
 def _batch_parts(results: list[PullResult], r: QueueRange, offset: int, wanted, fail_on_data_loss: bool,

@@ -39,6 +39,12 @@ def run_with_instance(namesrv_addr: str, fn, timeout_s: float | None = 120.0, cr
     """Run `fn(instance)` (a coroutine function) on the client loop and return its result;
     `credentials` (the accessKey / secretKey options) sign every request, `tls` (tlsEnable)
     encrypts every connection."""
+    return submit_with_instance(namesrv_addr, fn, credentials, tls).result(timeout_s)
+
+
+def submit_with_instance(namesrv_addr: str, fn, credentials=None, tls: bool = False):
+    """run_with_instance without the wait: the concurrent Future of `fn(instance)`'s result
+    (cancel() cancels it)."""
     async def go():
         return await fn(await _instance(namesrv_addr, credentials, tls))
-    return sync.run(go(), timeout_s)
+    return sync.submit(go())

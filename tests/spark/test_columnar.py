@@ -389,3 +389,96 @@ def test_columns_asked_for_are_the_full_batch_s_columns(columns):
     assert pa.Table.from_batches(got).to_pylist() == full.select(list(columns)).to_pylist()
     assert read.records_to_batch([], MQ.broker_name, columns).schema.names == list(columns)
     assert read.segments_to_batch([], MQ.broker_name, columns).num_rows == 0
+
+
+
+class _FakeQueue:
+    """A queue of `n` records from queue offset 0 behind a fake client instance (no
+    sockets), pulls of at most `per_pull` records; `answers` overrides the answer at an
+    offset (status, next_begin_offset, min_offset)."""
+
+    def __init__(self, n: int, per_pull: int, answers: dict | None = None):
+        self.n, self.per_pull, self.answers = n, per_pull, answers or {}
+        self.asked: list[int] = []
+
+    async def master_addr_refreshing(self, broker_name, topic):
+        return "addr"
+
+    @property
+    def api(self):
+        return self
+
+    async def pull_message(self, req):
+        self.asked.append(req.offset)
+        if req.offset in self.answers:
+            status, nxt, min_offset = self.answers[req.offset]
+            return PullResult(status, nxt, min_offset, self.n, [])
+        count = min(self.per_pull, req.max_nums, self.n - req.offset)
+        return PullResult(PullResult.FOUND, req.offset + count, 0, self.n, [], 0, _body(req.offset, count))
+
+
+def _fake_submits(monkeypatch, queue: _FakeQueue) -> list:
+    """session.submit_with_instance against `queue`: each batch's pulls run when its result
+    is first asked for (a batch cancelled before that never pulls). Returns the Futures."""
+    import asyncio
+    import concurrent.futures
+
+    from pocketmq.spark import session
+
+    class Lazy(concurrent.futures.Future):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def result(self, timeout=None):
+            if not self.done():
+                self.set_result(asyncio.run(self.fn(queue)))
+            return super().result(timeout)
+
+    submitted = []
+
+    def submit(namesrv_addr, fn, credentials=None, tls=False):
+        submitted.append(Lazy(fn))
+        return submitted[-1]
+    monkeypatch.setattr(session, "submit_with_instance", submit)
+    return submitted
+
+
+def _offsets(batches) -> list[int]:
+    return [row["queue_offset"] for parts in batches for row in _rows(read.parts_to_batches(parts, MQ.broker_name))]
+
+
+def test_the_next_batch_is_pulled_while_this_one_is_decoded(monkeypatch):
+    """pull_range asks for the next batch's pulls before it hands this batch out, from where
+    this batch's last pull ended; the rows are every record once, in order."""
+    queue = _FakeQueue(100, per_pull=10)
+    submitted = _fake_submits(monkeypatch, queue)
+    batches = read.pull_range("ns", QueueRange(TOPIC, MQ.broker_name, MQ.queue_id, 0, 100), "*", True, rows=30)
+    first = next(batches)
+    assert len(submitted) == 2 and not submitted[1].done()      # the second batch asked for, not yet waited on
+    assert _offsets([first]) + _offsets(batches) == list(range(100))
+    assert queue.asked == list(range(0, 100, 10)) and len(submitted) == 4
+    assert not any(f.cancelled() for f in submitted)
+
+
+def test_a_batch_pulled_ahead_is_dropped_when_judging_moves_the_offset(monkeypatch, caplog):
+    """failOnDataLoss=false, and the last pull of a batch finds its offset deleted (no match,
+    the queue's min past it): the batch asked ahead from that pull's next offset is cancelled
+    before it pulls anything, and the next is asked from the queue's min, where judging went."""
+    queue = _FakeQueue(100, per_pull=10, answers={30: (PullResult.NO_MATCHED_MSG, 40, 50)})
+    submitted = _fake_submits(monkeypatch, queue)
+    with caplog.at_level(logging.WARNING, "pocketmq.spark"):
+        got = _offsets(read.pull_range("ns", QueueRange(TOPIC, MQ.broker_name, MQ.queue_id, 0, 100), "*", False,
+                                       rows=30))
+    assert got == list(range(30)) + list(range(50, 100)) and "skipping them" in caplog.text
+    assert queue.asked == [0, 10, 20, 30, 50, 60, 70, 80, 90]      # nothing pulled at 40
+    assert [f.cancelled() for f in submitted] == [False, False, True, False, False]
+
+
+def test_closing_the_reader_early_cancels_the_batch_pulled_ahead(monkeypatch):
+    queue = _FakeQueue(100, per_pull=10)
+    submitted = _fake_submits(monkeypatch, queue)
+    batches = read.pull_range("ns", QueueRange(TOPIC, MQ.broker_name, MQ.queue_id, 0, 100), "*", True, rows=30)
+    next(batches)
+    batches.close()
+    assert len(submitted) == 2 and submitted[1].cancelled() and queue.asked == [0, 10, 20]
