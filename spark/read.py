@@ -67,7 +67,11 @@ log = logging.getLogger("pocketmq.spark")
 PULL_BATCH = 1024
 # Rows per Arrow batch: several pulls go into one (pyarrow.compute's and Spark's costs are
 # per batch, and so is the hop to the client's loop: _pulls does a batch's pulls at once).
-BATCH_ROWS = 8192
+# 16,384 against 8,192: count() 0.50-0.54x against 0.48-0.51x the prebuilt-batch source in
+# alternating sessions since a batch's bodies are framed together (docs/benchmarks.md, issue
+# 35 item 4, seventeenth session); 32,768 was no faster. A batch's bodies are ~6 MB at 128 B
+# messages; a reader holds a few (READ_AHEAD made ahead, one being made, one pulled ahead).
+BATCH_ROWS = 16384
 
 
 _SYSTEM_KEYS = None      # pa.array of SYSTEM_PROPERTY_KEYS, sorted, made on first use (pyarrow loads lazily in workers)
