@@ -7,6 +7,8 @@
     python -m bench.bench_spark --ceilings --messages 1000000   # no broker: Spark's own cost
     python -m bench.bench_spark --messages 1000000 --repeat 3 --no-index --with-ceilings
                                     # the prebuilt-batch source after each round, same session: ratios
+    python -m bench.bench_spark --messages 1000000 --repeat 3 --no-index --with-ceilings --alternate 10
+                                    # then count() of both alternating 10 times (the JIT settled)
 
 Loads N messages of 128 B (a tag, two keys, a user property and the producer's UNIQ_KEY;
 send_batch) into a fresh topic, then times four phases over all of it:
@@ -43,6 +45,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -183,34 +186,28 @@ def schema_columns(ddl: str | None) -> tuple[str, ...] | None:
     return tuple(part.split()[0] for part in ddl.split(",")) if ddl else None
 
 
-def pull_bodies(namesrv, r) -> tuple[str, list[bytes]]:
-    """A few undecoded pull bodies of this topic (the reader's own pulls: PULL_BODY)."""
-    from pocketmq.spark.read import PULL_BATCH, _pulls
+def decode_cost_us(namesrv, ranges, rounds: int = 3) -> tuple[float, float]:
+    """CPU per row of the reader's decode of one batch's pull bodies of this topic's shape
+    (pull_range's _batch_parts: record_starts_np and the numpy/pyarrow framing, over the
+    batch's joined bodies when every body is kept whole), and of decode_records_raw on the
+    same bodies (the per-record tuples the reader used before, for reference); both happen
+    inside pull_range, so they are timed apart here."""
+    from pocketmq.protocol.bodies import MessageQueue
+    from pocketmq.spark.read import BATCH_ROWS, _batch_parts, _pulls
     from pocketmq.spark.session import run_with_instance
 
-    addr, results = run_with_instance(namesrv, lambda inst: _pulls(inst, r, r.start, "*", 4 * PULL_BATCH))
-    return addr, [res.body for res in results if res.body]
-
-
-def decode_cost_us(namesrv, ranges, rounds: int = 3) -> tuple[float, float]:
-    """CPU per row of the reader's decode of pull bodies of this topic's shape (the
-    column-wise _body_segments: record_starts + the numpy/pyarrow framing), and of
-    decode_records_raw on the same bodies (the per-record tuples the reader used before,
-    for reference); both happen inside the pull loop, so they are timed apart here."""
-    from pocketmq.protocol.bodies import MessageQueue
-    from pocketmq.spark.read import _body_segments
-
     r = ranges[0]
-    addr, bodies = pull_bodies(namesrv, r)
+    addr, results = run_with_instance(namesrv, lambda inst: _pulls(inst, r, r.start, "*", BATCH_ROWS))
+    bodies = [res.body for res in results if res.body]
     mq = MessageQueue(r.topic, r.broker_name, r.queue_id)
     rows = sum(len(msgcodec.decode_records_raw(b)) for b in bodies)
     out = []
-    for decode in (lambda b: _body_segments(b, mq, addr), msgcodec.decode_records_raw):
+    for decode in (lambda: _batch_parts(results, r, r.start, None, True, mq, addr),
+                   lambda: [msgcodec.decode_records_raw(b) for b in bodies]):
         best = float("inf")
         for _ in range(rounds):
             c0 = time.process_time()
-            for b in bodies:
-                decode(b)
+            decode()
             best = min(best, time.process_time() - c0)
         out.append(best / rows * 1e6)
     return out[0], out[1]
@@ -358,6 +355,8 @@ def run(namesrv: str, broker_pids: list[int], args) -> dict:
                           f"{p['overhead_ms_per_micro_batch']} ms wall and {p['overhead_cpu_ms_per_micro_batch']} "
                           "ms Spark CPU per micro-batch beyond the batch count()", flush=True)
                     phases.append(p)
+            if args.alternate:
+                out["alternate"] = alternate_counts(spark, args, namesrv, topic)
         finally:
             spark.stop()
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -502,6 +501,32 @@ def ceiling_phases(spark, args, meters, out_dir, phases):
     return timed
 
 
+def alternate_counts(spark, args, namesrv: str, topic: str) -> dict:
+    """--alternate N: after the other phases, count() of ours and of the prebuilt-batch source
+    alternating N times each in this session; the median wall of each over the last half (the
+    JVM's JIT settles over the first ~10 full-size queries of a session: the rounds above are
+    still in it) and the ratio of the prebuilt source's to ours (issue 35 item 4)."""
+    spark.dataSource.register(ceiling_source())
+    walls: dict[str, list[float]] = {"ours": [], "prebuilt": []}
+    actions = {"ours": lambda: reader(spark, namesrv, topic, schema=args.schema).count(),
+               "prebuilt": lambda: spark.read.format("pocketmq_ceiling").option("rows", str(args.messages))
+               .option("batchRows", str(args.batch_rows)).load().count()}
+    for _ in range(args.alternate):
+        for name, action in actions.items():
+            t0 = time.perf_counter()
+            got = action()
+            walls[name].append(time.perf_counter() - t0)
+            assert got == args.messages, f"{name} count() gave {got}"
+    half = args.alternate // 2
+    med = {name: statistics.median(w[half:]) for name, w in walls.items()}
+    out = {"walls_s": {k: [round(x, 3) for x in v] for k, v in walls.items()},
+           "median_s_last_half": {k: round(v, 3) for k, v in med.items()},
+           "ratio": round(med["prebuilt"] / med["ours"], 3)}
+    print(f"count() alternating {args.alternate} times: median of the last {args.alternate - half} ours "
+          f"{med['ours']:.3f} s, prebuilt {med['prebuilt']:.3f} s: ratio {out['ratio']:.3f}x", flush=True)
+    return out
+
+
 def ceiling_ratios(phases: list[dict], repeat: int) -> dict:
     """Our rows/s over the prebuilt source's, per action and round (issue 35 item 4: count()
     >= 0.5, Parquet >= 0.8), printed and returned."""
@@ -626,11 +651,14 @@ def main(argv=None):
     ap.add_argument("--ceilings", action="store_true",
                     help="no broker: Spark's own cost (JVM-only baseline, a Python source of prebuilt batches)")
     ap.add_argument("--batch-rows", type=int, default=CEILING_BATCH_ROWS,
-                    help="--ceilings: rows per prebuilt batch (the reader's batches are ~8,192 rows)")
+                    help="rows per prebuilt batch (the reader's batches are ~16,384 rows)")
     ap.add_argument("--with-ceilings", action="store_true",
                     help="after the source's Spark phases, the prebuilt-batch source's count() and Parquet "
                          "(13 columns, --messages rows) in the same session, and the ratios; also each "
                          "source's 40-row count() (the fixed cost of a query) and the ratio per row beyond it")
+    ap.add_argument("--alternate", type=int, default=0,
+                    help="after the other Spark phases, count() of ours and the prebuilt-batch source "
+                         "alternating N times in the session; medians of the last half and their ratio")
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args(argv)
     # a kill (timeout, ^C from a wrapper) still stops the daemons and removes the temp dirs
