@@ -77,7 +77,7 @@ __all__ = [
     # the record layout, for the stores (one owner: nothing else retypes an offset or a mask)
     "POS_QUEUE_OFFSET", "POS_PHYSICAL_OFFSET", "POS_SYSFLAG", "POS_BORN_TIMESTAMP", "POS_BORN_HOST",
     "RECORD_HEAD_MIN", "HOST_V6_FLAGS", "PORT_MAX", "MAX_INT", "BLANK_MARKER_SIZE", "head_struct", "head_struct_at",
-    "sys_flag_at", "store_timestamp_at", "record_overhead", "body_crc", "host_flags",
+    "sys_flag_at", "queue_offset_at", "store_timestamp_at", "record_overhead", "body_crc", "host_flags",
     "pack_blank_marker", "unpack_size_magic", "topic_field", "join_records", "join_uniform_records",
     "parse_batch_body", "parse_uniform_batch_body", "decode_records_skipping", "FrozenProperties", "frozen_properties",
     "keys_tuple", "SYSTEM_PROPERTY_KEYS", "offset_msg_id_prefix", "offset_msg_ids",
@@ -628,6 +628,11 @@ def head_struct_at(buf, pos: int) -> struct.Struct:
 
 def sys_flag_at(buf, pos: int = 0) -> int:
     return _I.unpack_from(buf, pos + POS_SYSFLAG)[0]
+
+
+def queue_offset_at(buf, pos: int = 0) -> int:
+    """QUEUEOFFSET of the record at buf[pos:]."""
+    return _Q.unpack_from(buf, pos + POS_QUEUE_OFFSET)[0]
 
 
 def store_timestamp_pos(sys_flag: int) -> int:

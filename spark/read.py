@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import struct
 import threading
 
 import numpy as np
@@ -54,6 +53,7 @@ from pocketmq.protocol.message import (
     head_positions,
     offset_msg_id,
     property_value,
+    queue_offset_at,
     record_starts_np,
 )
 from pocketmq.spark.options import tag_set
@@ -504,7 +504,6 @@ def _batch_parts(results: list[PullResult], r: QueueRange, offset: int, wanted, 
 # Bodies joined for one _frame at most (the batch's bodies are held anyway; the join copies
 # them once, and _frame's offsets are int32).
 JOIN_BYTES_MAX = 64 << 20
-_QUEUE_OFFSET = struct.Struct(">q")     # QUEUEOFFSET, at head_positions(0)["queue_offset"] of a record
 
 
 def _joined_segment(results: list[PullResult], r: QueueRange, offset: int, wanted) -> ColumnSegment | None:
@@ -530,8 +529,7 @@ def _joined_segment(results: list[PullResult], r: QueueRange, offset: int, wante
         if walked is None or len(walked[1]) or not len(walked[0]):
             return None
         st = walked[0]
-        first = _QUEUE_OFFSET.unpack_from(body, int(st[0]) + _P["queue_offset"])[0]
-        last = _QUEUE_OFFSET.unpack_from(body, int(st[-1]) + _P["queue_offset"])[0]
+        first, last = queue_offset_at(body, int(st[0])), queue_offset_at(body, int(st[-1]))
         if first != offset or last >= r.end:
             return None
         bodies.append(body)
