@@ -418,8 +418,9 @@ def test_uniform_properties_match_decode_properties(names, trailing):
 
 
 @pytest.mark.parametrize("case", ["other-name-same-length", "other-count", "empty-name", "repeated-user-name",
-                                  "separator-in-value", "nul-in-value", "trailing-in-some", "empty-row",
-                                  "null-row", "one-row", "last-name-at-the-buffer-end"])
+                                  "trailing-in-some", "empty-row", "null-row", "one-row",
+                                  "last-name-at-the-buffer-end", "no-separator-after-name", "chunk-shorter-than-name",
+                                  "name-continued-in-next-row", "row0-chunk-without-name", "name-longer-in-a-row"])
 def test_uniform_properties_declines_rows_that_differ(case):
     """What UniformProperties cannot read row-alike is left to Properties (None here), and
     properties_columns still answers as decode_properties."""
@@ -435,16 +436,26 @@ def test_uniform_properties_declines_rows_that_differ(case):
         texts = ["\x01v\x02" + t for t in texts]
     elif case == "repeated-user-name":
         texts = [t + "\x02color\x01again" for t in texts]
-    elif case == "separator-in-value":
-        texts[5] = texts[5].replace("color\x01", "color\x01a\x01", 1)
-    elif case == "nul-in-value":
-        texts[9] = texts[9].replace("color\x01", "color\x01\x00", 1)
     elif case == "trailing-in-some":
         texts[0] += "\x02"
     elif case == "empty-row":
         texts[11] = ""
     elif case == "one-row":
         texts = texts[:1]
+    elif case == "no-separator-after-name":
+        texts[21] = texts[21].replace("KEYS\x01", "KEYSx", 1)
+    elif case == "chunk-shorter-than-name":
+        texts[30] = texts[30].replace(texts[30].split("\x02")[1], "KEY", 1)
+    elif case == "name-continued-in-next-row":
+        # row 12's last chunk is a prefix of its name ("x" of "xa") and row 13 opens with
+        # the rest ("a\x01", its own first name): the bytes from row 12's chunk on read
+        # "xa\x01", but across the row's end
+        texts = [f"a\x01{i}\x02xa\x01v" for i in range(20)]
+        texts[12] = "a\x01t\x02x"
+    elif case == "row0-chunk-without-name":
+        texts = ["TAGS\x01t\x02plain\x02c\x01d"] * 5
+    elif case == "name-longer-in-a-row":
+        texts[6] = texts[6].replace("TAGS\x01", "TAGSS\x01", 1)
     if case == "last-name-at-the-buffer-end":
         # the names are the same; the last row's last name ends just before the buffer
         # does (the word-wise compare must not read past it)
@@ -457,6 +468,28 @@ def test_uniform_properties_declines_rows_that_differ(case):
     assert read.uniform_properties(arr) is None
     if case != "null-row":
         _check_properties(read.properties_columns(arr), texts, ["TAGS", "KEYS", "color", "KEYZ", "extra"])
+
+
+def test_uniform_properties_read_values_holding_separators_and_nuls():
+    """Only \x02 splits chunks and only a chunk's first \x01 ends its name
+    (decode_properties): values holding \x01 or \x00 are read row-alike as it reads them,
+    as are empty values in row 0 and single-entry rows."""
+    from pocketmq.spark import read
+
+    base = _uniform_texts(9, 40, ["TAGS", "KEYS", "color"])
+    cases = {
+        "one-in-value": [t.replace("color\x01", "color\x01a\x01", 1) if i % 3 == 0 else t for i, t in enumerate(base)],
+        "value-just-one": [t.replace("KEYS\x01", "KEYS\x01\x01", 1) for t in base],
+        "nul-in-value": [t.replace("color\x01", "color\x01\x00", 1) for t in base],
+        "single-entry": [f"KEYS\x01{'k' * (i % 5)}" for i in range(30)],
+        "single-entry-trailing": [f"u\x01\x01{i}\x02" for i in range(30)],
+    }
+    for name, texts in cases.items():
+        names = [c.split("\x01")[0] for c in texts[0].split("\x02") if c]
+        props = read.uniform_properties(pa.array(texts, pa.string()))
+        assert props is not None, name
+        assert props.names == names, name
+        _check_properties(props, texts, names)
 
 
 def test_properties_with_repeated_user_names_keep_dict_order():
