@@ -27,6 +27,7 @@ from pocketmq.protocol.headers.codec import DECODERS, ENCODERS, pack_msgpack, sa
 
 FRAME_SIZE_BYTES_MAX_DEFAULT = 16 * 1024 * 1024
 _PREFIX = struct.Struct(">ii")
+_LENGTH = struct.Struct(">i")
 _VALID_TYPES = frozenset(int(t) for t in SerializeType)
 _JAVA = int(LanguageCode.JAVA)
 _MSGPACK = int(SerializeType.MSGPACK)
@@ -147,30 +148,75 @@ def encode(cmd: RemotingCommand) -> bytes:
     return b"".join(encode_parts(cmd))
 
 
+# A frame longer than this that a read leaves incomplete is gathered as the reads' own
+# bytes and joined once whole (its body: one copy out of the reads), instead of growing the
+# buffer read by read (reallocations copying what it holds) and copying the body out of it
+# again: a pull reply of 256 KiB comes in 2-3 reads (docs/benchmarks.md, issue 35 item 4).
+GATHER_FRAME_BYTES = 32 * 1024
+
+
 class FrameDecoder:
     """Incremental frame decoder. Bound: frames over `frame_size_bytes_max` are errors."""
 
-    __slots__ = ("_buf", "_pos", "frame_size_bytes_max", "_broken")
+    __slots__ = ("_buf", "_pos", "frame_size_bytes_max", "_broken", "_parts", "_rest", "_glen")
 
     def __init__(self, frame_size_bytes_max: int = FRAME_SIZE_BYTES_MAX_DEFAULT):
         self._buf = bytearray()
         self._pos = 0
         self.frame_size_bytes_max = frame_size_bytes_max
         self._broken = False
+        self._parts: list | None = None     # the large frame being gathered (GATHER_FRAME_BYTES)
+        self._rest = 0                      # ... bytes of it still to come
+        self._glen = 0                      # ... its size, length prefix included
 
     def feed(self, data) -> None:
-        if self._pos and self._pos == len(self._buf):
-            self._buf.clear()
-            self._pos = 0
+        rest = self._rest
+        if rest:
+            n = len(data)
+            if n <= rest:
+                self._parts.append(data if type(data) is bytes else bytes(data))
+                self._rest = rest - n
+                return
+            # the frame's last bytes, then the next frames' (the buffer is empty: the
+            # gathered frame's start was taken out of it)
+            view = memoryview(data)
+            self._parts.append(view[:rest].tobytes())
+            self._rest = 0
+            data = view[rest:]
+        elif self._pos == len(self._buf):
+            if self._pos:
+                self._buf.clear()
+                self._pos = 0
+            if self._parts is None and self._gather(data):
+                return
         self._buf += data
+
+    def _gather(self, data) -> bool:
+        """Start gathering when `data` (nothing buffered before it) opens a large frame it
+        does not complete; lengths next_command would refuse are left to it."""
+        n = len(data)
+        if n < 8:
+            return False
+        length = _LENGTH.unpack_from(data, 0)[0]
+        if length <= GATHER_FRAME_BYTES or length + 4 <= n or length > self.frame_size_bytes_max:
+            return False
+        self._parts = [data if type(data) is bytes else bytes(data)]
+        self._glen = length + 4
+        self._rest = length + 4 - n
+        return True
 
     @property
     def buffered_bytes(self) -> int:
-        return len(self._buf) - self._pos
+        held = len(self._buf) - self._pos
+        if self._parts is not None:
+            held += self._glen - self._rest
+        return held
 
     def pending_frame_bytes(self) -> int:
         """Size of the frame being received (length prefix included) once its length has
         arrived, else 0. For a reader's memory budget; the length is checked by next_command."""
+        if self._parts is not None:
+            return self._glen
         if len(self._buf) - self._pos < 4:
             return 0
         return 4 + struct.unpack_from(">i", self._buf, self._pos)[0]
@@ -178,6 +224,12 @@ class FrameDecoder:
     def next_command(self) -> RemotingCommand | None:
         if self._broken:
             raise ProtocolError("decoder already failed")
+        parts = self._parts
+        if parts is not None:
+            if self._rest:
+                return None
+            self._parts = None
+            return self._gathered(parts)
         buf = self._buf
         pos = self._pos
         avail = len(buf) - pos
@@ -189,6 +241,15 @@ class FrameDecoder:
         if length < 4 or length > self.frame_size_bytes_max:
             self._check_length(length)      # raises
         if avail < 4 + length:
+            if length > GATHER_FRAME_BYTES:
+                # the rest is gathered (feed): what the buffer holds of the frame leaves it,
+                # and with it everything left in it (the bytes before pos were consumed)
+                with memoryview(buf) as view:
+                    self._parts = [view[pos:].tobytes()]
+                buf.clear()
+                self._pos = 0
+                self._glen = length + 4
+                self._rest = length + 4 - avail
             return None
         cmd = self._frame_at(buf, pos, length, ori)
         end = pos + 4 + length
@@ -200,13 +261,28 @@ class FrameDecoder:
             self._pos = 0
         return cmd
 
+    def _gathered(self, parts: list) -> RemotingCommand:
+        """The gathered frame's command: its header read from the first part, its body one
+        join of the rest (the whole frame joined first when its header spans parts)."""
+        first = parts[0]
+        length, ori = _PREFIX.unpack_from(first, 0)
+        bstart = 8 + (ori & 0xFFFFFF)
+        if bstart > len(first) or bstart > length + 4:
+            # the header spans reads (or is longer than the frame: _frame_at refuses it)
+            return self._frame_at(b"".join(parts), 0, length, ori)
+        with memoryview(first) as view:
+            parts[0] = view[bstart:]
+            body = b"".join(parts)
+            parts[0] = None
+            return self._frame_at(first, 0, length, ori, body)
+
     def whole_frame(self, data) -> RemotingCommand | None:
         """The command of `data` when it is exactly one complete frame and the decoder holds
         nothing (a sync request or its reply: most reads), decoded from `data` itself instead
         of passing through the buffer; None otherwise (then feed() it). Checked and failing
         as next_command would (a bad frame raises ProtocolError and breaks the decoder)."""
         pos = self._pos
-        if pos != len(self._buf) or len(data) < 8 or self._broken:
+        if pos != len(self._buf) or len(data) < 8 or self._broken or self._parts is not None:
             return None
         length, ori = _PREFIX.unpack_from(data, 0)
         if length + 4 != len(data) or length > self.frame_size_bytes_max:
@@ -218,8 +294,9 @@ class FrameDecoder:
             self._pos = 0
         return self._frame_at(data, 0, length, ori)
 
-    def _frame_at(self, buf, pos: int, length: int, ori: int) -> RemotingCommand:
-        """The complete frame at `pos` of `buf` (its length checked) as a command."""
+    def _frame_at(self, buf, pos: int, length: int, ori: int, body: bytes | None = None) -> RemotingCommand:
+        """The complete frame at `pos` of `buf` (its length checked) as a command (`body`:
+        its body when already cut out, _gathered's)."""
         stype = (ori >> 24) & 0xFF
         hlen = ori & 0xFFFFFF
         if stype not in _VALID_TYPES:
@@ -236,12 +313,13 @@ class FrameDecoder:
         except ProtocolError:
             self._broken = True
             raise
-        # One copy of the body whether `buf` is a read's bytes or the decoder's bytearray: a
-        # bytearray slice would be a copy and bytes() of it another (a pull reply of 256 KiB:
-        # 2 allocations and copies instead of 1). The view is released before the buffer
-        # can be resized again (feed, compaction).
-        with memoryview(buf) as view:
-            body = view[bstart:pos + 4 + length].tobytes()
+        if body is None:
+            # One copy of the body whether `buf` is a read's bytes or the decoder's bytearray: a
+            # bytearray slice would be a copy and bytes() of it another (a pull reply of 256 KiB:
+            # 2 allocations and copies instead of 1). The view is released before the buffer
+            # can be resized again (feed, compaction).
+            with memoryview(buf) as view:
+                body = view[bstart:pos + 4 + length].tobytes()
         return RemotingCommand(code, opaque, flag, remark, ext, body, language, version, stype)
 
     def _check_length(self, length: int) -> None:

@@ -317,3 +317,111 @@ def test_ha_frame_decoders_share_one_loop_plain_and_with_the_confirm_offset():
         ConfirmFrameDecoder().feed(encode_confirm_frame_head(1, 0, -1))
     with _pytest.raises(HAProtocolError, match="size -2"):
         FrameDecoder().feed(encode_frame_head(1, -2))
+
+
+def _large_stream(stype, seed):
+    """Frames of bodies around and far above GATHER_FRAME_BYTES, small ones between them,
+    and one whose header alone is longer than a read of it can be."""
+    from pocketmq.protocol import command
+
+    rng = random.Random(seed)
+    g = command.GATHER_FRAME_BYTES
+    sizes = [0, g - 40, g + 1, 10, 5 * g, 3, g * 3 + 7, 1, 0, 2 * g]
+    cmds = [RemotingCommand(20 + i, opaque=i, flag=1, remark="r" * (i * 300 if i == 4 else i),
+                            ext_fields={"k": "v" * (4000 if i == 6 else i)},
+                            body=rng.randbytes(size), serialize_type=stype) for i, size in enumerate(sizes)]
+    return cmds, b"".join(encode(c) for c in cmds)
+
+
+def _decode_in_reads(stream, cuts, gather_bytes=None, monkeypatch=None, kind=bytes):
+    from pocketmq.protocol import command
+
+    if gather_bytes is not None:
+        monkeypatch.setattr(command, "GATHER_FRAME_BYTES", gather_bytes)
+    d = FrameDecoder(frame_size_bytes_max=1 << 22)
+    got, held = [], []
+    prev = 0
+    for cut in cuts + [len(stream)]:
+        data = kind(stream[prev:cut])
+        prev = cut
+        cmd = d.whole_frame(data)
+        if cmd is None:
+            d.feed(data)
+            if kind is bytearray:
+                data[:] = b"\xff" * len(data)      # the decoder must not keep a caller's buffer
+        else:
+            got.append(_outcome(lambda: cmd))
+        held.append((d.buffered_bytes, d.pending_frame_bytes()))
+        while True:
+            cmd = d.next_command()
+            if cmd is None:
+                break
+            got.append(_outcome(lambda: cmd))
+        held.append((d.buffered_bytes, d.pending_frame_bytes()))
+    return got, held
+
+
+@pytest.mark.parametrize("stype", list(SerializeType))
+def test_large_frames_are_gathered_and_decode_as_the_buffer_does(stype, monkeypatch):
+    """Frames over GATHER_FRAME_BYTES split over reads are gathered from the reads' bytes
+    (the body joined once) and decode to what the buffer gives (the plain path: the gather
+    threshold out of reach), for reads cut anywhere: inside the length prefix or the header,
+    right after a frame, with the next frames' bytes after a large frame's end; the
+    decoder's buffered and pending figures (the server's read budget) are the same."""
+    from pocketmq.protocol import command
+
+    cmds, stream = _large_stream(stype, 5)
+    want = [_outcome(lambda c=c: _plain(encode(c), 1 << 22)) for c in cmds]
+    rng = random.Random(11)
+    starts = [0]
+    for c in cmds:
+        starts.append(starts[-1] + len(encode(c)))
+    gathered = []
+    real = command.FrameDecoder._gathered
+    monkeypatch.setattr(command.FrameDecoder, "_gathered", lambda self, parts: gathered.append(1) or real(self, parts))
+    for trial in range(40):
+        if trial < 10:      # reads at every frame's start, and 1, 4, 7, 9 bytes into it
+            shift = [0, 1, 4, 7, 9, 300, 0, 2, 5, 8][trial]
+            cuts = sorted({min(s + shift, len(stream)) for s in starts[1:-1]} - {0, len(stream)})
+        else:
+            cuts = sorted(rng.sample(range(1, len(stream)), rng.choice([3, 10, 40, 400])))
+        kind = bytearray if trial % 5 == 4 else bytes
+        got, held = _decode_in_reads(stream, cuts, kind=kind)
+        plain_got, plain_held = _decode_in_reads(stream, cuts, 1 << 30, monkeypatch, kind)
+        monkeypatch.setattr(command, "GATHER_FRAME_BYTES", 32 * 1024)
+        assert got == want and plain_got == want, trial
+        assert held == plain_held, trial
+    assert len(gathered) > 40      # the large frames did take the gathered path
+
+
+@pytest.mark.parametrize("bad", ["serialize-type", "header-longer-than-frame", "header-garbage", "too-long"])
+def test_gathered_bad_frames_fail_as_the_buffer_does(bad, monkeypatch):
+    from pocketmq.protocol import command
+
+    big = bytearray(encode(RemotingCommand(1, ext_fields={"a": "b"}, body=b"z" * 100_000,
+                                           serialize_type=SerializeType.JSON)))
+    if bad == "serialize-type":
+        big[4] = 9
+    elif bad == "header-longer-than-frame":
+        big[5:8] = (len(big)).to_bytes(3, "big")
+    elif bad == "header-garbage":
+        big[8] = ord("]")
+    else:
+        big[0:4] = (1 << 22).to_bytes(4, "big")
+    outcomes = []
+    for limit in (32 * 1024, 1 << 30):
+        monkeypatch.setattr(command, "GATHER_FRAME_BYTES", limit)
+        d = FrameDecoder(frame_size_bytes_max=(1 << 22) - 1)
+        try:
+            for i in range(0, len(big), 30_000):
+                d.feed(bytes(big[i:i + 30_000]))
+                if d.next_command() is not None:
+                    outcomes.append("cmd")
+                    break
+            else:
+                outcomes.append("none")
+        except ProtocolError:
+            outcomes.append("error")
+            with pytest.raises(ProtocolError):
+                d.next_command()        # broken for good
+    assert outcomes == ["error", "error"]
