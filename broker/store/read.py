@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from itertools import accumulate, compress, islice, repeat
-from operator import add, le, ne, sub
+from operator import add, ne, sub
 
 from pocketmq.common.constants import CQ_UNIT_SIZE
 from pocketmq.broker.store.api import (CQ_FILLER_SIZE, GetMessageResult, GetMessageStatus, MessageFilter,
@@ -215,13 +215,16 @@ class ReadPart:
         later = phys[1:k]
         if later == ends:           # each record starts where the one before ends: one run
             cuts = []
-        elif not all(map(le, ends, later)):
-            # offsets out of order (sizes > 0 make them strictly growing otherwise), which
-            # the memory and segment checks above assume: not what a queue holds, the loop decides
-            return None
         else:
             # a run ends where the next record does not start at this one's end
             cuts = list(compress(range(1, k), map(ne, later, ends)))
+            # inside a run records follow each other (sizes > 0: in order); at a cut the next
+            # must start past this one's end, else the offsets are out of order or overlap,
+            # which the memory and segment checks above assume: not what a queue holds, the
+            # loop decides (checked at the cuts only: one pass over the units less)
+            for c in cuts:
+                if phys[c] < ends[c - 1]:
+                    return None
         firsts = [0] + cuts
         lasts = [c - 1 for c in cuts] + [k - 1]
         slices = [view[phys[a] - seg_lo:phys[b] + sizes[b] - seg_lo] for a, b in zip(firsts, lasts)]

@@ -680,7 +680,7 @@ def test_unfiltered_fast_path_agrees_with_the_general_loop(tmp_path, shape):
 
 
 @pytest.mark.parametrize("case", ["gap-then-overlap", "out-of-order", "zero-unit", "zero-unit-deleted-segment",
-                                  "zero-unit-out-of-memory", "negative-size"])
+                                  "zero-unit-out-of-memory", "negative-size", "zero-unit-back-a-segment"])
 def test_unfiltered_fast_path_leaves_units_no_queue_holds_to_the_loop(tmp_path, case):
     """Consume-queue units out of order, overlapping, all zero (what a crash leaves before
     reput repairs it) or of a negative size: the fast path must still answer as the general
@@ -689,6 +689,8 @@ def test_unfiltered_fast_path_leaves_units_no_queue_holds_to_the_loop(tmp_path, 
     with a negative size is not sorted."""
     kw = {}
     if case == "zero-unit-deleted-segment":
+        kw = dict(mapped_file_size_commit_log=1024)
+    if case == "zero-unit-back-a-segment":
         kw = dict(mapped_file_size_commit_log=1024)
     if case == "zero-unit-out-of-memory":
         kw = dict(mapped_file_size_commit_log=1024, total_physical_memory_bytes=100 * 40,
@@ -709,7 +711,13 @@ def test_unfiltered_fast_path_leaves_units_no_queue_holds_to_the_loop(tmp_path, 
         "out-of-order": [(at[0], size), (at[4], size), (at[2], size)],
         "zero-unit": [(at[0], size), (0, 0), (at[1], size)],
         "negative-size": [(at[0], size), (at[1], size), (at[2], -size), (at[1], 0)],
-    }.get(case) or [(pair[0], size), (0, 0), (pair[1], size)]
+    }.get(case)
+    if units is None and case == "zero-unit-back-a-segment":
+        # a later unit pointing back into the segment before the first's (out of order):
+        # its slice of the first's segment would start below it
+        units = [(pair[0], size), (at[0], size), (pair[1], size)]
+    elif units is None:
+        units = [(pair[0], size), (0, 0), (pair[1], size)]
     cq = s._cq_table["TopicB"][0]
     for phys, n in units:
         cq.put(cq.max_offset, phys, n, 0)
