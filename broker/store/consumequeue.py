@@ -31,7 +31,8 @@ from pocketmq.broker.store.mapped_file import FileOps, MappedFile, MappedFileQue
 from pocketmq.common.constants import CQ_UNIT_SIZE
 from pocketmq.protocol.message import RECORD_HEAD_MIN
 
-__all__ = ["ConsumeQueue", "CQ_UNIT", "FILLER_UNIT", "EXISTS", "APPENDED", "FILLED", "unit_columns", "unit_tags"]
+__all__ = ["ConsumeQueue", "CQ_UNIT", "FILLER_UNIT", "EXISTS", "APPENDED", "FILLED", "unit_columns", "unit_tags",
+           "sizes_plain"]
 
 log = logging.getLogger("pocketmq.store")
 
@@ -60,6 +61,28 @@ def unit_columns(buf, pos: int, m: int) -> tuple[tuple[int, ...], tuple[int, ...
     cached Struct per m, no tuple per unit, tags codes skipped): the filtered pull's reader."""
     units = _columns_struct(m).unpack_from(buf, pos)
     return units[0::2], units[1::2]
+
+
+# The size field's bytes inside a unit (big-endian int at offset 8).
+_SIZE_AT = 8
+
+
+def sizes_plain(buf, m: int) -> bool:
+    """Whether each of the first m units of buf has 0 < size < 16 MiB: no filler
+    (0x7FFFFFFF), no zero unit (what a crash leaves before reput repairs it), no negative
+    size. Read from the size fields' bytes, without an int per unit (the unfiltered pull
+    asks it of ~1,000 units a pull): every size's high byte is 0 (a filler's is 0x7F, a
+    negative one's >= 0x80), and the OR of the three low bytes is not 0 in any unit."""
+    # one copy of the units, then C-level strided slices of it (a strided memoryview's
+    # bytes() copies element by element: 4x slower)
+    raw = bytes(buf[:m * CQ_UNIT_SIZE])
+    high = raw[_SIZE_AT::CQ_UNIT_SIZE]
+    if len(high) != m or high.count(0) != m:
+        return False
+    step = CQ_UNIT_SIZE
+    low = (int.from_bytes(raw[_SIZE_AT + 1::step], "big") | int.from_bytes(raw[_SIZE_AT + 2::step], "big")
+           | int.from_bytes(raw[_SIZE_AT + 3::step], "big"))
+    return 0 not in low.to_bytes(m, "big")
 
 
 def unit_tags(buf, pos: int, m: int) -> tuple[int, ...]:

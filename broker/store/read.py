@@ -16,14 +16,14 @@ deleted segment) goes to the general per-unit loop, whose result it reproduces.
 """
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-from itertools import accumulate, compress, islice, repeat
+from bisect import bisect_left
+from itertools import compress, islice, repeat
 from operator import add, ne, sub
 
 from pocketmq.common.constants import CQ_UNIT_SIZE
 from pocketmq.broker.store.api import (CQ_FILLER_SIZE, GetMessageResult, GetMessageStatus, MessageFilter,
                                        RecordFilter, StoreError)
-from pocketmq.broker.store.consumequeue import CQ_UNIT, unit_columns, unit_tags
+from pocketmq.broker.store.consumequeue import CQ_UNIT, sizes_plain, unit_columns, unit_tags
 
 _FOUND = GetMessageStatus.FOUND
 _NO_MATCHED = GetMessageStatus.NO_MATCHED_MESSAGE
@@ -41,6 +41,26 @@ JUDGE_AHEAD = 3
 # (record filter, consume queue) -> (first queue offset, commit-log offsets, sizes, results)
 # of the units judged ahead (MessageStore._judged), emptied when it grows past the bound
 _JUDGED_MAX = 256
+
+
+def _fitting(sizes, limit: int, cap: int) -> tuple[int, int]:
+    """(k, their total): the first record whatever its size, then each later one of the
+    first `limit` while the running sum stays within `cap` (sizes > 0: the sums grow). The
+    sums are C-level sum()s of a guessed prefix, moved a record at a time to the exact
+    answer, instead of an int object per running sum (the records of a pull differ little
+    in size: the guess is off by a few). tests/unit/test_store.py pins it to the running sum."""
+    total = sum(islice(sizes, limit))
+    if total <= cap:
+        return limit, total
+    k = max(1, limit * cap // total)        # total > cap: k < limit
+    total = sum(islice(sizes, k))
+    while k > 1 and total > cap:
+        k -= 1
+        total -= sizes[k]
+    while k < limit and total + sizes[k] <= cap:
+        total += sizes[k]
+        k += 1
+    return k, total
 
 
 class ReadPart:
@@ -177,8 +197,9 @@ class ReadPart:
                         max_offset: int) -> GetMessageResult | None:
         """The common pull: no filter, and the units' records lie in one segment still in
         memory. Then the general loop's answer is computed from the units' columns at once,
-        with no Python step per unit: one unpack (unit_columns), the transfer limits by a
-        running sum of the sizes (bisect), and records that lie back to back coalesced by
+        with no Python step per unit: the sizes checked from their bytes (sizes_plain), one
+        unpack (unit_columns), the transfer limits by sums of the sizes (_fitting), and
+        records that lie back to back coalesced by
         comparing each record's offset with the previous one's end (one slice when all
         are adjacent: one queue's records written together; a few when queues interleave
         in the commit log). None when anything else holds (a filler among the units the loop
@@ -191,19 +212,18 @@ class ReadPart:
         if limit <= 0:
             return None
         # the loop also visits the unit after the last it takes (a filler there is stepped over)
-        phys, sizes = unit_columns(buf, 0, min(limit + 1, n))
-        if CQ_FILLER_SIZE in sizes or min(sizes) <= 0:
+        m = min(limit + 1, n)
+        if not sizes_plain(buf, m):
             # a filler, or a unit no record makes (a zero unit a crash left before reput
-            # repairs it, a negative size): the running sum and the order below assume neither
+            # repairs it, a negative size), or one of 16 MiB or more: the running sum and the
+            # order below assume none of them
             return None
+        phys, sizes = unit_columns(buf, 0, m)
         cl = self._commitlog
         p0 = phys[0]
         if cl.wrote_offset - p0 > self._memory_limit:
             return None         # out of memory: the disk limits apply (offsets only grow after it)
-        acc = list(accumulate(islice(sizes, limit)))
-        # the first record is taken whatever its size, each later one while the sum fits
-        k = max(1, bisect_right(acc, cfg.max_transfer_bytes_on_message_in_memory))
-        total = acc[k - 1]
+        k, total = _fitting(sizes, limit, cfg.max_transfer_bytes_on_message_in_memory)
         found = cl.readable_view(p0, sizes[0])
         if found is None:
             return None

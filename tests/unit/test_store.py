@@ -817,3 +817,49 @@ def test_records_left_undispatched_by_a_failed_queue_file_reach_the_queue_withou
         off, got = r.next_begin_offset, got + r.message_count
     assert got == 3
     s.close()
+
+
+def test_fitting_matches_the_running_sum():
+    """read._fitting (sums of a guessed prefix, moved to the answer) gives what the running
+    sum and bisect give: the first record always, then each while the sum fits the cap."""
+    import random
+    from bisect import bisect_right
+    from itertools import accumulate
+
+    from pocketmq.broker.store.read import _fitting
+
+    rng = random.Random(3)
+    for trial in range(3000):
+        n = rng.randint(1, 300)
+        spread = rng.choice([0, 5, 50, 5000])
+        base = rng.randint(1, 2000)
+        sizes = tuple(max(1, base + rng.randint(-spread, spread)) for _ in range(n))
+        if trial % 7 == 0:
+            sizes = (rng.randint(1, 10**6),) + sizes[1:]       # a first record larger than the cap
+        limit = rng.randint(1, n)
+        cap = rng.choice([1, base, base * rng.randint(1, 400), 10**9])
+        acc = list(accumulate(sizes[:limit]))
+        k = max(1, bisect_right(acc, cap))
+        assert _fitting(sizes, limit, cap) == (k, acc[k - 1]), (sizes, limit, cap)
+
+
+def test_sizes_plain_reads_the_size_fields_as_the_unpacked_ints():
+    """consumequeue.sizes_plain: True exactly when every size of the first m units is in
+    (0, 16 MiB), for fillers, zero units, negative and large sizes anywhere, other fields
+    holding any bytes, and m short of the buffer's units."""
+    import random
+
+    from pocketmq.broker.store.consumequeue import CQ_UNIT, sizes_plain
+
+    rng = random.Random(4)
+    odd = [0, -1, -(1 << 31), 0x7FFFFFFF, 1 << 24, (1 << 24) - 1, 1, 255, 256, 65536]
+    for trial in range(2000):
+        n = rng.randint(1, 60)
+        sizes = [rng.randint(1, 5000) for _ in range(n)]
+        for _ in range(rng.choice([0, 0, 1, 2])):
+            sizes[rng.randrange(n)] = rng.choice(odd)
+        units = b"".join(CQ_UNIT.pack(rng.randint(0, 1 << 40), s, rng.randint(-(1 << 63), (1 << 63) - 1))
+                         for s in sizes)
+        m = rng.randint(1, n)
+        want = all(0 < s < (1 << 24) for s in sizes[:m])
+        assert sizes_plain(memoryview(units), m) is want, (sizes, m)
