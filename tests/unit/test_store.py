@@ -863,3 +863,42 @@ def test_sizes_plain_reads_the_size_fields_as_the_unpacked_ints():
         m = rng.randint(1, n)
         want = all(0 < s < (1 << 24) for s in sizes[:m])
         assert sizes_plain(memoryview(units), m) is want, (sizes, m)
+
+
+@pytest.mark.parametrize("first", ["large", "small", "uniform"])
+def test_unfiltered_fast_path_guess_of_the_units_the_cap_reaches(tmp_path, first, monkeypatch):
+    """The fast path unpacks the units the byte cap lets a pull reach, guessed from the
+    first record's size: a large first record (the guess falls short: redone with all the
+    units), a small one (the guess covers all) and records of one size (only the guess's
+    units unpacked) all answer as the general loop, and from the fast path itself."""
+    from pocketmq.broker.store import read
+
+    s = opened(config(tmp_path, max_transfer_count_on_message_in_memory=1024,
+                      max_transfer_bytes_on_message_in_memory=3000))
+    big, small = {"large": (b"L" * 600, b"s"), "small": (b"s", b"L" * 600), "uniform": (b"u" * 50, b"u" * 50)}[first]
+    s.put_message(msg(body=big))
+    for _ in range(60):
+        s.put_message(msg(body=small))
+    answered = []
+    unpacked = []
+    general = MessageStore._get_unfiltered
+    columns = read.unit_columns
+
+    def spy(*a, **k):
+        r = general(*a, **k)
+        answered.append(r is not None)
+        return r
+    monkeypatch.setattr(read, "unit_columns", lambda buf, pos, m: unpacked.append(m) or columns(buf, pos, m))
+    MessageStore._get_unfiltered = spy
+    try:
+        fast = s.get_message("TopicA", 0, 0, 500)
+    finally:
+        MessageStore._get_unfiltered = general
+    assert answered == [True]
+    if first == "uniform":
+        assert len(unpacked) == 1 and fast.message_count < unpacked[0] < 61, unpacked
+    _, slow = _fast_and_general(s, "TopicA", 0, 0, 500)
+    assert (fast.status, fast.next_begin_offset, fast.message_count, fast.buffer_total_size) == \
+           (slow.status, slow.next_begin_offset, slow.message_count, slow.buffer_total_size)
+    assert joined(fast) == joined(slow) and fast.message_count > 3
+    s.close()
