@@ -153,6 +153,8 @@ def encode(cmd: RemotingCommand) -> bytes:
 # buffer read by read (reallocations copying what it holds) and copying the body out of it
 # again: a pull reply of 256 KiB comes in 2-3 reads (docs/benchmarks.md, issue 35 item 4).
 GATHER_FRAME_BYTES = 32 * 1024
+# Reads of a gathered frame smaller than this are appended to one bytearray part.
+GATHER_PART_BYTES = 16 * 1024
 
 
 class FrameDecoder:
@@ -174,13 +176,13 @@ class FrameDecoder:
         if rest:
             n = len(data)
             if n <= rest:
-                self._parts.append(data if type(data) is bytes else bytes(data))
+                self._gathered_part(data)
                 self._rest = rest - n
                 return
             # the frame's last bytes, then the next frames' (the buffer is empty: the
             # gathered frame's start was taken out of it)
             view = memoryview(data)
-            self._parts.append(view[:rest].tobytes())
+            self._gathered_part(view[:rest])
             self._rest = 0
             data = view[rest:]
         elif self._pos == len(self._buf):
@@ -190,6 +192,18 @@ class FrameDecoder:
             if self._parts is None and self._gather(data):
                 return
         self._buf += data
+
+    def _gathered_part(self, data) -> None:
+        """One more read of the gathered frame: kept as it is when large; small ones are
+        appended to a bytearray part, so a frame trickled in tiny reads holds a few parts,
+        not an object per read (the frame's bytes stay its memory, as in the buffer)."""
+        parts = self._parts
+        if len(data) >= GATHER_PART_BYTES:
+            parts.append(data if type(data) is bytes else bytes(data))
+        elif type(parts[-1]) is bytearray:
+            parts[-1] += data
+        else:
+            parts.append(bytearray(data))
 
     def _gather(self, data) -> bool:
         """Start gathering when `data` (nothing buffered before it) opens a large frame it

@@ -425,3 +425,22 @@ def test_gathered_bad_frames_fail_as_the_buffer_does(bad, monkeypatch):
             with pytest.raises(ProtocolError):
                 d.next_command()        # broken for good
     assert outcomes == ["error", "error"]
+
+
+def test_a_gathered_frame_trickled_in_tiny_reads_holds_a_few_parts():
+    """A large frame read a byte (or a few) at a time is gathered into a few parts, not an
+    object per read (a peer trickling a frame would otherwise cost ~40 bytes of objects per
+    byte sent), and decodes as sent; large reads between them stay parts of their own."""
+    body = bytes(range(256)) * 400
+    frame = encode(RemotingCommand(5, opaque=9, ext_fields={"k": "v"}, body=body, serialize_type=SerializeType.JSON))
+    d = FrameDecoder()
+    d.feed(frame[:100])
+    pos, most = 100, 0
+    for n, upto in ((1, 30_000), (20_000, 50_000), (3, len(frame))):     # tiny, one large, tiny
+        while pos < min(upto, len(frame)):
+            d.feed(frame[pos:pos + n])
+            pos += n
+            most = max(most, len(d._parts or ()))
+    cmd = d.next_command()
+    assert cmd.body == body and cmd.opaque == 9 and d.next_command() is None
+    assert most == 4, most      # the first read, the tiny ones, the large one, the tiny ones
