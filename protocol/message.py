@@ -589,9 +589,9 @@ def record_starts_np(buf):
         at = at[arr[at + 4 + k] == m[k]]
     starts = at.astype(np.int64)
     if len(starts) and starts[0] == 0:
-        b = arr[starts[:, None] + np.arange(4)].astype(np.int64)
-        total = b[:, 0] << 24 | b[:, 1] << 16 | b[:, 2] << 8 | b[:, 3]
-        total -= (total >> 31) << 32        # signed, as Java's int
+        # TOTALSIZE of each: one gather from a view of the body as a big-endian int32 at
+        # every byte offset (signed, as Java's int), not four byte gathers put together
+        total = np.ndarray((n - 3,), ">i4", arr, strides=(1,))[starts].astype(np.int64)
         ends = starts + total
         if ends[-1] == n and (ends[:-1] == starts[1:]).all() and (total >= RECORD_HEAD_MIN).all():
             slow = (total < record_overhead(0)) | (arr[starts + _POS_SYSFLAG_LOW] & _COLUMN_SLOW_FLAGS != 0)

@@ -715,7 +715,8 @@ def _frame(body: bytes, starts: list[int]) -> ColumnSegment | None:
     topic_end = topic_start + topic_len
     if not ((topic_len <= TOPIC_LENGTH_BYTES_MAX) & (topic_end + 2 <= end)).all():
         return None
-    props_len = (arr[topic_end].astype(np.int64) << 8 | arr[topic_end + 1]).astype(np.int16)   # signed short
+    # PROPERTIESLENGTH, a signed short: one gather from the body viewed as big-endian int16s
+    props_len = np.ndarray((len(arr) - 1,), ">i2", arr, strides=(1,))[topic_end].astype(np.int64)
     props_start = topic_end + 2
     if not ((props_len >= 0) & (props_start + props_len == end)).all():
         return None

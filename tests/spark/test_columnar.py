@@ -161,6 +161,39 @@ def _poison(body: bytes, index: int, field: str) -> bytes:
     return bytes(b)
 
 
+def _negative_size(body: bytes, index: int) -> bytes:
+    """body with one record's TOTALSIZE given its sign bit (a negative int, as Java reads it)."""
+    pos = msgcodec.record_starts(body)[0][index]
+    b = bytearray(body)
+    b[pos] |= 0x80
+    return bytes(b)
+
+
+def _negative_properties_length(body: bytes, index: int) -> bytes:
+    """body with one record's PROPERTIESLENGTH (a signed short) negative, its bytes kept."""
+    starts, _ = msgcodec.record_starts(body)
+    end = starts[index + 1] if index + 1 < len(starts) else len(body)
+    records = msgcodec.decode_records_raw(body)
+    props_len = len(records[index][4].encode())
+    b = bytearray(body)
+    at = end - props_len - 2
+    assert int.from_bytes(b[at:at + 2], "big") == props_len
+    b[at] |= 0x80
+    return bytes(b)
+
+
+def test_frame_refuses_a_negative_properties_length():
+    """_frame reads PROPERTIESLENGTH as a signed short: a negative one is refused (None: the
+    body is then decoded record by record), not read as a length near 65,536."""
+    from pocketmq.spark import read
+
+    body = _negative_properties_length(_body(0, 4), 1)
+    starts, slow = msgcodec.record_starts_np(body)
+    assert not len(slow) and len(starts) == 4
+    assert read._frame(body, starts) is None
+    assert read._frame(_body(0, 4), starts) is not None
+
+
 def _magic_in_body(n: int) -> bytes:
     """n records whose message bodies hold MAGICCODE's bytes (a false start for a search)."""
     magic = msgcodec.MESSAGE_MAGIC_CODE.to_bytes(4, "big", signed=True)
@@ -178,6 +211,8 @@ def _magic_in_body(n: int) -> bytes:
     ("a tail too short for a head", _body(0, 5) + b"\x00" * 10),
     ("junk after the records", _body(0, 5) + b"\x00" * 100),
     ("one record", _body(0, 1)),
+    ("a negative size", _negative_size(_body(0, 6), 2)),
+    ("the first size negative", _negative_size(_body(0, 6), 0)),
     ("empty", b""),
     ("shorter than a head", b"\x00\x00\x00\x10abc"),
 ])
