@@ -583,15 +583,14 @@ def record_starts_np(buf):
     n = len(arr)
     if n < RECORD_HEAD_MIN:
         return _walked_np(np, buf)
-    m = _MAGIC_BYTES
-    at = np.flatnonzero(arr[4:n - 3] == m[0])       # candidates for MAGICCODE at at + 4
-    for k in (1, 2, 3):
-        at = at[arr[at + 4 + k] == m[k]]
+    # the buffer as a big-endian int32 at every byte offset (signed, as Java's ints): one
+    # gather reads a field, not four byte gathers put together
+    words = np.ndarray((n - 3,), ">i4", arr, strides=(1,))
+    at = np.flatnonzero(arr[4:n - 3] == _MAGIC_BYTES[0])     # candidates for MAGICCODE at at + 4
+    at = at[words[at + 4] == MESSAGE_MAGIC_CODE]
     starts = at.astype(np.int64)
     if len(starts) and starts[0] == 0:
-        # TOTALSIZE of each: one gather from a view of the body as a big-endian int32 at
-        # every byte offset (signed, as Java's int), not four byte gathers put together
-        total = np.ndarray((n - 3,), ">i4", arr, strides=(1,))[starts].astype(np.int64)
+        total = words[starts].astype(np.int64)              # TOTALSIZE of each
         ends = starts + total
         if ends[-1] == n and (ends[:-1] == starts[1:]).all() and (total >= RECORD_HEAD_MIN).all():
             slow = (total < record_overhead(0)) | (arr[starts + _POS_SYSFLAG_LOW] & _COLUMN_SLOW_FLAGS != 0)
