@@ -27,7 +27,7 @@ from pocketmq.protocol.headers.codec import DECODERS, ENCODERS, pack_msgpack, sa
 
 FRAME_SIZE_BYTES_MAX_DEFAULT = 16 * 1024 * 1024
 _PREFIX = struct.Struct(">ii")
-_LENGTH = struct.Struct(">i")
+_LENGTH = struct.Struct(">i")     # the length prefix alone
 _VALID_TYPES = frozenset(int(t) for t in SerializeType)
 _JAVA = int(LanguageCode.JAVA)
 _MSGPACK = int(SerializeType.MSGPACK)
@@ -233,7 +233,7 @@ class FrameDecoder:
             return self._glen
         if len(self._buf) - self._pos < 4:
             return 0
-        return 4 + struct.unpack_from(">i", self._buf, self._pos)[0]
+        return 4 + _LENGTH.unpack_from(self._buf, self._pos)[0]
 
     def next_command(self) -> RemotingCommand | None:
         if self._broken:
@@ -249,7 +249,7 @@ class FrameDecoder:
         avail = len(buf) - pos
         if avail < 8:
             if avail >= 4:
-                self._check_length(struct.unpack_from(">i", buf, pos)[0])
+                self._check_length(_LENGTH.unpack_from(buf, pos)[0])
             return None
         length, ori = _PREFIX.unpack_from(buf, pos)
         if length < 4 or length > self.frame_size_bytes_max:
