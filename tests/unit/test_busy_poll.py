@@ -13,9 +13,12 @@ async def test_window_then_idle():
     # yield_cpu=False: with yielding on, a busy CI host (another process runnable on our
     # CPU) rightly ends the window early; that rule has its own fake-clock test below.
     bp = BusyPoll(2000, yield_cpu=False)   # 2 ms
+    # the clock read before the kick: the window runs from the kick, and a busy host can
+    # deschedule us for longer than the window between the two (then it would seem to end
+    # at once)
+    t0 = time.perf_counter()
     bp.kick()
     assert bp._scheduled
-    t0 = time.perf_counter()
     while bp._scheduled and time.perf_counter() - t0 < 1:
         await asyncio.sleep(0)
     elapsed = time.perf_counter() - t0
