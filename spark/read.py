@@ -11,7 +11,7 @@ which records the column-wise path leaves out: compressed bodies, IPv6 hosts, od
 record_starts' Python walk where its magic-code search is not conclusive); _frame checks
 the framing and gathers every fixed field with numpy (one row copy per record's head out
 of a sliding window, read as a structured dtype at protocol.message.head_positions) and
-cuts body, topic and properties out of one zero-copy pyarrow binary array over the body;
+cuts body, topic and properties out of the body (_cut_out: a take over a zero-copy array);
 segments_to_batch makes the RecordBatch. A batch's pull bodies are framed together
 (_batch_parts / _joined_segment: one _frame over their joined bytes) when _judge would keep
 every one whole, which is the common case; otherwise body by body.
@@ -704,10 +704,8 @@ def _frame(body: bytes, starts: list[int]) -> ColumnSegment | None:
     """The columns of the records at `starts` of `body` (laid out as head_positions(0), each
     inside the body: record_starts' fast records), with decode_records_raw's checks made
     vectorised; None when any record's framing or text is off (the caller decodes the body
-    record by record then). Body, topic and properties come out of one zero-copy binary
-    array over the body whose values alternate gap / field (offsets: each record's field
-    boundaries), by pc.take of every field's index."""
-    n = len(starts)
+    record by record then). Body, topic and properties are each cut out of the body by
+    _cut_out (one `take` over a zero-copy array of the body's bytes)."""
     arr = np.frombuffer(body, np.uint8)
     st = np.asarray(starts, np.int64)
     heads = _heads(arr, st)                     # one gather: every fixed field is a column of it
@@ -727,21 +725,16 @@ def _frame(body: bytes, starts: list[int]) -> ColumnSegment | None:
     props_start = topic_end + 2
     if not ((props_len >= 0) & (props_start + props_len == end)).all():
         return None
-    bounds = np.empty(6 * n + 1, np.int32)
-    bounds[0] = 0
-    for k, b in enumerate((body_start, body_end, topic_start, topic_end, props_start, end), 1):
-        bounds[k::6] = b
-    pieces = pa.BinaryArray.from_buffers(pa.binary(), 6 * n, [None, pa.py_buffer(bounds), pa.py_buffer(body)])
-    every = np.arange(1, 6 * n, 6)
+    data = pa.py_buffer(body)
     c = ColumnSegment()
     try:
-        c.topic = pieces.take(pa.array(every + 2)).view(pa.string())
+        c.topic = _cut_out(data, topic_start, topic_end).view(pa.string())
         c.topic.validate(full=True)
-        c.props = pieces.take(pa.array(every + 4)).view(pa.string())
+        c.props = _cut_out(data, props_start, end).view(pa.string())
         c.props.validate(full=True)
     except pa.ArrowInvalid:             # not UTF-8
         return None
-    c.body = pieces.take(pa.array(every))
+    c.body = _cut_out(data, body_start, body_end)
     c.queue_id = _field(heads, "queue_id")
     c.queue_offset = _field(heads, "queue_offset")
     c.commit_log_offset = _field(heads, "physical_offset")
@@ -751,6 +744,26 @@ def _frame(body: bytes, starts: list[int]) -> ColumnSegment | None:
     c.store_host = _field(heads, "store_host")
     c.reconsume_times = _field(heads, "reconsume_times")
     return c
+
+
+def _cut_out(data: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.BinaryArray:
+    """data[starts[i]:ends[i]] for each i (ascending, non-overlapping ranges) as one binary
+    array: a `take` of every other value of a zero-copy array whose values alternate range /
+    gap to the next range. One array per column rather than one holding every field: `take`
+    sizes its output as the mean value length times the values taken, and over one shared
+    array of six pieces a record that mean is a sixth of a record, so the body's and the
+    properties' outputs grew by reallocation, copied twice more (0.134 against 0.089 µs a
+    row for the three columns; docs/benchmarks.md, issue 35 item 4, nineteenth session).
+    Here it is half a record, at least the range's own length unless the range is most of
+    its record."""
+    n = len(starts)
+    if not n:
+        return pa.array([], pa.binary())
+    bounds = np.empty(2 * n, np.int32)
+    bounds[0::2] = starts
+    bounds[1::2] = ends
+    pieces = pa.BinaryArray.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(bounds), data])
+    return pieces.take(pa.array(np.arange(0, 2 * n - 1, 2)))
 
 
 def _host(key) -> tuple[bytes, int]:

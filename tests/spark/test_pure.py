@@ -579,3 +579,22 @@ def test_projection_of_the_given_schema():
             projection(struct(ddl))
     with pytest.raises(SchemaError, match="no column"):
         projection(StructType([]))
+
+
+def test_cut_out_gives_each_range_of_the_buffer():
+    """_cut_out (the framing's body / topic / properties columns) against plain slices:
+    ranges with and without gaps between them, empty ones, at the buffer's start and end."""
+    import random
+
+    import numpy as np
+
+    from pocketmq.spark.read import _cut_out
+
+    rng = random.Random(7)
+    for _ in range(50):
+        data = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 400)))
+        cuts = sorted(rng.randrange(len(data) + 1) for _ in range(2 * rng.randrange(1, 12)))
+        starts, ends = np.array(cuts[0::2], np.int64), np.array(cuts[1::2], np.int64)
+        got = _cut_out(pa.py_buffer(data), starts, ends)
+        assert got.to_pylist() == [data[s:e] for s, e in zip(cuts[0::2], cuts[1::2])]
+    assert _cut_out(pa.py_buffer(b"abc"), np.array([], np.int64), np.array([], np.int64)).to_pylist() == []
