@@ -585,7 +585,7 @@ def record_starts_np(buf):
         return _walked_np(np, buf)
     # the buffer as a big-endian int32 at every byte offset (signed, as Java's ints): one
     # gather reads a field, not four byte gathers put together
-    words = np.ndarray((n - 3,), ">i4", arr, strides=(1,))
+    words = at_every_byte(arr, ">i4")
     at = np.flatnonzero(arr[4:n - 3] == _MAGIC_BYTES[0])     # candidates for MAGICCODE at at + 4
     at = at[words[at + 4] == MESSAGE_MAGIC_CODE]
     starts = at.astype(np.int64)
@@ -596,6 +596,16 @@ def record_starts_np(buf):
             slow = (total < record_overhead(0)) | (arr[starts + _POS_SYSFLAG_LOW] & _COLUMN_SLOW_FLAGS != 0)
             return starts, np.flatnonzero(slow).astype(np.int64)
     return _walked_np(np, buf)
+
+
+def at_every_byte(arr, dtype: str):
+    """The numpy uint8 array `arr` read as `dtype` (a fixed-size int, its byte order in the
+    string) starting at every byte offset, without a copy: a field of any record is then
+    one gather (record_starts_np here, the Spark reader's framing and name checks)."""
+    import numpy as np
+
+    size = np.dtype(dtype).itemsize
+    return np.ndarray((len(arr) - size + 1,), dtype, arr, strides=(1,))
 
 
 def _walked_np(np, buf):

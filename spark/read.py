@@ -48,6 +48,7 @@ from pocketmq.protocol.message import (
     TAGS,
     TOPIC_LENGTH_BYTES_MAX,
     UNIQ_KEY,
+    at_every_byte,
     decode_properties,
     format_host,
     head_positions,
@@ -249,13 +250,6 @@ def uniform_properties(texts: pa.Array) -> UniformProperties | None:
     return UniformProperties(n, names, pieces, ends > at + 1)
 
 
-def _at_every_byte(arr: np.ndarray, dtype: str) -> np.ndarray:
-    """The uint8 array `arr` read as `dtype` (a fixed-size int, its byte order in the
-    string) starting at every byte offset: a field of any record is then one gather."""
-    size = np.dtype(dtype).itemsize
-    return np.ndarray((len(arr) - size + 1,), dtype, arr, strides=(1,))
-
-
 def _same_bytes(data: np.ndarray, starts: np.ndarray, want: np.ndarray) -> bool:
     """data[s:s + len(want)] == want for every s of `starts` (each s + len(want) inside
     data): 8 bytes a gather, read as one unaligned 64-bit word per row, instead of an
@@ -265,7 +259,7 @@ def _same_bytes(data: np.ndarray, starts: np.ndarray, want: np.ndarray) -> bool:
     if length > 8 * 8 or int(starts.max()) + span > len(data):
         got = np.lib.stride_tricks.sliding_window_view(data, length)[starts]
         return bool((got == want).all())
-    words = _at_every_byte(data, "<u8")
+    words = at_every_byte(data, "<u8")
     padded = np.zeros(span, np.uint8)
     padded[:length] = want
     for w in range(0, length, 8):
@@ -721,7 +715,7 @@ def _frame(body: bytes, starts: list[int]) -> ColumnSegment | None:
     if not ((topic_len <= TOPIC_LENGTH_BYTES_MAX) & (topic_end + 2 <= end)).all():
         return None
     # PROPERTIESLENGTH, a signed short: one gather from the body viewed as big-endian int16s
-    props_len = _at_every_byte(arr, ">i2")[topic_end].astype(np.int64)
+    props_len = at_every_byte(arr, ">i2")[topic_end].astype(np.int64)
     props_start = topic_end + 2
     if not ((props_len >= 0) & (props_start + props_len == end)).all():
         return None
