@@ -3,7 +3,7 @@ thread runs every second, and a query before it answers), in-process.
 
     python bench/bench_index.py [--messages 100000] [--batch 20000] [--keys 2] [--reference]
                                 [--slots 5000000] [--entries 20000000] [--rounds 3]
-                                [--behind N] [--walk]
+                                [--behind N [--batch-put]] [--walk]
 
 Stores `--messages` records shaped like the peers benchmark's with keys: a 128-byte body,
 TAGS, KEYS with `--keys` space-separated words and a client UNIQ_KEY (32 hex digits, 64
@@ -18,7 +18,10 @@ as the broker pays them).
 puts, a catch-up over those N records only (the CPU of the catch-ups alone is
 counted). N=1 is a sync send's step while the broker has its CPU to itself: such few
 records take the store's few-records path (`_index_few`, at most 8 records / 2 KiB);
-N=16 is about the 4 KiB group of a shared CPU, through the walk.
+N=16 is about the 4 KiB group of a shared CPU, through the walk. `--batch-put` with
+`--behind 32` stores each 32 records as one SEND_BATCH body (the index takes the hint the
+put leaves instead of reading them back): a window of 64 sends, coalesced by the
+producer into batches of about 32, with `--keys 0` (a UNIQ_KEY only, as `send(Message)`).
 
 `--reference` builds a second, identical store with the plain builder of before
 (tests/support/index_reference.py), alternating which goes first over `--rounds` fresh
@@ -44,6 +47,7 @@ from pocketmq.broker.store.api import MessageToStore  # noqa: E402
 from pocketmq.broker.store.index import INDEX_HEADER_SIZE, INDEX_ENTRY_SIZE, INDEX_SLOT_SIZE  # noqa: E402
 from pocketmq.broker.store.store import MessageStore  # noqa: E402
 from pocketmq.broker.store.store_config import StoreConfig  # noqa: E402
+from pocketmq.protocol.message import encode_batch_elements  # noqa: E402
 
 HOST = (bytes([192, 168, 0, 10]), 50000)
 STORE_HOST = (bytes([192, 168, 0, 1]), 10911)
@@ -86,9 +90,10 @@ def walk_catch_up(s: MessageStore, max_records: int) -> int:
 
 
 def build_behind(root: str, name: str, msgs, slots: int, entries: int, behind: int,
-                 catch_up) -> tuple[MessageStore, float, int]:
-    """A store filled `behind` records at a time, each group indexed right after its puts:
-    (the store, CPU seconds of the catch-ups, records walked)."""
+                 catch_up, batch_put: bool = False) -> tuple[MessageStore, float, int]:
+    """A store filled `behind` records at a time, each group indexed right after its puts
+    (batch_put: each group put as one SEND_BATCH body): (the store, CPU seconds of the
+    catch-ups, records walked)."""
     path = os.path.join(root, name)
     shutil.rmtree(path, ignore_errors=True)
     s = MessageStore(StoreConfig(path, store_host=STORE_HOST, message_index_enable=True,
@@ -99,8 +104,16 @@ def build_behind(root: str, name: str, msgs, slots: int, entries: int, behind: i
     walked = 0
     clock = time.process_time
     for i in range(0, len(msgs), behind):
-        for m in msgs[i:i + behind]:
-            put(m)
+        group = msgs[i:i + behind]
+        if batch_put:               # one SEND_BATCH body (its records leave the index a hint)
+            m0 = group[0]
+            body = encode_batch_elements([(0, m.body, m.properties_str.encode()) for m in group])
+            r = s.put_batch_body(m0.topic, m0.queue_id, 0, m0.born_timestamp, m0.born_host,
+                                 m0.now_ms, body, b"WAIT\x01true")
+            assert r.status.name == "PUT_OK", r
+        else:
+            for m in group:
+                put(m)
         t0 = clock()
         walked += catch_up(s, 0)
         cpu += clock() - t0
@@ -153,6 +166,9 @@ def main() -> None:
                     help="also time the walk alone (the few-records path off) and compare bytes")
     ap.add_argument("--behind", type=int, default=0,
                     help="index after every N puts, as the broker's pump does (0: fill, then index)")
+    ap.add_argument("--batch-put", action="store_true",
+                    help="with --behind N: each N puts as one SEND_BATCH body (the index takes its "
+                         "hint), as a window of sends coalesced by the producer")
     ap.add_argument("--dir", default=None)
     args = ap.parse_args()
     root = args.dir or tempfile.mkdtemp(prefix="pocketmq-bench-index-")
@@ -175,7 +191,7 @@ def main() -> None:
             for name in order:
                 if args.behind > 0:
                     s, cpu, walked = build_behind(root, name, msgs, args.slots, args.entries, args.behind,
-                                                  builders[name])
+                                                  builders[name], args.batch_put)
                 else:
                     s = filled(root, name, msgs, args.slots, args.entries)
                 try:
@@ -185,7 +201,8 @@ def main() -> None:
                     results[name].append(cpu)
                     print(f"round {r + 1} {name:9}: {cpu * 1e6 / n:6.2f} us CPU per record, "
                           f"{cpu * 1e6 / (n * per_entry):5.2f} per entry ({n:,} records, {per_entry} entries each, "
-                          + (f"indexed every {args.behind} puts)" if args.behind > 0
+                          + (f"indexed every {args.behind} puts{' of one batch' if args.batch_put else ''})"
+                             if args.behind > 0
                              else f"batches of {args.batch or 'all'})"), flush=True)
                     if len(builders) > 1:
                         digests[name] = digest(s)

@@ -43,10 +43,13 @@ How (`_index_records`): one pass over each commit-log segment's mapping. A run o
 records of the common layout (IPv4 hosts, not a transaction half) is gathered with one
 unpack of each head, and its keys taken column-wise (`_run_keys`: topics and properties
 sliced in C loops; UNIQ_KEY and KEYS by one property_slots split when the texts share a
-layout, else by one regex per text); any other record alone, as before. Every GIL_YIELD_EVERY records the keys gathered are hashed (`_key_hashes`:
-C loops over per-topic memos of `topic#head` and a table of two-byte tails) and written
-(`_put_entries`: the entries, consecutive in the file, as one array, the slots in one C
-loop, the header once), then the GIL is handed over (on the flush thread only:
+layout, else by one regex per text); any other record alone, as before. Every
+GIL_YIELD_EVERY records the keys gathered are hashed (`_key_hashes`: C loops over
+per-topic memos of `topic#head` and a table of two-byte tails; keys of one head and topic,
+a producer batch's UNIQ_KEYs, from that head's hash and a table of byte pairs read from
+strided slices) and written (`_put_entries`: the entries, consecutive in the file, as one
+array, the offsets' words split by stride, the slots in one C loop, the header once),
+then the GIL is handed over (on the flush thread only:
 a `time.sleep(0)` costs ~80 µs of wall time on this project's VMs, and on the event loop
 nothing waits for the GIL). The bytes are those of the plain one-key-at-a-time builder it
 replaced (tests/support/index_reference.py), pinned by tests/unit/test_index_fast.py.
@@ -88,7 +91,7 @@ import time
 from array import array
 from collections import deque
 from itertools import chain, repeat
-from operator import add, and_, floordiv, getitem, itemgetter, mod, mul, rshift, sub
+from operator import add, floordiv, getitem, itemgetter, mod, mul, sub
 from datetime import datetime
 from typing import Iterator
 
@@ -554,7 +557,16 @@ _SLIM_HEADS = {flag: _slim_head(flag) for flag in (0, _BORN_V6, _STORE_V6, _BORN
 
 
 _HEAD_OF = itemgetter(slice(None, -2))
-_SECOND_BYTE = itemgetter(slice(1, 2))      # b"": a key of one byte
+_HEAD4_OF = itemgetter(slice(None, -4))
+# hash of every two bytes (a, b) (ASCII: their Java hashCode, a * 31 + b; other bytes give
+# keys whose hashes are taken another way), indexed by the native 16-bit word of a, b
+_PAIR_HASHES = [0] * 65536
+for _a in range(256):
+    for _b in range(256):
+        _PAIR_HASHES[memoryview(bytes((_a, _b))).cast("H")[0]] = _a * 31 + _b
+_PAIR_HASHES_31_2 = [h * _POW31_2 for h in _PAIR_HASHES]
+_POW31_4 = 31 ** 4
+del _a, _b
 _TAIL_OF = itemgetter(slice(-2, None))
 _ZERO_WORD = array(_U32, [0])
 
@@ -563,13 +575,35 @@ def _key_hashes(keys: list[bytes], memos: list) -> list[int]:
     """keyHash (abs of Java's hashCode of topic#key, MIN_VALUE -> 0) of non-empty ASCII
     keys, each with its topic's memo, in C loops over the list:
     hash(topic# + key[:-2]) * 31^2 + hash(key[-2:]), taken mod 2^32 and as a Java int
-    by reading the low half of each 64-bit sum as a signed 32-bit word."""
-    sums = array("Q", map(add, map(mul, map(getitem, memos, map(_HEAD_OF, keys)), repeat(_POW31_2)),
-                          map(_TAIL_HASHES.__getitem__, map(_TAIL_OF, keys))))
-    if b"" in map(_SECOND_BYTE, keys):          # a one-byte key: hash(topic#) * 31 + its byte
-        for j, k in enumerate(keys):
-            if len(k) == 1:
-                sums[j] = (memos[j][b""] * 31 + k[0]) & _MASK
+    by reading the low half of each 64-bit sum as a signed 32-bit word.
+
+    Keys of one topic that differ only in their last four bytes (one producer's batch:
+    a UNIQ_KEY is a fixed head and a counter's four hex digits) share one head's hash:
+    hash(topic# + head) * 31^4 + hash(tail's first pair) * 31^2 + hash(its second pair),
+    the pairs read as 16-bit words from strided slices of the keys joined (every key is
+    then len(head) + 4 bytes long) and looked up in a table of all 65,536 pairs."""
+    m = len(keys)
+    heads = list(map(_HEAD4_OF, keys))
+    head = heads[0]
+    if head and heads.count(head) == m and memos.count(memos[0]) == m:
+        size = len(head) + 4
+        joined = b"".join(keys)
+        pairs = bytearray(4 * m)          # the tails' first pairs, then their second pairs
+        pairs[0:2 * m:2] = joined[size - 4::size]
+        pairs[1:2 * m:2] = joined[size - 3::size]
+        pairs[2 * m::2] = joined[size - 2::size]
+        pairs[2 * m + 1::2] = joined[size - 1::size]
+        words = array("H", pairs)
+        sums = array("Q", map(add, map(add, map(_PAIR_HASHES_31_2.__getitem__, words[:m]),
+                                       map(_PAIR_HASHES.__getitem__, words[m:])),
+                              repeat(memos[0][head] * _POW31_4 & _MASK)))
+    else:
+        sums = array("Q", map(add, map(mul, map(getitem, memos, map(_HEAD_OF, keys)), repeat(_POW31_2)),
+                              map(_TAIL_HASHES.__getitem__, map(_TAIL_OF, keys))))
+        if 1 in map(len, keys):                 # a one-byte key: hash(topic#) * 31 + its byte
+            for j, k in enumerate(keys):
+                if len(k) == 1:
+                    sums[j] = (memos[j][b""] * 31 + k[0]) & _MASK
     out = list(map(abs, memoryview(sums).cast("B").cast("i")[_LOW_WORD::2]))
     if _MIN_ABS in out:                                      # abs(Integer.MIN_VALUE): Java's 0
         out = [0 if x == _MIN_ABS else x for x in out]
@@ -577,6 +611,7 @@ def _key_hashes(keys: list[bytes], memos: list) -> list[int]:
 
 
 _LOW_WORD = 0 if sys.byteorder == "little" else 1
+_HIGH_WORD = 1 - _LOW_WORD
 _MIN_ABS = 1 << 31
 
 
@@ -616,16 +651,22 @@ def _put_entries(f: IndexFile, hashes: list[int], phys: list[int], tss: list[int
                             new_slots += 1
                     prevs[j] = prev
                     seen[s] = idx
+            ts0 = tss[0]
             if begin_ts <= 0:
                 diffs = _ZERO_WORD * m
+            elif tss.count(ts0) == m and 0 <= ts0 - begin_ts < MAX_INT * 1000:
+                # one store time (a batch's records, or a run stored within a millisecond)
+                diffs = array(_U32, [(ts0 - begin_ts) // 1000]) * m
             elif min(tss) >= begin_ts and max(tss) - begin_ts < MAX_INT * 1000:
                 diffs = array(_U32, map(floordiv, map(sub, tss, repeat(begin_ts)), repeat(1000)))
             else:       # a store time before the file's first, or 68 years after: clamped
                 diffs = array(_U32, [min(max((ts - begin_ts) // 1000, 0), MAX_INT) for ts in tss])
             ents = _ZERO_WORD * (5 * m)
             ents[0::5] = array(_U32, hashes)
-            ents[1::5] = array(_U32, map(rshift, phys, repeat(32)))
-            ents[2::5] = array(_U32, map(and_, phys, repeat(_MASK)))
+            # phyOffset's two words: the offsets as native 64-bit words, split by stride
+            words = memoryview(array("Q", phys)).cast("B").cast(_U32)
+            ents[1::5] = array(_U32, words[_HIGH_WORD::2].tobytes())
+            ents[2::5] = array(_U32, words[_LOW_WORD::2].tobytes())
             ents[3::5] = diffs
             ents[4::5] = prevs
             numbers = array(_U32, range(idx0, idx0 + m))

@@ -92,6 +92,42 @@ def test_fast_key_hash_equals_javas():
             b = k.encode("utf-8", "surrogateescape")
             assert _key_hash_slow(topic.encode(), b) == index_key_hash(f"{topic}#{b.decode('utf-8', 'replace')}")
 
+def test_keys_sharing_a_head_hash_as_javas():
+    # a producer's batch: one topic, keys that differ in their last four bytes (a head and a
+    # counter's hex digits) take the shared-head path (a table of byte pairs); anything
+    # else (two heads, two topics, short keys) the per-key path: both must be Java's
+    from pocketmq.broker.store import index as index_mod
+    from pocketmq.broker.store.index import _key_hashes, _topic_hashes
+    shared = []
+    real = index_mod._HEAD4_OF
+    rnd = random.Random(11)
+    for _ in range(600):
+        topic = "".join(rnd.choice("abXY%_-09é") for _ in range(rnd.randint(1, 30)))
+        memo = _topic_hashes(topic.encode())
+        head = "".join(rnd.choice("ABCDEF0123456789 x~") for _ in range(rnd.choice([1, 2, 20, 28, 300])))
+        start = rnd.randrange(65536)
+        m = rnd.choice([1, 2, 7, 32, 64])
+        keys = [f"{head}{(start + i) % 65536:04X}" for i in range(m)]
+        if rnd.random() < 0.2:              # tails of any ASCII, not hex
+            keys = [head + "".join(rnd.choice("\x00\x7f!zZ09") for _ in range(4)) for _ in range(m)]
+        kind = rnd.random()
+        memos = [memo] * m
+        if kind < 0.15 and m > 1:           # one key of another head: per key
+            keys[rnd.randrange(m)] = head[:-1] + "Q0000"
+        elif kind < 0.3 and m > 1:          # one key of another topic: per key
+            j = rnd.randrange(m)
+            memos = list(memos)
+            memos[j] = _topic_hashes(b"other")
+        elif kind < 0.4:                    # short keys (no head): per key
+            keys = [k[-rnd.choice([1, 2, 3, 4]):] for k in keys]
+        got = _key_hashes([k.encode() for k in keys], memos)
+        topics = [topic if mm is memo else "other" for mm in memos]
+        assert got == [index_key_hash(f"{t}#{k}") for t, k in zip(topics, keys)], (topic, keys)
+        shared.append(len(set(k[:-4] for k in keys)) == 1 and len(keys[0]) > 4 and len(set(map(id, memos))) == 1)
+    assert 200 < sum(shared) < 600         # both paths ran
+    assert real is index_mod._HEAD4_OF
+
+
 
 def test_file_name_is_javas_human_string():
     name = index_file_name(1_700_000_000_123)
@@ -373,3 +409,41 @@ def test_file_store_matches_memory_store(tmp_path, seed):
         for topic in ("T", "U"):
             assert fs.query_message(topic, key, 64, *ALL).offsets == ms.query_message(topic, key, 64, *ALL).offsets
     fs.close()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_put_entries_writes_what_put_key_writes(tmp_path, seed):
+    # _put_entries' column-wise entries (offsets split into words by stride, one store time
+    # taken once for a chunk) against Java's putKey one key at a time (_put_key): offsets
+    # on both sides of 4 GiB and far past it, store times equal, rising, going back
+    # before the file's first (clamped to 0) and 68 years on (clamped to MAX_INT)
+    from pocketmq.broker.store.index import _put_entries, _put_key
+    rnd = random.Random(seed)
+    a = IndexFile.create(str(tmp_path / "a"), 13, 400)
+    b = IndexFile.create(str(tmp_path / "b"), 13, 400)
+    phy = (1 << 32) - 5_000
+    ts = 1_700_000_000_000
+    while a.index_count + 70 < a.index_num:
+        m = rnd.choice([1, 2, 5, 32, 64])
+        hashes = [rnd.randrange(1 << 31) for _ in range(m)]
+        phys, tss = [], []
+        for _ in range(m):
+            phy += rnd.choice([180, 200, 1 << 20, 1 << 33])
+            phys.append(phy)
+        kind = rnd.random()
+        if kind < 0.4:
+            tss = [ts] * m                                   # one store time
+        elif kind < 0.7:
+            tss = [ts + 700 * j for j in range(m)]           # rising
+        elif kind < 0.85:
+            tss = [ts - rnd.choice([0, 5_000, 10 ** 6]) for _ in range(m)]   # back before the first
+        else:
+            tss = [ts + rnd.choice([0, 1 << 45]) for _ in range(m)]          # past MAX_INT seconds
+        ts += rnd.choice([0, 1, 999, 1000, 60_000])
+        _put_entries(a, hashes, phys, tss)
+        for h, p, t in zip(hashes, phys, tss):
+            _put_key(b, h, p, t)
+    a.flush(os.fdatasync)
+    b.flush(os.fdatasync)
+    assert a.index_count == b.index_count > 300
+    assert bytes(a.mm) == bytes(b.mm)
