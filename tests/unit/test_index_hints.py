@@ -168,6 +168,60 @@ def test_a_hint_that_does_not_describe_its_records_is_not_used(tmp_path, change)
         t.close()
 
 
+def counter(i: int, head: bytes = b"C0A8000A1F2E5A3B9C4D0000") -> bytes:
+    return head + b"%04X" % (i & 0xFFFF)     # a producer's ids: a head and a 16-bit counter
+
+
+COUNTER_RUNS = {
+    # one text but the UNIQ_KEY's last four bytes: hashed at once (index._counter_run)
+    "producer batch": (True, lambda i: b"WAIT\x01true\x02UNIQ_KEY\x01" + counter(i)),
+    "KEYS words, the same in each": (True, lambda i: b"KEYS\x01a  bb c\x02UNIQ_KEY\x01" + counter(i)),
+    "Java's ending": (True, lambda i: b"UNIQ_KEY\x01" + counter(i) + b"\x02"),
+    "UNIQ_KEY first, properties after": (True, lambda i: b"UNIQ_KEY\x01" + counter(i) + b"\x02TAGS\x01t"),
+    "the later UNIQ_KEY wins": (True, lambda i: b"UNIQ_KEY\x01first\x02UNIQ_KEY\x01" + counter(i)),
+    "a head of one byte": (True, lambda i: b"UNIQ_KEY\x01Z" + b"%04X" % i),
+    # anything else: per key (_keys_of_run), the same bytes
+    "a separator in the last bytes of some": (False, lambda i: b"UNIQ_KEY\x01" + (
+        counter(i) if i % 3 else b"C0A8000A1F2E5A3B9C4D0000\x02X\x01y")),
+    "the later, empty UNIQ_KEY wins": (False, lambda i: b"UNIQ_KEY\x01" + counter(i) + b"\x02UNIQ_KEY\x01"),
+    "a UNIQ_KEY of four bytes": (False, lambda i: b"WAIT\x01true\x02UNIQ_KEY\x01" + b"%04X" % (i & 0xFFFF)),
+    "heads differ": (False, lambda i: b"UNIQ_KEY\x01" + counter(i, b"C0A8000A1F2E5A3B9C4D%04X" % i)),
+    "other KEYS in each": (False, lambda i: b"KEYS\x01k%04d\x02UNIQ_KEY\x01" % i + counter(i)),
+    "other KEYS after it in each": (False, lambda i: b"UNIQ_KEY\x01" + counter(i) + b"\x02KEYS\x01k%d" % (i % 10)),
+    "no UNIQ_KEY": (False, lambda i: b"KEYS\x01k%04d" % (i % 3)),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(COUNTER_RUNS))
+def test_a_producer_batch_hashed_at_once_is_the_walked_index(tmp_path, monkeypatch, shape):
+    """A batch whose properties are one text but the last four bytes of its UNIQ_KEY (the
+    producer's coalesced sends) has its keys hashed at once from the hint; the bytes are
+    the walked index's, and texts that only look alike are not taken that way."""
+    taken, text = COUNTER_RUNS[shape]
+    runs = []
+    real = index_mod._counter_run
+    monkeypatch.setattr(index_mod, "_counter_run", lambda *a: runs.append(real(*a)) or runs[-1])
+    shots = []
+    for hints in (True, False):
+        st = opened(tmp_path, f"c-{hints}", hints, max_index_num=50)
+        try:
+            now = 1_700_000_000_000
+            st.put_message(MessageToStore("TopicH", 0, 0, b"one", uniq(10_000).decode(), 0, now, HOST4, now))
+            for k, m in enumerate((1, 2, 40, 64, 33)):      # the index files fill and roll mid-batch
+                body = encode_batch_elements([(0, b"abc", text(100 * k + i + 0xFFC0)) for i in range(m)])  # wraps
+                assert st.put_batch_body("TopicH", 0, 0, now, HOST4, now + k, body,
+                                         CLUSTER).status.name == "PUT_OK"
+                if k % 2:
+                    st.index_some(32)
+            st._index_catch_up()
+            shots.append(snapshot(st))
+        finally:
+            st.close()
+    assert shots[0] == shots[1]
+    assert len(shots[0]) > 1 or shape == "the later, empty UNIQ_KEY wins"     # (no keys: one file)
+    assert runs and all((r is not None) == taken for r in runs), runs
+
+
 def test_a_bounded_step_stops_before_a_hint_it_cannot_take_whole(tmp_path):
     s = opened(tmp_path, "steps", True)
     try:
