@@ -48,7 +48,9 @@ GIL_YIELD_EVERY records the keys gathered are hashed (`_key_hashes`: C loops ove
 per-topic memos of `topic#head` and a table of two-byte tails; keys of one head and topic,
 a producer batch's UNIQ_KEYs, from that head's hash and a table of byte pairs read from
 strided slices) and written (`_put_entries`: the entries, consecutive in the file, as one
-array, the offsets' words split by stride, the slots in one C loop, the header once),
+array, the offsets' words split by stride, the slots in one C loop, the header once; a
+hint's keys hashed at once, `_counter_run` below, are written at once, after the keys
+gathered before them, and the progress point moved past them),
 then the GIL is handed over (on the flush thread only:
 a `time.sleep(0)` costs ~80 µs of wall time on this project's VMs, and on the event loop
 nothing waits for the GIL). The bytes are those of the plain one-key-at-a-time builder it
@@ -587,6 +589,8 @@ def _key_hashes(keys: list[bytes], memos: list) -> list[int]:
     the pairs read as 16-bit words from strided slices of the keys joined (every key is
     then len(head) + 4 bytes long) and looked up in a table of all 65,536 pairs."""
     m = len(keys)
+    if not m:
+        return []
     heads = list(map(_HEAD4_OF, keys))
     head = heads[0]
     if head and heads.count(head) == m and memos.count(memos[0]) == m:
@@ -989,13 +993,17 @@ def _index_records(store, svc: "IndexService", find, start: int, limit: int, max
                         if run is None:
                             _keys_of_run([topic] * m, props, list(range(phy, phy + m * size, size)), [ts] * m,
                                          memos, keys, key_phys, key_tss, key_memos, slow)
-                        else:               # hashed already: written now, after the keys before them
+                        else:
+                            # hashed already: written now, after the keys before them, and the
+                            # progress point moved past them at once (a failure later in this
+                            # call must not have a retry write them again)
                             if keys:
                                 flush_chunk()
                             hashes, c = run
                             physs = range(phy, phy + m * size, size)
                             _write_entries(svc, hashes, list(physs) if c == 1
                                            else list(chain.from_iterable(zip(*(physs,) * c))), [ts] * (m * c))
+                            store._index_from = phy + m * size
                         n += m
                         pos += m * size
                         if n >= next_yield:

@@ -179,7 +179,7 @@ COUNTER_RUNS = {
     "Java's ending": (True, lambda i: b"UNIQ_KEY\x01" + counter(i) + b"\x02"),
     "UNIQ_KEY first, properties after": (True, lambda i: b"UNIQ_KEY\x01" + counter(i) + b"\x02TAGS\x01t"),
     "the later UNIQ_KEY wins": (True, lambda i: b"UNIQ_KEY\x01first\x02UNIQ_KEY\x01" + counter(i)),
-    "a head of one byte": (True, lambda i: b"UNIQ_KEY\x01Z" + b"%04X" % i),
+    "a head of one byte": (True, lambda i: b"UNIQ_KEY\x01Z" + b"%04X" % (i & 0xFFFF)),
     # anything else: per key (_keys_of_run), the same bytes
     "a separator in the last bytes of some": (False, lambda i: b"UNIQ_KEY\x01" + (
         counter(i) if i % 3 else b"C0A8000A1F2E5A3B9C4D0000\x02X\x01y")),
@@ -208,7 +208,8 @@ def test_a_producer_batch_hashed_at_once_is_the_walked_index(tmp_path, monkeypat
             now = 1_700_000_000_000
             st.put_message(MessageToStore("TopicH", 0, 0, b"one", uniq(10_000).decode(), 0, now, HOST4, now))
             for k, m in enumerate((1, 2, 40, 64, 33)):      # the index files fill and roll mid-batch
-                body = encode_batch_elements([(0, b"abc", text(100 * k + i + 0xFFC0)) for i in range(m)])  # wraps
+                # (batch 2's counter runs over 0xFFFF back to 0 within the batch)
+                body = encode_batch_elements([(0, b"abc", text(100 * k + i + 0xFF2D)) for i in range(m)])
                 assert st.put_batch_body("TopicH", 0, 0, now, HOST4, now + k, body,
                                          CLUSTER).status.name == "PUT_OK"
                 if k % 2:
@@ -220,6 +221,68 @@ def test_a_producer_batch_hashed_at_once_is_the_walked_index(tmp_path, monkeypat
     assert shots[0] == shots[1]
     assert len(shots[0]) > 1 or shape == "the later, empty UNIQ_KEY wins"     # (no keys: one file)
     assert runs and all((r is not None) == taken for r in runs), runs
+
+
+def test_a_failure_after_a_batch_hashed_at_once_does_not_index_it_twice(tmp_path):
+    """A batch hashed at once is written at once: the progress point moves past it then, so
+    a walk that fails later in the same call (the next commit-log segment cannot be
+    mapped) and is retried does not write its entries again."""
+    shots = []
+    for hints in (True, False):
+        st = opened(tmp_path, f"f-{hints}", hints, max_index_num=5000, mapped_file_size_commit_log=8 * 1024)
+        try:
+            now = 1_700_000_000_000
+            st.put_message(MessageToStore("TopicH", 0, 0, b"one", uniq(1).decode(), 0, now, HOST4, now))
+            cl = st._commitlog
+            first = cl.queue.find(cl.wrote_offset).start
+            i = 0
+            while cl.queue.find(cl.wrote_offset).start == first:
+                body = encode_batch_elements([(0, b"x" * 100, b"UNIQ_KEY\x01" + counter(i + j)) for j in range(8)])
+                assert st.put_batch_body("TopicH", 0, 0, now, HOST4, now, body, CLUSTER).status.name == "PUT_OK"
+                i += 8
+            real = cl.queue.find
+            failed = []
+
+            def find(offset):
+                mf = real(offset)
+                if mf is not None and mf.start != first and not failed:
+                    failed.append(offset)
+                    raise OSError(24, "Too many open files (injected)")
+                return mf
+            cl.queue.find = find
+            with pytest.raises(OSError):
+                st._index_catch_up()
+            cl.queue.find = real
+            st._index_catch_up()
+            assert failed
+            shots.append((snapshot(st), st._index.keys_added))
+        finally:
+            st.close()
+    assert shots[0] == shots[1]
+
+
+def test_counter_run_refuses_what_it_cannot_hash_at_once():
+    # guards the store's put path never reaches (it hands over ASCII texts only): the
+    # answer is None (the per-record path), or hashes equal to Java's
+    memo = index_mod._topic_hashes(b"TopicH")
+    cases = [
+        [b"UNIQ_KEY\x01C0A80001", b"UNIQ_KEY\x01C0A8\xc3\xa9\xc3\xa9"],     # non-ASCII last bytes
+        [b"UNIQ_KEY\x01" + "\u00e9".encode() + b"0001", b"UNIQ_KEY\x01" + "\u00e9".encode() + b"0002"],
+        [b"UNIQ_KEY\x010001", b"UNIQ_KEY\x010002"],                            # no head
+        [b"UNIQ_KEY\x01A0001", b"UNIQ_KEY\x01A0002"],                          # a head of one byte
+        [b"UNIQ_KEY\x01AB\x01001", b"UNIQ_KEY\x01AB\x01002"],                  # \x01 in the value
+        [b"KEYS\x01a b\x02UNIQ_KEY\x01AB0001", b"KEYS\x01a b\x02UNIQ_KEY\x01AB0002"],
+    ]
+    taken = []
+    for texts in cases:
+        run = index_mod._counter_run(memo, texts, len(texts))
+        taken.append(run is not None)
+        if run is not None:
+            hashes, c = run
+            want = [index_mod.index_key_hash("TopicH#" + k.decode()) for t in texts
+                    for k in index_mod._raw_keys(t)]
+            assert hashes == want and c * len(texts) == len(want), texts
+    assert taken == [False, False, False, True, True, True]
 
 
 def test_a_bounded_step_stops_before_a_hint_it_cannot_take_whole(tmp_path):
