@@ -566,13 +566,11 @@ _HEAD_OF = itemgetter(slice(None, -2))
 _HEAD4_OF = itemgetter(slice(None, -4))
 # hash of every two bytes (a, b) (ASCII: their Java hashCode, a * 31 + b; other bytes give
 # keys whose hashes are taken another way), indexed by the native 16-bit word of a, b
-_PAIR_HASHES = [0] * 65536
-for _a in range(256):
-    for _b in range(256):
-        _PAIR_HASHES[memoryview(bytes((_a, _b))).cast("H")[0]] = _a * 31 + _b
+# (little-endian: a + 256 * b); built by one comprehension, at import (~3 ms)
+_PAIR_HASHES = ([a * 31 + b for b in range(256) for a in range(256)] if sys.byteorder == "little"
+                else [a * 31 + b for a in range(256) for b in range(256)])
 _PAIR_HASHES_31_2 = [h * _POW31_2 for h in _PAIR_HASHES]
 _POW31_4 = 31 ** 4
-del _a, _b
 _TAIL_OF = itemgetter(slice(-2, None))
 _ZERO_WORD = array(_U32, [0])
 
