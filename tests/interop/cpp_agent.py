@@ -165,8 +165,14 @@ def produce(args):
                 results.append(r)
                 done.release()
 
+            started = time.time()
+
             def fail(e):
-                emit(event="error", error=str(e))
+                # when and what: an empty message from the C++ client (seen once in a loaded
+                # CI run's first minute) says nothing; the time since the sends began tells a
+                # timeout (the producer's --timeout-ms) from a failure at once
+                emit(event="error", error=str(e), error_type=type(e).__name__,
+                     after_s=round(time.time() - started, 3))
                 done.release()
             msgs = []
             for i in range(args.count):
