@@ -155,6 +155,7 @@ async def _demo(namesrv_addr: str, broker_addr: str, count: int = 5, credentials
 async def _dev(args) -> int:
     from pocketmq.broker.app import Broker
     from pocketmq.broker.config import parse_args as broker_args
+    from pocketmq.broker.proxy.server import GrpcPortInUse
     from pocketmq.nameserver.app import NameServer
     from pocketmq.nameserver.config import parse_args as ns_args
     from pocketmq.client.credentials import resolve_credentials
@@ -171,11 +172,14 @@ async def _dev(args) -> int:
     local_ip = "127.0.0.1" if every_interface else args.bind
     namesrv_addr = f"{local_ip}:{args.namesrv_port}"
     grpc_args, grpc_note = _grpc_args(args.grpc_port, args.bind)
-    b_cfg, _ = broker_args(grpc_args + ["-n", namesrv_addr, f"--listenPort={args.broker_port}",
-                            f"--storePathRootDir={store_dir}/store",
-                            "--mappedFileSizeCommitLog=134217728"]
+
+    def broker_config(grpc_args):
+        return broker_args(grpc_args + ["-n", namesrv_addr, f"--listenPort={args.broker_port}",
+                                        f"--storePathRootDir={store_dir}/store",
+                                        "--mappedFileSizeCommitLog=134217728"]
                            + ([] if every_interface else [f"--brokerIP1={args.bind}"])
-                           + (["--flushDiskType=SYNC_FLUSH"] if args.sync_flush else []) + broker_acl)
+                           + (["--flushDiskType=SYNC_FLUSH"] if args.sync_flush else []) + broker_acl)[0]
+    b_cfg = broker_config(grpc_args)
     if creds is not None:
         print(f"pocketmq dev: plain ACL on, admin account {creds.access_key} ({store_dir}/plain_acl.yml)",
               flush=True)
@@ -185,6 +189,17 @@ async def _dev(args) -> int:
     try:
         try:
             await _start(broker, args.bind, args.broker_port, "--broker-port")
+        except GrpcPortInUse as e:
+            # taken between _grpc_args' probe and the bind (another process starting): the
+            # optional endpoint steps aside, as when the probe finds it taken
+            await broker.close()
+            grpc_note = f"gRPC endpoint (RocketMQ 5.x clients) off: {e}; pick another port with --grpc-port PORT"
+            broker = Broker(broker_config([]), host=args.bind)
+            try:
+                await _start(broker, args.bind, args.broker_port, "--broker-port")
+            except BaseException:
+                await broker.close()
+                raise
         except BaseException:
             await broker.close()
             raise

@@ -49,6 +49,10 @@ def add_servicer(servicer, server) -> None:
     service_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, _GenericOnly(server))
 
 
+class GrpcPortInUse(OSError):
+    """The gRPC endpoint's port could not be bound (`pocketmq dev` then starts without it)."""
+
+
 class GrpcEndpoint:
     """Start with `await start()` (inside the running loop), stop with `await stop()`."""
 
@@ -79,10 +83,13 @@ class GrpcEndpoint:
         ]
         self.server = grpc.aio.server(options=options, maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
         host = f"[{self.host}]" if ":" in self.host else self.host
-        port = self.server.add_insecure_port(f"{host}:{self.port}")
+        try:
+            port = self.server.add_insecure_port(f"{host}:{self.port}")
+        except RuntimeError:        # grpcio >= 1.5x raises where older ones returned 0
+            port = 0
         if port == 0:
-            raise OSError(f"cannot listen on grpcServerPort {self.port} ({self.host}): the port is in use "
-                          f"(or not allowed); pick another with grpcServerPort")
+            raise GrpcPortInUse(f"cannot listen on grpcServerPort {self.port} ({self.host}): the port is in use "
+                                f"(or not allowed); pick another with grpcServerPort")
         self.port = port
         self.service = MessagingService(self.ctx, self.processors, grpc_port=port,
                                         advertised_host=self.advertised_host)

@@ -65,3 +65,36 @@ def test_dev_with_the_grpc_port_taken_says_so_and_serves_the_rest(tmp_path):
                        and "--grpc-port" in line for line in lines), lines
         finally:
             stop(proc)
+
+
+def test_dev_steps_aside_when_the_grpc_port_is_taken_after_its_probe(tmp_path):
+    # the probe passed, then another process took the port before the broker bound it (two
+    # `pocketmq dev` starting at once): the endpoint steps aside as when the probe finds it
+    # taken, instead of the whole command failing; _grpc_args is replaced by one that skips
+    # its probe, so the bind itself meets the taken port
+    code = (
+        "import sys, pocketmq.cli as cli\n"
+        "cli._grpc_args = lambda port, bind: ([\"--enableProxy=true\", f\"--grpcServerPort={port}\"], \"\")\n"
+        "sys.exit(cli.main(sys.argv[1:]))\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        p = subprocess.run([sys.executable, "-c", code, "dev", "--demo", "--dir", str(tmp_path / "dev"),
+                            "--namesrv-port", str(free_port()), "--broker-port", str(free_port()),
+                            "--grpc-port", str(busy)], capture_output=True, text=True, timeout=90)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    assert f"gRPC endpoint (RocketMQ 5.x clients) off: cannot listen on grpcServerPort {busy}" in p.stdout
+    assert "5 messages consumed" in p.stdout
+
+
+async def test_the_endpoint_names_a_taken_port():
+    from pocketmq.broker.proxy.server import GrpcEndpoint, GrpcPortInUse
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        ep = GrpcEndpoint(None, {}, host="127.0.0.1", port=busy, advertised_host="127.0.0.1",
+                          max_message_bytes=1 << 20)
+        with pytest.raises(GrpcPortInUse, match=f"cannot listen on grpcServerPort {busy}"):
+            await ep.start()
