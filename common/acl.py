@@ -253,6 +253,7 @@ class AclFile:
     global_white_text: tuple = ()       # as written
     accounts: tuple = ()                # Account, in file order
     version: tuple = (0, 0)             # dataVersion (timestamp, counter)
+    has_data: bool = True               # False: empty, comments only, null or {} (Java: "No data")
 
 
 def _text(value) -> str | None:
@@ -371,12 +372,12 @@ def _account_lines(node) -> list[int]:
 
 
 def parse_acl_file(text: str | bytes, path: str) -> AclFile:
-    """One plain_acl.yml. An empty file is an empty AclFile. Raises AclConfigError naming the
-    file and line (a key shorter than 7 characters, a bad pattern or resource permission,
-    a shape Java's loader would refuse)."""
+    """One plain_acl.yml. An empty file (or only comments, null, {}) is an empty AclFile with
+    has_data False. Raises AclConfigError naming the file and line (a key shorter than 7
+    characters, a bad pattern or resource permission, a shape Java's loader would refuse)."""
     data, node = load_yaml(text, path)
-    if data is None:
-        return AclFile(path)
+    if data is None or data == {}:
+        return AclFile(path, has_data=False)
     if not isinstance(data, dict):
         raise AclConfigError(f"{path}:1: expected a map with globalWhiteRemoteAddresses and accounts")
     lines = _account_lines(node)
@@ -416,6 +417,22 @@ class AclTable:
     global_white: tuple = ()            # every file's patterns
     accounts: dict = field(default_factory=dict)   # accessKey -> Account (first definition wins)
     duplicates: tuple = ()              # (accessKey, path) definitions ignored
+
+
+def keep_files_without_data(previous: AclTable, files) -> tuple[list, list]:
+    """(files, paths kept) for a reload: a file read with no data keeps its previous
+    definitions, as Java's reload of a changed file does (`load(path)`: "No data in {}, skip
+    it"). An editor's or a script's truncate-then-write read between the two is such a file:
+    without this, every account it defines would be refused until the next poll. A file
+    not loaded before has nothing to keep (Java's full load skips it too)."""
+    before = {f.path: f for f in previous.files}
+    out, kept = [], []
+    for f in files:
+        if not f.has_data and f.path in before:
+            kept.append(f.path)
+            f = before[f.path]
+        out.append(f)
+    return out, kept
 
 
 def build_table(files) -> AclTable:

@@ -11,7 +11,9 @@ Reload (Java's AclFileWatchService polls every 5 s): every `poll_interval_s` (1 
 files' (mtime, size, inode) are compared with the last load; any change reloads them all,
 read and parsed in a worker thread (the event loop only swaps the table in).
 A file that does not parse keeps the previous accounts (logged once per change, naming the
-file and line); at start it refuses the start instead, as Java's broker does.
+file and line); at start it refuses the start instead, as Java's broker does. A file read
+with no data (empty, comments only: also a truncate-then-write caught in between) keeps
+its previous definitions, as Java's reload of a changed file skips it.
 
 Denies are answered as Java 4.9 answers them (code 1 SYSTEM_ERROR, remark "AclException:
 <msg>, <frame>"; a oneway request gets nothing), logged once per (account, address, code,
@@ -99,7 +101,7 @@ class AclService:
         self.write_lock = asyncio.Lock()          # the admin codes' file edits, one at a time
 
     # -- loading ---------------------------------------------------------------------------
-    def _read_all(self) -> tuple[rules.AclTable, dict]:
+    def _read_all(self, previous: rules.AclTable | None = None) -> tuple[rules.AclTable, dict, list]:
         paths = acl_files(self.main_path)
         stamps = {p: _stamp(p) for p in paths}
         files = []
@@ -108,17 +110,22 @@ class AclService:
             if data is None:
                 continue
             files.append(rules.parse_acl_file(data, p))
-        return rules.build_table(files), stamps
+        kept: list = []
+        if previous is not None:
+            files, kept = rules.keep_files_without_data(previous, files)
+        return rules.build_table(files), stamps, kept
 
     def load(self) -> None:
         """The first load: raises AclConfigError (the daemon refuses to start)."""
-        table, stamps = self._read_all()
-        self._install(table, stamps)
+        self._install(*self._read_all())
         if not os.path.exists(self.main_path):
             log.warning("ACL is on but %s does not exist: no account is defined, every request but from a "
                         "global white address is refused", self.main_path)
 
-    def _install(self, table: rules.AclTable, stamps: dict) -> None:
+    def _install(self, table: rules.AclTable, stamps: dict, kept: list) -> None:
+        for path in kept:
+            log.warning("%s ACL: %s has no data; its previous accounts stay in force until it has some",
+                        self.name, path)
         self.table = table
         self._check = rules.checker(table, self.admin_codes)
         self._stamps = stamps
@@ -137,7 +144,7 @@ class AclService:
 
     def _read_or_error(self):
         try:
-            return self._read_all()
+            return self._read_all(self.table)
         except (rules.AclConfigError, OSError) as e:
             return e
 

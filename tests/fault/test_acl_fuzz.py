@@ -169,7 +169,7 @@ async def fuzz(daemon, addr: str, acl_path: str, codes: list[int], probe, seed: 
                 assert "Traceback" not in new_log, f"traceback in {daemon.name}'s log:\n{new_log[-3000:]}"
             except (AssertionError, OSError, asyncio.TimeoutError) as e:
                 pytest.fail(f"{daemon.name} ACL fuzz seed={seed} case={i} ({desc}): {type(e).__name__}: {e}\n"
-                            f"replay: POCKETMQ_FUZZ_SEED={seed} pytest tests/fault/test_acl_fuzz.py")
+                            f"replay: POCKETMQ_FUZZ_SEED={SEED} pytest tests/fault/test_acl_fuzz.py")
     finally:
         with open(acl_path, "wb") as f:
             f.write(original)

@@ -166,8 +166,10 @@ def test_hostile_yaml_aliases_do_not_explode():
 
 
 def test_empty_file_and_duplicates_across_files():
-    assert A.parse_acl_file(b"", "e.yml").accounts == ()
-    assert A.parse_acl_file(b"# only a comment\n", "e.yml").accounts == ()
+    for empty in (b"", b"# only a comment\n", b"{}\n", b"~\n"):
+        f = A.parse_acl_file(empty, "e.yml")
+        assert (f.accounts, f.has_data) == ((), False), empty
+    assert A.parse_acl_file(b"accounts: []\n", "e.yml").has_data
     first = A.parse_acl_file("accounts:\n  - {accessKey: dupKey01, secretKey: firstSecret}\n", "acl/a.yml")
     second = A.parse_acl_file("globalWhiteRemoteAddresses: ['1.2.3.4']\naccounts:\n"
                               "  - {accessKey: dupKey01, secretKey: secondSecret}\n", "plain_acl.yml")

@@ -109,6 +109,35 @@ def test_reload_on_change_and_a_broken_file_keeps_the_accounts(tmp_path, caplog)
     assert acl.deny(Conn(), send()) is not None
 
 
+def test_a_file_read_with_no_data_keeps_its_accounts_on_reload(tmp_path, caplog):
+    """Java's reload of a changed file skips one with no data ("No data in {}, skip it"); an
+    editor's truncate-then-write read between the two is such a file (the CI run of 95d5755:
+    the ACL fuzz's probe refused "No acl config for appUser01" right after the file was
+    written back)."""
+    main = str(tmp_path / "plain_acl.yml")
+    write(main, YML.format(perm="PUB"))
+    acl = AclService(main)
+    acl.load()
+    with caplog.at_level(logging.WARNING, logger="pocketmq.acl"):
+        for empty in ("", "# being edited\n", "{}\n", "~\n"):
+            write(main, empty)
+            assert acl.poll()                                  # a change, reloaded
+            assert acl.deny(Conn(), send()) is None, empty      # the file's accounts stay
+            assert set(acl.table.accounts) == {"appUser01"}
+    assert sum("has no data" in r.getMessage() for r in caplog.records) == 4
+    # the file written again: its new content wins; an explicit empty list does revoke
+    write(main, YML.format(perm="SUB"))
+    assert acl.poll() and acl.deny(Conn(), send()) is not None
+    write(main, "accounts: []\n")
+    assert acl.poll() and acl.table.accounts == {}
+    # a file that appears with no data has nothing to keep, and at start one is no accounts
+    write(str(tmp_path / "acl" / "new.yml"), "")
+    assert acl.poll() and acl.table.accounts == {}
+    fresh = AclService(str(tmp_path / "acl" / "new.yml"))
+    fresh.load()
+    assert fresh.table.accounts == {}
+
+
 def test_start_refuses_a_broken_file(tmp_path):
     from pocketmq.common.acl import AclConfigError
     main = str(tmp_path / "plain_acl.yml")
