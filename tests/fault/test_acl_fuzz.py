@@ -10,8 +10,10 @@ same connection, which must be answered SUCCESS (a refusal costs nothing else):
     prints them (must be accepted) or as Python would (must be refused);
   * hostile heartbeat bodies, signed.
 Between batches the ACL file is replaced by a hostile one (not YAML, deep nesting, an alias
-bomb, binary, wrong shapes, keys too short, bad patterns, huge): each reload must be
-refused, the previous accounts staying in force (the probe keeps working). Invariants: the
+bomb, binary, wrong shapes, keys too short, bad patterns, huge), truncated and rewritten in
+place as an editor may: each must be refused (the daemon logs it within its poll), the
+previous accounts staying in force (the probe keeps working, also right after the original
+file is written back the same way). Invariants: the
 daemon never exits and its log never shows a traceback.
 
 POCKETMQ_FUZZ_SEED / POCKETMQ_FUZZ_ITERATIONS as tests/fault/test_fuzz_daemons.py.
@@ -127,12 +129,29 @@ def cluster(tmp_path_factory):
     c.stop()
 
 
+# what the daemon logs when a changed file leaves the accounts as they were (remoting/acl.py)
+_SEEN = ("ACL not reloaded", "has no data")
+REFUSAL_WAIT_S = 10.0
+
+
+async def _refusal_logged(log_file) -> str:
+    """The daemon's log text from here until it shows the file refused (or REFUSAL_WAIT_S):
+    the watcher polls every second, so a hostile file is refused within about that."""
+    text = ""
+    deadline = time.monotonic() + REFUSAL_WAIT_S
+    while not any(m in text for m in _SEEN) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+        text += log_file.read()
+    return text
+
+
 async def fuzz(daemon, addr: str, acl_path: str, codes: list[int], probe, seed: int, iterations: int) -> dict:
     rng = random.Random(seed)
     log_file = open(daemon.log_path, encoding="utf-8", errors="replace")
     log_file.seek(0, os.SEEK_END)
     original = open(acl_path, "rb").read()
     answers: dict = {}
+    seen_log = ""           # log text read while waiting for a refusal, not yet checked
     try:
         for i in range(iterations):
             desc = ""
@@ -140,9 +159,14 @@ async def fuzz(daemon, addr: str, acl_path: str, codes: list[int], probe, seed: 
                 if i and i % YAML_EVERY == 0:
                     bad = hostile_yaml(rng)
                     desc = f"hostile yml {bad[:60]!r}"
-                    with open(acl_path, "wb") as f:
+                    with open(acl_path, "wb") as f:      # truncate, then write: as an editor may
                         f.write(bad)
-                    await asyncio.sleep(1.5)        # one poll (1 s) and more
+                    # the daemon's poll (every second) saw it and refused it (or, for random
+                    # bytes that are only blanks or a comment, kept the accounts: no data)
+                    seen = await _refusal_logged(log_file)
+                    seen_log += seen
+                    assert any(m in seen for m in _SEEN), \
+                        f"the hostile file was not refused within {REFUSAL_WAIT_S} s"
                     with open(acl_path, "wb") as f:
                         f.write(original)
                 follow = probe()
@@ -165,7 +189,8 @@ async def fuzz(daemon, addr: str, acl_path: str, codes: list[int], probe, seed: 
                 assert follow.opaque in got, "the signed request after it was not answered"
                 assert got[follow.opaque].code == C.SUCCESS, got[follow.opaque]
                 assert daemon.proc.poll() is None, f"{daemon.name} exited with {daemon.proc.returncode}"
-                new_log = log_file.read()
+                new_log = seen_log + log_file.read()
+                seen_log = ""
                 assert "Traceback" not in new_log, f"traceback in {daemon.name}'s log:\n{new_log[-3000:]}"
             except (AssertionError, OSError, asyncio.TimeoutError) as e:
                 pytest.fail(f"{daemon.name} ACL fuzz seed={seed} case={i} ({desc}): {type(e).__name__}: {e}\n"
