@@ -65,7 +65,7 @@ from pocketmq.client.instance import (
     acquire_instance,
     mono_ms,
 )
-from pocketmq.client.message import Message, SendResult, SendStatus, UniqIdGenerator
+from pocketmq.client.message import Message, SendResult, SendStatus, UniqIdGenerator, send_results
 from pocketmq.protocol import message as msgcodec
 from pocketmq.protocol.bodies import MessageQueue
 from pocketmq.protocol.codes import ResponseCode
@@ -209,12 +209,13 @@ def split_batch_result(r: SendResult, uniqs: Sequence[str]) -> list[SendResult]:
     """One SendResult per message of a batch send, from the batch's: the broker stored the
     batch at consecutive offsets of one queue and answered with the comma-joined
     offsetMsgIds (a broker that answers otherwise leaves offset_msg_id empty)."""
+    n = len(uniqs)
     ids = r.offset_msg_id.split(",") if r.offset_msg_id else []
-    if len(ids) != len(uniqs):
-        ids = [""] * len(uniqs)
+    if len(ids) != n:
+        ids = [""] * n
     first = r.queue_offset
-    return [SendResult(r.status, u, ids[i], r.queue, first + i if first >= 0 else -1, r.transaction_id,
-                       r.region_id, r.trace_on) for i, u in enumerate(uniqs)]
+    return send_results(r.status, uniqs, ids, r.queue, range(first, first + n) if first >= 0 else [-1] * n,
+                        r.transaction_id, r.region_id, r.trace_on)
 
 
 class Producer(QueryMixin):

@@ -335,6 +335,41 @@ def test_send_result_init_equals_the_generated_one():
     assert t != SendResult(*full)
 
 
+def test_send_results_equal_the_constructor():
+    """send_results (a coalesced group's results, built without a constructor call each)
+    against SendResult(...) field by field: equal, same hash and repr, of type SendResult
+    (never its slots twin), still frozen; split_batch_result through it."""
+    from pocketmq.client.message import SendResult, SendStatus, send_results
+    from pocketmq.client.producer import split_batch_result
+
+    names = [f.name for f in dataclasses.fields(SendResult)]
+    rnd = random.Random(35)
+    for _ in range(200):
+        n = rnd.randrange(0, 40)
+        status = rnd.choice(list(SendStatus))
+        q = MessageQueue(rnd.choice(["T", "Topic-é"]), "b", rnd.randrange(8))
+        ids = [f"U{i:04X}" for i in rnd.sample(range(65536), n)]
+        offs = [rnd.choice(["", f"O{i}"]) for i in range(n)]
+        qos = [rnd.choice([-1, 0, 2**40 + i]) for i in range(n)]
+        tail = rnd.choice([(), ("tx",), (None, "R"), ("tx", "R", False)])
+        got = send_results(status, ids, offs, q, qos, *tail)
+        want = [SendResult(status, a, b, q, c, *tail) for a, b, c in zip(ids, offs, qos)]
+        assert got == want and [type(x) for x in got] == [SendResult] * n
+        assert [hash(x) for x in got] == [hash(x) for x in want] and list(map(repr, got)) == list(map(repr, want))
+        assert [[getattr(x, k) for k in names] for x in got] == [[getattr(x, k) for k in names] for x in want]
+    r = send_results(SendStatus.SEND_OK, ["U"], ["O"], MessageQueue("T", "b", 0), [5])[0]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.msg_id = "V"  # type: ignore[misc]
+    assert r.ok and dataclasses.replace(r, queue_offset=6).queue_offset == 6
+    # the batch's answer split: offsets from the first, the offsetMsgIds in order (or empty)
+    q = MessageQueue("T", "b", 1)
+    whole = SendResult(SendStatus.SEND_OK, "U1,U2,U3", "O1,O2,O3", q, 7, "tx", "R", False)
+    assert split_batch_result(whole, ["U1", "U2", "U3"]) == [
+        SendResult(SendStatus.SEND_OK, f"U{i}", f"O{i}", q, 6 + i, "tx", "R", False) for i in (1, 2, 3)]
+    odd = SendResult(SendStatus.SEND_OK, "U1,U2", "O1", q, -1)
+    assert split_batch_result(odd, ["U1", "U2"]) == [SendResult(SendStatus.SEND_OK, u, "", q, -1) for u in ("U1", "U2")]
+
+
 def test_encode_batch_run_equals_encode_batch_elements():
     rnd = random.Random(21)
     for _ in range(400):
