@@ -278,13 +278,13 @@ def send_results(status: SendStatus, msg_ids: Sequence[str], offset_msg_ids: Seq
     fields stored, then made a SendResult) without a constructor call per result: 32
     results 16.5 -> 8.2 µs, measured; a producer with 64 sends in flight spent a tenth of
     its own time building them (docs/benchmarks.md). Pinned to the constructor by
-    tests/unit/test_client_fastpaths.py."""
+    tests/unit/test_client_fastpaths.py. Columns of different lengths: ValueError."""
     out = []
     append = out.append
     new = object.__new__
     twin = _SendResultSlots
     cls = SendResult
-    for msg_id, offset_msg_id, queue_offset in zip(msg_ids, offset_msg_ids, queue_offsets):
+    for msg_id, offset_msg_id, queue_offset in zip(msg_ids, offset_msg_ids, queue_offsets, strict=True):
         r = new(twin)
         r.status = status
         r.msg_id = msg_id

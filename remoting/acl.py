@@ -99,6 +99,7 @@ class AclService:
         self._logged: dict[tuple, list] = {}     # key -> [last logged monotonic s, suppressed since]
         self._task: asyncio.Task | None = None
         self.write_lock = asyncio.Lock()          # the admin codes' file edits, one at a time
+        self._reload_lock = asyncio.Lock()        # poll_async's reads, one at a time
 
     # -- loading ---------------------------------------------------------------------------
     def _read_all(self, previous: rules.AclTable | None = None) -> tuple[rules.AclTable, dict, list]:
@@ -167,11 +168,15 @@ class AclService:
 
     async def poll_async(self) -> bool:
         """poll(), the files read and parsed in a worker thread: a large or hostile file
-        never stalls the event loop (YAML parses at about 1 MB/s)."""
-        stamps = self._changed()
-        if stamps is None:
-            return False
-        return self._apply(stamps, await asyncio.to_thread(self._read_or_error))
+        never stalls the event loop (YAML parses at about 1 MB/s). One at a time (the
+        watcher's and an admin edit's): a read builds on the table in force when it starts
+        (files with no data keep what it holds), so a slower read finishing after a newer
+        one would put older accounts back."""
+        async with self._reload_lock:
+            stamps = self._changed()
+            if stamps is None:
+                return False
+            return self._apply(stamps, await asyncio.to_thread(self._read_or_error))
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._watch(), name=f"{self.name}-acl-watch")
@@ -242,6 +247,10 @@ class AclService:
         acc = self.table.accounts.get(access_key)
         return acc.path if acc is not None and acc.path else self.main_path
 
+    def _kept(self, path: str) -> bool:
+        """The table holds definitions of `path` (read when it had data)."""
+        return any(f.path == path and f.has_data for f in self.table.files)
+
     def version_of(self, path: str) -> tuple:
         for f in self.table.files:
             if f.path == path:
@@ -254,6 +263,13 @@ class AclService:
         Raises what `edit` raises (ValueError, AclConfigError) and OSError."""
         async with self.write_lock:
             data = await asyncio.to_thread(read_file, path)
+            if data is not None and self._kept(path) and not rules.parse_acl_file(data, path).has_data:
+                # The accounts in force come from what the file held before; an edit of the
+                # empty text would write the edited account alone and lose the others
+                # (Java's edit fails on such a file too, a NullPointerException).
+                raise rules.AclConfigError(
+                    f"{path} has no data on disk but its previous accounts are in force (a write "
+                    f"in progress or cut short?): write the file again, then edit it")
             text = edit(data or b"", self.version_of(path), int(time.time() * 1000))
             if text is None:
                 return False

@@ -138,6 +138,77 @@ def test_a_file_read_with_no_data_keeps_its_accounts_on_reload(tmp_path, caplog)
     assert fresh.table.accounts == {}
 
 
+async def test_an_admin_edit_of_a_file_kept_without_data_is_refused(tmp_path):
+    """A file read with no data keeps its accounts; an admin edit of it (update, delete, the
+    white list) would start from the empty text and lose every other account: refused,
+    naming the file, the disk and the table left as they were. Editing a file that had no
+    data from the start (a new plain_acl.yml) works as before."""
+    from pocketmq.common import acl as rules
+    team = str(tmp_path / "acl" / "team.yml")
+    write(team, "accounts:\n  - {accessKey: teamUser1, secretKey: teamSecret1}\n"
+                "  - {accessKey: teamUser2, secretKey: teamSecret2}\n")
+    main = str(tmp_path / "plain_acl.yml")
+    write(main, "")
+    acl = AclService(main)
+    acl.load()
+    write(team, "")
+    assert await acl.poll_async() and set(acl.table.accounts) == {"teamUser1", "teamUser2"}
+    edits = [lambda text, v, now: rules.deleted_account_yaml(text, team, "teamUser1", v, now),
+             lambda text, v, now: rules.updated_account_yaml(text, team, {"accessKey": "teamUser1",
+                                                                           "secretKey": "newSecret1"}, v, now),
+             lambda text, v, now: rules.updated_global_white_yaml(text, team, ["10.*"], v, now)]
+    for edit in edits:
+        with pytest.raises(rules.AclConfigError, match="team.yml has no data on disk"):
+            await acl.rewrite(team, edit)
+        assert open(team).read() == "" and set(acl.table.accounts) == {"teamUser1", "teamUser2"}
+    # the main file was empty from the start: an account is added to it
+    assert await acl.rewrite(main, lambda text, v, now: rules.updated_account_yaml(
+        text, main, {"accessKey": "mainUser1", "secretKey": "mainSecret1"}, v, now))
+    assert set(acl.table.accounts) == {"teamUser1", "teamUser2", "mainUser1"}
+    # the team file written again: edits work on it
+    write(team, "accounts:\n  - {accessKey: teamUser1, secretKey: teamSecret1}\n"
+                "  - {accessKey: teamUser2, secretKey: teamSecret2}\n")
+    assert await acl.poll_async()
+    assert await acl.rewrite(team, edits[0])
+    assert set(acl.table.accounts) == {"teamUser2", "mainUser1"}
+
+
+async def test_reloads_run_one_at_a_time(tmp_path, monkeypatch):
+    """The watcher's reload and an admin edit's overlap: the second read starts after the
+    first is installed (each builds on the table in force when it starts)."""
+    import asyncio
+    main = str(tmp_path / "plain_acl.yml")
+    write(main, YML.format(perm="PUB"))
+    acl = AclService(main)
+    acl.load()
+    active = []
+    peak = []
+    real = acl._read_or_error
+
+    def slow_read():
+        active.append(1)
+        peak.append(len(active))
+        try:
+            import time
+            time.sleep(0.05)
+            return real()
+        finally:
+            active.pop()
+    monkeypatch.setattr(acl, "_read_or_error", slow_read)
+    write(main, YML.format(perm="SUB"))
+    first = asyncio.ensure_future(acl.poll_async())
+    await asyncio.sleep(0)
+    write(main, YML.format(perm="DENY"))
+    await acl.poll_async()      # (finds nothing left to read when the first read saw DENY)
+    assert await first and max(peak) == 1
+    assert acl.table.accounts["appUser01"].default_topic_perm == rules_perm("DENY")
+
+
+def rules_perm(text):
+    from pocketmq.common import acl as rules
+    return rules.parse_perm(text)
+
+
 def test_start_refuses_a_broken_file(tmp_path):
     from pocketmq.common.acl import AclConfigError
     main = str(tmp_path / "plain_acl.yml")
