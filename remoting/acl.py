@@ -247,9 +247,18 @@ class AclService:
         acc = self.table.accounts.get(access_key)
         return acc.path if acc is not None and acc.path else self.main_path
 
-    def _kept(self, path: str) -> bool:
-        """The table holds definitions of `path` (read when it had data)."""
-        return any(f.path == path and f.has_data for f in self.table.files)
+    def _read_for_edit(self, path: str) -> bytes | None:
+        """The file's bytes for an admin edit (in a worker thread: the check below parses
+        it). A file with no data on disk whose earlier definitions are in force is refused:
+        the edit of the empty text would write the edited account alone and lose the others
+        (Java's edit fails on such a file too, a NullPointerException)."""
+        data = read_file(path)
+        if data is not None and any(f.path == path and f.has_data for f in self.table.files) \
+                and not rules.parse_acl_file(data, path).has_data:
+            raise rules.AclConfigError(
+                f"{path} has no data on disk but its previous accounts are in force (a write "
+                f"in progress or cut short?): write the file again, then edit it")
+        return data
 
     def version_of(self, path: str) -> tuple:
         for f in self.table.files:
@@ -262,14 +271,7 @@ class AclService:
         file, written atomically, then reload. Returns False when `edit` changed nothing.
         Raises what `edit` raises (ValueError, AclConfigError) and OSError."""
         async with self.write_lock:
-            data = await asyncio.to_thread(read_file, path)
-            if data is not None and self._kept(path) and not rules.parse_acl_file(data, path).has_data:
-                # The accounts in force come from what the file held before; an edit of the
-                # empty text would write the edited account alone and lose the others
-                # (Java's edit fails on such a file too, a NullPointerException).
-                raise rules.AclConfigError(
-                    f"{path} has no data on disk but its previous accounts are in force (a write "
-                    f"in progress or cut short?): write the file again, then edit it")
+            data = await asyncio.to_thread(self._read_for_edit, path)
             text = edit(data or b"", self.version_of(path), int(time.time() * 1000))
             if text is None:
                 return False
