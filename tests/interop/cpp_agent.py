@@ -138,6 +138,26 @@ def _recording_selector(args, chosen):
     return select
 
 
+def _warm_up(p, args) -> None:
+    """--warmup N: N sync sends of bodies `<prefix>w<i>` (not `<prefix>-<i>`), each reported as a
+    `warmup` event, then a short pause. The C++ client's first send fetches the route, and its
+    client factory then connects to every broker of it from another thread; a send that needs
+    a connection being made there waits a few milliseconds for the transport's lock and fails
+    ("GetTransport of ... get timed_mutex timeout"), the retry then going wherever it can
+    (seen: a message stored twice on one broker before the other took it, or every attempt
+    failing). Tests that count where each message lands warm up first."""
+    from rocketmq.client import Message
+    for i in range(args.warmup):
+        m = Message(args.topic)
+        m.set_body(f"{args.prefix}w{i}")
+        try:
+            r = p.send_sync(m)
+            emit(event="warmup", idx=i, status=int(r.status))
+        except Exception as e:
+            emit(event="warmup", idx=i, error_type=type(e).__name__, error=str(e))
+    time.sleep(0.5)
+
+
 def produce(args):
     from rocketmq.client import Producer
     p = Producer(args.group, timeout=args.timeout_ms, compress_level=args.compress_level,
@@ -145,6 +165,8 @@ def produce(args):
     p.set_namesrv_addr(args.ns)
     p.start()
     try:
+        if args.warmup:
+            _warm_up(p, args)
         if args.mode == "batch":
             for start in range(0, args.count, args.batch_size):
                 idx = list(range(start, min(args.count, start + args.batch_size)))
@@ -368,6 +390,8 @@ def main():
     p.add_argument("--stop-file", default="")
     p.add_argument("--start-file", default="", help="push: start the consumer once this file exists")
     p.add_argument("--timeout-ms", type=int, default=5000)
+    p.add_argument("--warmup", type=int, default=0,
+                   help="produce: this many sync sends first (bodies <prefix>w<i>), then 0.5 s (_warm_up)")
     p.add_argument("--size", type=int, default=0, help="pad bodies to this many bytes")
     p.add_argument("--sizes", default="",
                    help="produce: comma-separated body sizes, cycled; bodies are make_body(...)")
