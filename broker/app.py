@@ -43,6 +43,7 @@ from pocketmq.broker.processors.pull import replay
 from pocketmq.broker.processors.send_back import store_back
 from pocketmq.broker.config import BrokerRole
 from pocketmq.broker.services.flush import FlushService
+from pocketmq.broker.services.warm import PageWarmer
 from pocketmq.broker.services.ha import HAMaster, HASlave
 from pocketmq.broker.services.hold import HoldService
 from pocketmq.broker.services.pop import PopService, load_secret, replay_held
@@ -142,6 +143,7 @@ class Broker:
         self.server: RemotingServer | None = None
         self.store = None
         self.flush_service: FlushService | None = None
+        self.page_warmer: PageWarmer | None = None
         self.hold_service: HoldService | None = None
         # enableProxy: the gRPC endpoint for RocketMQ 5.x clients (broker/proxy/server.py)
         self.grpc_endpoint = None
@@ -234,6 +236,8 @@ class Broker:
                                           interval_ms=50 if self.sync_flush else cfg.flushIntervalCommitLog,
                                           latency=self.flush_latency)
         self.flush_service.start()
+        self.page_warmer = PageWarmer(self.store, cfg.commitLogWarmAheadBytes)
+        self.page_warmer.start()
         await self._start_replication()
         self.ctx = ctx = self._context()
         # POP consumption (services/pop.py): the processors and the gRPC endpoint reach it as ctx.pop
@@ -547,6 +551,8 @@ class Broker:
             await self.server.close()
         if self.flush_service is not None:
             self.flush_service.stop()
+        if self.page_warmer is not None:
+            self.page_warmer.stop()
         if self.store is not None:
             self.store.close()
         if self._metadata_loaded:   # a start that failed to load must not overwrite the files

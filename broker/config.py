@@ -34,6 +34,8 @@ Where we differ from RocketMQ, on purpose:
   10 000..60 000 ms).
 * ``~`` is expanded in ``storePathRootDir`` and ``storePathCommitLog``.
 * ``busyPollMicros`` (pocketmq's own) keeps the loop polling briefly after a request.
+* ``commitLogWarmAheadBytes`` (pocketmq's own, 16 MiB; 0 = off) is how far past the write
+  position a thread keeps the commit log's pages in the page cache (broker/services/warm.py).
 * ``maxHeldPulls`` and ``maxFrameSize`` are pocketmq's own bounds (RocketMQ's
   frame limit is the system property ``com.rocketmq.remoting.frameMaxLength``), as are
   ``maxHeldPullsPerConnection``, ``maxBufferedRequestBytes`` and
@@ -406,6 +408,10 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     # the cap, decides (remoting/busy_poll.py). CPU for latency; 0 turns it off. See
     # docs/benchmarks.md.
     busyPollMicros: Annotated[int, Field(ge=0, le=100_000)] = 500
+    # pocketmq's own: a thread reads the commit log's pages this far past the write position
+    # into the page cache, so the event loop's writes do not fault each fresh page of the
+    # preallocated segment in (broker/services/warm.py); 0 turns it off.
+    commitLogWarmAheadBytes: Annotated[int, Field(ge=0, le=1 << 30)] = 16 << 20
     # pocketmq's own: the connection limit (0: RLIMIT_NOFILE minus the reserve) and the
     # descriptors it leaves to the store (0: half the limit, 64..1024)
     maxConnections: NonNegativeInt = 0
@@ -681,6 +687,7 @@ IMPLEMENTED_KEYS: frozenset[str] = frozenset({
     "accessMessageInMemoryMaxRatio", "clusterTopicEnable", "brokerTopicEnable", "traceTopicEnable", "msgTraceTopicName",
     "regionId", "traceOn", "notifyConsumerIdsChangedEnable", "aclEnable",
     "rejectTransactionMessage", "serverChannelMaxIdleTimeSeconds", "maxHeldPulls", "maxFrameSize", "busyPollMicros",
+    "commitLogWarmAheadBytes",
     "popFromRetryProbability", "maxPopInflightMessages", "maxPopInflightMessagesPerGroup",
     "maxConnections", "reservedFileDescriptors",
     "metricsPort", "enableProxy", "grpcServerPort",

@@ -304,6 +304,11 @@ class Store(Protocol):
     def clean_expired_consume_queues(self) -> int: ...
     def flush(self) -> int: ...
     def flush_consume_queues(self) -> int: ...
+    def set_warm_waker(self, wake) -> None:
+        """`wake()` runs when the writer reaches the commit-log pages last warmed ahead of it."""
+    def warm_commit_log(self, ahead: int, buf) -> int:
+        """Read the next commit-log pages past the write position into the page cache (a
+        warmer thread); the bytes warmed, 0 when `ahead` bytes past it are warm."""
     def index_backlog_bytes(self) -> int:
         """Commit-log bytes dispatched but not yet in the message index (0: none or no index)."""
     def index_some(self, max_records: int) -> int:

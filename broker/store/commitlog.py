@@ -275,12 +275,32 @@ class RecoveryOutcome(NamedTuple):
     segments_removed: int
 
 
+def warm_span(wrote: int, warmed: int, seg_start: int, seg_end: int, ahead: int) -> tuple[int, int]:
+    """The bytes of the active segment [seg_start, seg_end) to read into the page cache so
+    that the `ahead` bytes past the write position `wrote` are there (commit-log offsets):
+    (start, end), start == end when `warmed` (where the last warming ended) covers them.
+    A `warmed` outside the segment (it rolled, or a truncation moved the log back) counts
+    from the write position. Warming stops at the segment's end: the next segment does
+    not exist before the roll."""
+    if not seg_start <= warmed <= seg_end:
+        warmed = wrote
+    start = max(warmed, wrote, seg_start)
+    end = min(wrote + ahead, seg_end)
+    return (start, end) if start < end else (start, start)
+
+
 class CommitLog:
     def __init__(self, directory: str, file_size: int, ops: FileOps) -> None:
         self.queue = MappedFileQueue(directory, file_size, ops)
         self.file_size = file_size
         self.wrote_offset = 0        # end of the last complete record (global)
         self.flushed_offset = 0      # durable up to here
+        # Page warming (services/warm.py): once the write position reaches warm_mark,
+        # on_warm_mark() (the warmer's wake-up, set by the shell) runs; the warmer then reads
+        # the next pages into the page cache from its own thread (warm_step).
+        self.warm_mark = 1 << 62
+        self.on_warm_mark = None
+        self._warmed = 0             # commit-log offset the last warm_step read up to
 
     # ------------------------------------------------------------------ geometry
 
@@ -333,6 +353,9 @@ class CommitLog:
         mf.mm[pos:end] = data
         mf.wrote = end
         self.wrote_offset = mf.start + end
+        if self.wrote_offset >= self.warm_mark:
+            self.warm_mark = 1 << 62        # once until the warmer sets the next mark
+            self.on_warm_mark()
 
     def write_ahead(self, phys: int, data) -> None:
         """Write `data` at `phys`, at or past the write position inside the active segment,
@@ -345,6 +368,32 @@ class CommitLog:
         if pos < mf.wrote or pos + len(data) > mf.size:
             raise ValueError(f"write of {len(data)} bytes at {phys} outside the active segment's free part")
         self.queue.ops.pwrite(mf.fd, data, pos)
+
+    def warm_step(self, ahead: int, max_bytes: int):
+        """From the warmer's thread: (fd, position, length) of the active segment's next bytes
+        to read into the page cache (at most max_bytes), or None when the `ahead` bytes past
+        the write position are warm; then the next mark is set at half the distance, so the
+        writer wakes the warmer again before it reaches cold pages (services/warm.py says
+        why). Called under the store's file lock; reads the write position the event
+        loop moves (an int: whatever value it reads, the span stays inside the segment)."""
+        files = self.queue.files
+        if ahead <= 0:
+            return None
+        if not files:
+            self.warm_mark = 0               # the first append creates one: wake then
+            return None
+        mf = files[-1]
+        wrote = self.wrote_offset
+        start, end = warm_span(wrote, self._warmed, mf.start, mf.start + mf.size, ahead)
+        if start >= end:
+            self._warmed = start
+            seg_end = mf.start + mf.size
+            # warm to the segment's end: the next wake is the roll's first append
+            self.warm_mark = max(start - ahead // 2, wrote + 1) if start < seg_end else seg_end
+            return None
+        end = min(end, start + max_bytes)
+        self._warmed = end
+        return mf.fd, start - mf.start, end - start
 
     # ------------------------------------------------------------------ read
 

@@ -53,6 +53,10 @@ class FileOps(FileLayer):
             data = data[n:]
             offset += n
 
+    def pread_into(self, fd: int, buf, offset: int) -> int:
+        """Read into `buf` from `offset` (the GIL released); the bytes read."""
+        return os.preadv(fd, [buf], offset)
+
     def fstat_size(self, fd: int) -> int:
         return os.fstat(fd).st_size
 

@@ -51,6 +51,30 @@ class FlushPart:
                 self._flush_consume_queues_locked()
             return flushed
 
+    def set_warm_waker(self, wake) -> None:
+        """`wake()` (from the event loop's thread) when the writer reaches the pages the
+        last warming left ahead of it (services/warm.py)."""
+        self._commitlog.on_warm_mark = wake
+        self._commitlog.warm_mark = 0
+
+    def warm_commit_log(self, ahead: int, buf: memoryview) -> int:
+        """Read the commit log's next pages past the write position (up to `ahead` bytes
+        past it, len(buf) at most) into the page cache; the bytes warmed, 0 when they
+        are all there. Safe from a warmer thread: under `_file_lock`, so the segment is not
+        deleted meanwhile. A failed read is only a missed hint: its bytes count as done."""
+        with self._file_lock:
+            if self._failed is not None or not self._open:
+                return 0
+            step = self._commitlog.warm_step(ahead, len(buf))
+            if step is None:
+                return 0
+            fd, pos, length = step
+            try:
+                self._ops.pread_into(fd, buf[:length], pos)
+            except OSError:
+                pass
+            return length
+
     def flush_consume_queues(self) -> int:
         """fdatasync the consume queues and write the checkpoint (RocketMQ flushes them every
         second). Returns the commit-log offset below which every consume-queue unit is

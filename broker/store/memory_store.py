@@ -115,6 +115,12 @@ class MemoryStore:
     def flush_consume_queues(self) -> int:
         return self.wrote
 
+    def set_warm_waker(self, wake) -> None:
+        pass                        # no files: nothing to warm
+
+    def warm_commit_log(self, ahead: int, buf) -> int:
+        return 0
+
     def catch_up_dispatch(self) -> bool:
         return True                 # dispatch happens in the put itself
 

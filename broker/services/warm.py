@@ -1,0 +1,62 @@
+"""Commit-log page warming: the pages just past the write position are read into the page
+cache from this service's thread, so the event loop's writes find them there.
+
+A segment is preallocated (posix_fallocate: unwritten extents), so the first write to each
+of its pages faults: the kernel allocates a page, zeroes it and does the file system's
+bookkeeping, on the event loop's time. Read ahead of the writer (a pread, the GIL
+released) the page is already cached and the write only maps it (docs/benchmarks.md,
+issue 35: the broker's CPU a message with 64 sends in flight).
+
+Which bytes and when to wake are the commit log's rule (`CommitLog.warm_step`,
+`warm_span`); the read is the store's (`warm_commit_log`, under its file lock); this
+module owns only the thread. The writer wakes it when it reaches the mark the last
+warming left (half the distance ahead), so an idle broker's warmer sleeps.
+`commitLogWarmAheadBytes` (pocketmq's own; 0 = off) is how far ahead.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+log = logging.getLogger("pocketmq.broker.warm")
+
+# Bytes read a system call (and the buffer's size).
+CHUNK = 1 << 20
+
+
+class PageWarmer:
+    def __init__(self, store, ahead_bytes: int) -> None:
+        self.store = store
+        self.ahead = ahead_bytes
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.warmed_bytes = 0           # read into the page cache so far
+
+    def start(self) -> None:
+        if self.ahead <= 0:
+            return
+        self.store.set_warm_waker(self._wake.set)
+        self._thread = threading.Thread(target=self._run, name="pocketmq-warm", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        buf = memoryview(bytearray(CHUNK))
+        while not self._stop:
+            try:
+                while not self._stop:
+                    n = self.store.warm_commit_log(self.ahead, buf)
+                    if not n:
+                        break
+                    self.warmed_bytes += n
+            except Exception:
+                log.exception("commit-log page warming failed")
+            self._wake.wait()
+            self._wake.clear()
+
+    def stop(self) -> None:
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None

@@ -1,0 +1,175 @@
+"""Commit-log page warming (store/commitlog.py warm_span / warm_step, store/flush.py
+warm_commit_log, services/warm.py PageWarmer): which bytes are read ahead of the writer,
+when the writer wakes the warmer, and that warming never changes what is stored."""
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from pocketmq.broker.services.warm import PageWarmer
+from pocketmq.broker.store.commitlog import warm_span
+from pocketmq.broker.store.fileops import FileOps
+from tests.unit.test_store import config, msg, opened, tags
+
+SEG = 64 * 1024
+
+
+class RecordingOps(FileOps):
+    """FileOps that records every warming read (fd, offset, length); `fail` makes them
+    raise; `reached` is set once a read ends at or past `until` of the segment at `start`."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads: list[tuple[int, int, int]] = []
+        self.fail = False
+        self.until = None
+        self.reached = threading.Event()
+
+    def pread_into(self, fd, buf, offset):
+        self.reads.append((fd, offset, len(buf)))
+        if self.until is not None and offset + len(buf) >= self.until:
+            self.reached.set()
+        if self.fail:
+            raise OSError(5, "injected")
+        return super().pread_into(fd, buf, offset)
+
+
+def warming_store(tmp_path):
+    """An opened store on RecordingOps whose writer's wake-ups are listed (the write
+    position at each)."""
+    ops = RecordingOps()
+    s = opened(config(tmp_path, mapped_file_size_commit_log=SEG), file_ops=ops)
+    wakes = []
+    s.set_warm_waker(lambda: wakes.append(s.commit_log_max_offset))
+    return s, ops, wakes
+
+
+def warm_all(s, ahead: int, buf) -> list[int]:
+    """A warmer's round: steps until nothing is left; the bytes of each."""
+    done = []
+    while n := s.warm_commit_log(ahead, buf):
+        done.append(n)
+    return done
+
+
+def test_warm_span_rules():
+    # fresh: from the write position, `ahead` bytes
+    assert warm_span(0, 0, 0, SEG, 4096) == (0, 4096)
+    # partly warmed: only the rest
+    assert warm_span(1000, 4096, 0, SEG, 8192) == (4096, 9192)
+    # warmed past the writer's ahead: nothing
+    assert warm_span(1000, 9192, 0, SEG, 8192) == (9192, 9192)
+    # the writer ahead of the warming: from the writer, never behind it
+    assert warm_span(5000, 100, 0, SEG, 1000) == (5000, 6000)
+    # capped at the segment's end
+    assert warm_span(SEG - 100, SEG - 100, 0, SEG, 4096) == (SEG - 100, SEG)
+    # warmed in another segment (a roll, a truncation): from the write position
+    assert warm_span(SEG + 10, SEG - 1 + 2 * SEG, SEG, 2 * SEG, 100) == (SEG + 10, SEG + 110)
+    assert warm_span(SEG + 10, 5, SEG, 2 * SEG, 100) == (SEG + 10, SEG + 110)
+
+
+def test_warming_reads_ahead_of_the_writer_and_the_writer_wakes_it(tmp_path):
+    s, ops, wakes = warming_store(tmp_path)
+    buf = memoryview(bytearray(1024))
+    assert s.warm_commit_log(4096, buf) == 0        # no segment yet: nothing, wake on the first append
+    r = s.put_message(msg(body=b"x" * 100, props=tags(1)))
+    assert wakes == [r.end_offset]
+    # the warmer's round: 1 KiB reads from the write position to 4 KiB past it, then done
+    done = warm_all(s, 4096, buf)
+    assert sum(done) == 4096 and max(done) <= 1024
+    starts = [off for _, off, _ in ops.reads]
+    assert starts[0] == r.end_offset and starts == sorted(starts)
+    assert ops.reads[-1][1] + ops.reads[-1][2] == r.end_offset + 4096
+    # the writer wakes it again only once past half of that distance
+    while s.commit_log_max_offset < r.end_offset + 2048 - 200:
+        s.put_message(msg(body=b"y" * 100, props=tags(2)))
+    assert len(wakes) == 1
+    while len(wakes) == 1:
+        s.put_message(msg(body=b"y" * 100, props=tags(2)))
+    assert wakes[1] >= r.end_offset + 2048
+    n_before = len(ops.reads)
+    warm_all(s, 4096, buf)
+    new = ops.reads[n_before:]
+    assert new[0][1] == r.end_offset + 4096          # continues where it stopped
+    assert new[-1][1] + new[-1][2] == s.commit_log_max_offset + 4096
+    s.close()
+
+
+def test_warming_stops_at_the_segment_end_and_resumes_after_the_roll(tmp_path):
+    s, ops, wakes = warming_store(tmp_path)
+    buf = memoryview(bytearray(8192))
+    s.put_message(msg(body=b"x" * 100, props=tags(1)))
+    warm_all(s, 4 * SEG, buf)
+    assert max(off + n for _, off, n in ops.reads) == SEG       # never past the segment
+    while s.commit_log_max_offset < SEG:
+        s.put_message(msg(body=b"z" * 500, props=tags(3)))
+    assert len(wakes) == 2 and wakes[1] > SEG                   # the roll's first append
+    n_before = len(ops.reads)
+    warm_all(s, 4 * SEG, buf)
+    fds = {fd for fd, _, _ in ops.reads[n_before:]}
+    assert len(fds) == 1 and ops.reads[n_before][1] == s.commit_log_max_offset - SEG
+    assert ops.reads[-1][1] + ops.reads[-1][2] == SEG           # all of the new segment
+    s.close()
+
+
+def test_a_failed_warming_read_is_only_a_missed_hint(tmp_path):
+    s, ops, _ = warming_store(tmp_path)
+    r = s.put_message(msg(body=b"x" * 100, props=tags(1)))
+    ops.fail = True
+    # the round still ends with its mark set: warming goes on at the next wake
+    assert sum(warm_all(s, 4096, memoryview(bytearray(1024)))) == 4096
+    ops.fail = False
+    assert s.put_message(msg(body=b"y", props=tags(2))).ok
+    assert s.get_message("TopicA", 0, 0, 10).message_count == 2
+    assert r.ok
+    s.close()
+
+
+def test_warming_never_changes_what_is_stored(tmp_path):
+    """The same puts with a warmer thread reading ahead all along and without one leave
+    byte-identical commit-log segments."""
+    bodies = [os.urandom(37 + i % 300) for i in range(600)]
+
+    def run(root, warm: bool):
+        ops = RecordingOps()
+        s = opened(config(root, mapped_file_size_commit_log=SEG), file_ops=ops)
+        warmer = PageWarmer(s, 8192 if warm else 0)
+        warmer.start()
+        try:
+            for i, b in enumerate(bodies):
+                assert s.put_message(msg(body=b, props=tags(i), now=1000 + i)).ok
+            if warm:
+                ops.until = s.commit_log_max_offset % SEG + 1
+                assert ops.reached.wait(10), "the warmer did not catch up with the writer"
+        finally:
+            warmer.stop()
+        cl_dir = os.path.join(root, "store", "commitlog")
+        segs = {name: open(os.path.join(cl_dir, name), "rb").read() for name in sorted(os.listdir(cl_dir))}
+        s.close()
+        return segs, ops.reads, warmer.warmed_bytes
+
+    plain, no_reads, none = run(tmp_path / "plain", False)
+    warmed, reads, warmed_bytes = run(tmp_path / "warm", True)
+    assert no_reads == [] and none == 0
+    assert reads and warmed_bytes > 0
+    assert len(plain) >= 3 and warmed == plain
+
+
+def test_warmer_off_starts_no_thread(tmp_path):
+    s = opened(config(tmp_path))
+    w = PageWarmer(s, 0)
+    w.start()
+    assert w._thread is None
+    assert s._commitlog.on_warm_mark is None
+    s.put_message(msg())            # no waker set: the writer never calls one
+    w.stop()
+    s.close()
+
+
+@pytest.mark.parametrize("ahead", [-1, 1 << 31])
+def test_the_setting_is_bounded(ahead):
+    from pocketmq.broker.config import BrokerConfig
+    with pytest.raises(Exception, match="commitLogWarmAheadBytes"):
+        BrokerConfig(commitLogWarmAheadBytes=ahead)
