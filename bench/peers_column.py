@@ -27,6 +27,8 @@ Columns (each a Target; pick with --only / --skip):
   pocketmq-syncflush   flushDiskType=SYNC_FLUSH (fsync before the ack, group commit)
   pocketmq-noindex     messageIndexEnable=false (what the message index costs: it is built
                        behind the dispatcher, on the broker's one interpreter)
+  pocketmq-nowarm      commitLogWarmAheadBytes=0 (what reading the commit log's pages
+                       into the page cache ahead of the writer buys: broker/services/warm.py)
   redis-always         Redis Streams with appendfsync always (the fsync peer of
                        pocketmq-syncflush)
 
@@ -242,6 +244,8 @@ def make_targets(api):
                  settings="flushDiskType=SYNC_FLUSH (fsync before the ack)"),
         PocketMQ("pocketmq-noindex", ["--messageIndexEnable=false"],
                  settings="message index off (messageIndexEnable=false: no QUERY_MESSAGE by key)"),
+        PocketMQ("pocketmq-nowarm", ["--commitLogWarmAheadBytes=0"],
+                 settings="commit-log page warming off (commitLogWarmAheadBytes=0)"),
         RedisAlways(),
     ]
 
