@@ -8,8 +8,9 @@ released) the page is already cached and the write only maps it (docs/benchmarks
 issue 35: the broker's CPU a message with 64 sends in flight).
 
 Which bytes and when to wake are the commit log's rule (`CommitLog.warm_step`,
-`warm_span`); the read is the store's (`warm_commit_log`, under its file lock); this
-module owns only the thread. The writer wakes it when it reaches the mark the last
+`warm_span`); the read is the store's (`warm_commit_log`: the step under its file lock,
+the read on a descriptor of its own, so a flush never waits behind it); this module owns
+only the thread. The writer wakes it when it reaches the mark the last
 warming left (half the distance ahead), so an idle broker's warmer sleeps.
 `commitLogWarmAheadBytes` (pocketmq's own; 0 = off) is how far ahead.
 """
@@ -20,7 +21,7 @@ import threading
 
 log = logging.getLogger("pocketmq.broker.warm")
 
-# Bytes read a system call (and the buffer's size).
+# Bytes read a system call (and the buffer's size): 1 MiB and 256 KiB measured alike.
 CHUNK = 1 << 20
 
 
@@ -53,6 +54,7 @@ class PageWarmer:
                 log.exception("commit-log page warming failed")
             self._wake.wait()
             self._wake.clear()
+        self.store.end_warming()
 
     def stop(self) -> None:
         self._stop = True

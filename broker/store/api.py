@@ -309,6 +309,8 @@ class Store(Protocol):
     def warm_commit_log(self, ahead: int, buf) -> int:
         """Read the next commit-log pages past the write position into the page cache (a
         warmer thread); the bytes warmed, 0 when `ahead` bytes past it are warm."""
+    def end_warming(self) -> None:
+        """The warmer thread's last call (closes what warm_commit_log opened)."""
     def index_backlog_bytes(self) -> int:
         """Commit-log bytes dispatched but not yet in the message index (0: none or no index)."""
     def index_some(self, max_records: int) -> int:

@@ -370,7 +370,7 @@ class CommitLog:
         self.queue.ops.pwrite(mf.fd, data, pos)
 
     def warm_step(self, ahead: int, max_bytes: int):
-        """From the warmer's thread: (fd, position, length) of the active segment's next bytes
+        """From the warmer's thread: (fd, segment start, position, length) of the active segment's next bytes
         to read into the page cache (at most max_bytes), or None when the `ahead` bytes past
         the write position are warm; then the next mark is set at half the distance, so the
         writer wakes the warmer again before it reaches cold pages (services/warm.py says
@@ -393,7 +393,7 @@ class CommitLog:
             return None
         end = min(end, start + max_bytes)
         self._warmed = end
-        return mf.fd, start - mf.start, end - start
+        return mf.fd, mf.start, start - mf.start, end - start
 
     # ------------------------------------------------------------------ read
 

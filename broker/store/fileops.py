@@ -53,6 +53,9 @@ class FileOps(FileLayer):
             data = data[n:]
             offset += n
 
+    def dup(self, fd: int) -> int:
+        return os.dup(fd)
+
     def pread_into(self, fd: int, buf, offset: int) -> int:
         """Read into `buf` from `offset` (the GIL released); the bytes read."""
         return os.preadv(fd, [buf], offset)

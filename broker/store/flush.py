@@ -60,20 +60,47 @@ class FlushPart:
     def warm_commit_log(self, ahead: int, buf: memoryview) -> int:
         """Read the commit log's next pages past the write position (up to `ahead` bytes
         past it, len(buf) at most) into the page cache; the bytes warmed, 0 when they
-        are all there. Safe from a warmer thread: under `_file_lock`, so the segment is not
-        deleted meanwhile. A failed read is only a missed hint: its bytes count as done."""
+        are all there or the store is closed. For one warmer thread: the step is taken
+        under `_file_lock`, the read is not (it would hold up a flush): it goes through
+        the warmer's own descriptor of the segment (a dup, made when the segment
+        changes, closed only by this method and end_warming), which a deletion of the
+        segment cannot close or hand to another file. A failed read is only a missed
+        hint: its bytes count as done."""
         with self._file_lock:
             if self._failed is not None or not self._open:
+                self._close_warm_fd_locked()
                 return 0
             step = self._commitlog.warm_step(ahead, len(buf))
             if step is None:
                 return 0
-            fd, pos, length = step
+            fd, seg_start, pos, length = step
+            if self._warm_seg != seg_start or self._warm_fd < 0:
+                self._close_warm_fd_locked()
+                try:
+                    self._warm_fd = self._ops.dup(fd)
+                except OSError:
+                    return length
+                self._warm_seg = seg_start
+            wfd = self._warm_fd
+        try:
+            self._ops.pread_into(wfd, buf[:length], pos)
+        except OSError:
+            pass
+        return length
+
+    def end_warming(self) -> None:
+        """The warmer thread's last call: close its descriptor."""
+        with self._file_lock:
+            self._close_warm_fd_locked()
+
+    def _close_warm_fd_locked(self) -> None:
+        if self._warm_fd >= 0:
             try:
-                self._ops.pread_into(fd, buf[:length], pos)
+                self._ops.close(self._warm_fd)
             except OSError:
                 pass
-            return length
+            self._warm_fd = -1
+            self._warm_seg = -1
 
     def flush_consume_queues(self) -> int:
         """fdatasync the consume queues and write the checkpoint (RocketMQ flushes them every

@@ -121,6 +121,9 @@ class MemoryStore:
     def warm_commit_log(self, ahead: int, buf) -> int:
         return 0
 
+    def end_warming(self) -> None:
+        pass
+
     def catch_up_dispatch(self) -> bool:
         return True                 # dispatch happens in the put itself
 

@@ -114,6 +114,8 @@ class MessageStore(RecoveryPart, AppendPart, DispatchPart, ReadPart, SearchPart,
         self._failed: str | None = None
         self._open = False
         self._file_lock = threading.Lock()
+        self._warm_fd = -1              # the page warmer's own descriptor (flush.py warm_commit_log)
+        self._warm_seg = -1
         self._lock_fd = -1
         self._dispatch_behind = False    # a consume-queue file could not be created: puts wait
         self._checkpoint_ok = False      # a checkpoint was written since open

@@ -173,3 +173,33 @@ def test_the_setting_is_bounded(ahead):
     from pocketmq.broker.config import BrokerConfig
     with pytest.raises(Exception, match="commitLogWarmAheadBytes"):
         BrokerConfig(commitLogWarmAheadBytes=ahead)
+
+
+def test_the_warmers_descriptor_is_its_own_and_closed_when_the_store_closes(tmp_path):
+    s, ops, _ = warming_store(tmp_path)
+    s.put_message(msg(body=b"x" * 100, props=tags(1)))
+    buf = memoryview(bytearray(1024))
+    assert s.warm_commit_log(4096, buf) == 1024
+    wfd = s._warm_fd
+    seg_fd = s._commitlog.queue.files[-1].fd
+    assert wfd >= 0 and wfd != seg_fd and ops.reads[-1][0] == wfd
+    assert os.fstat(wfd).st_ino == os.fstat(seg_fd).st_ino
+    s.close()
+    assert s._warm_fd == wfd                   # the store does not close it under a read...
+    assert s.warm_commit_log(4096, buf) == 0   # ...the warmer's next call does
+    assert s._warm_fd == -1
+    with pytest.raises(OSError):
+        os.fstat(wfd)
+
+
+def test_the_warmer_thread_closes_its_descriptor_when_it_stops(tmp_path):
+    ops = RecordingOps()
+    s = opened(config(tmp_path, mapped_file_size_commit_log=SEG), file_ops=ops)
+    w = PageWarmer(s, 8192)
+    w.start()
+    ops.until = 1
+    s.put_message(msg(body=b"x" * 100, props=tags(1)))
+    assert ops.reached.wait(10)
+    w.stop()
+    assert s._warm_fd == -1 and w.warmed_bytes > 0
+    s.close()
