@@ -43,7 +43,7 @@ from pocketmq.broker.processors.pull import replay
 from pocketmq.broker.processors.send_back import store_back
 from pocketmq.broker.config import BrokerRole
 from pocketmq.broker.services.flush import FlushService
-from pocketmq.broker.services.warm import PageWarmer
+from pocketmq.broker.services.warm import PageWarmer, warm_ahead_bytes
 from pocketmq.broker.services.ha import HAMaster, HASlave
 from pocketmq.broker.services.hold import HoldService
 from pocketmq.broker.services.pop import PopService, load_secret, replay_held
@@ -236,7 +236,7 @@ class Broker:
                                           interval_ms=50 if self.sync_flush else cfg.flushIntervalCommitLog,
                                           latency=self.flush_latency)
         self.flush_service.start()
-        self.page_warmer = PageWarmer(self.store, cfg.commitLogWarmAheadBytes)
+        self.page_warmer = PageWarmer(self.store, warm_ahead_bytes(cfg))
         self.page_warmer.start()
         await self._start_replication()
         self.ctx = ctx = self._context()

@@ -34,8 +34,9 @@ Where we differ from RocketMQ, on purpose:
   10 000..60 000 ms).
 * ``~`` is expanded in ``storePathRootDir`` and ``storePathCommitLog``.
 * ``busyPollMicros`` (pocketmq's own) keeps the loop polling briefly after a request.
-* ``commitLogWarmAheadBytes`` (pocketmq's own, 16 MiB; 0 = off) is how far past the write
-  position a thread keeps the commit log's pages in the page cache (broker/services/warm.py).
+* ``commitLogWarmAheadBytes`` (pocketmq's own, 16 MiB; 0 = off, else at least 1 MiB) is how
+  far past the write position a thread keeps the commit log's pages in the page cache
+  (broker/services/warm.py; not on a slave, whose replicated writes do not fault).
 * ``maxHeldPulls`` and ``maxFrameSize`` are pocketmq's own bounds (RocketMQ's
   frame limit is the system property ``com.rocketmq.remoting.frameMaxLength``), as are
   ``maxHeldPullsPerConnection``, ``maxBufferedRequestBytes`` and
@@ -487,6 +488,15 @@ class BrokerConfig(NettyServerConfig, _BrokerSection):
     def _whole_consume_queue_units(cls, value: int) -> int:
         # MessageStoreConfig.getMappedFileSizeConsumeQueue rounds up to 20-byte units.
         return -(-value // CQ_UNIT_SIZE) * CQ_UNIT_SIZE
+
+    @field_validator("commitLogWarmAheadBytes")
+    @classmethod
+    def _warm_ahead_off_or_a_mebibyte(cls, value: int) -> int:
+        # the writer wakes the warmer at half this distance: a few KiB would wake it on
+        # nearly every append
+        if 0 < value < 1 << 20:
+            raise ValueError(f"commitLogWarmAheadBytes must be 0 (off) or at least 1048576, got {value}")
+        return value
 
     @field_validator("namesrvAddr")
     @classmethod

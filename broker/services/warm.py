@@ -4,8 +4,10 @@ cache from this service's thread, so the event loop's writes find them there.
 A segment is preallocated (posix_fallocate: unwritten extents), so the first write to each
 of its pages faults: the kernel allocates a page, zeroes it and does the file system's
 bookkeeping, on the event loop's time. Read ahead of the writer (a pread, the GIL
-released) the page is already cached and the write only maps it (docs/benchmarks.md,
-issue 35: the broker's CPU a message with 64 sends in flight).
+released) the page is found in the page cache instead: the write still faults (the
+shared mapping's page_mkwrite), but the allocation and the zeroing were done by this
+thread (docs/benchmarks.md, issue 35: the event loop's CPU a message with 64 sends in
+flight, lower; about as much again on this thread).
 
 Which bytes and when to wake are the commit log's rule (`CommitLog.warm_step`,
 `warm_span`); the read is the store's (`warm_commit_log`: the step under its file lock,
@@ -23,6 +25,13 @@ log = logging.getLogger("pocketmq.broker.warm")
 
 # Bytes read a system call (and the buffer's size): 1 MiB and 256 KiB measured alike.
 CHUNK = 1 << 20
+
+
+def warm_ahead_bytes(config) -> int:
+    """How far ahead a broker of this config warms: commitLogWarmAheadBytes, 0 on a slave
+    (its replicated bytes are written with pwrite, which does not fault)."""
+    from pocketmq.broker.config import BrokerRole
+    return 0 if config.brokerRole is BrokerRole.SLAVE else config.commitLogWarmAheadBytes
 
 
 class PageWarmer:
@@ -52,6 +61,8 @@ class PageWarmer:
                     self.warmed_bytes += n
             except Exception:
                 log.exception("commit-log page warming failed")
+                # the writer reset its mark when it woke us: re-arm it, or warming stops
+                self.store.set_warm_waker(self._wake.set)
             self._wake.wait()
             self._wake.clear()
         self.store.end_warming()

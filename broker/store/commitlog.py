@@ -355,7 +355,8 @@ class CommitLog:
         self.wrote_offset = mf.start + end
         if self.wrote_offset >= self.warm_mark:
             self.warm_mark = 1 << 62        # once until the warmer sets the next mark
-            self.on_warm_mark()
+            if self.on_warm_mark is not None:
+                self.on_warm_mark()
 
     def write_ahead(self, phys: int, data) -> None:
         """Write `data` at `phys`, at or past the write position inside the active segment,

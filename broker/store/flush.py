@@ -62,16 +62,20 @@ class FlushPart:
         past it, len(buf) at most) into the page cache; the bytes warmed, 0 when they
         are all there or the store is closed. For one warmer thread: the step is taken
         under `_file_lock`, the read is not (it would hold up a flush): it goes through
-        the warmer's own descriptor of the segment (a dup, made when the segment
-        changes, closed only by this method and end_warming), which a deletion of the
-        segment cannot close or hand to another file. A failed read is only a missed
-        hint: its bytes count as done."""
+        the warmer's own descriptor of the segment (a dup made for a round, closed at
+        its end, only by this method and end_warming), which a deletion of the segment
+        cannot close or hand to another file. A failed read is only a missed hint: its
+        bytes count as done. (A store is opened once: a reopened one would need its
+        waker set again, its commit log being new.)"""
         with self._file_lock:
             if self._failed is not None or not self._open:
                 self._close_warm_fd_locked()
                 return 0
             step = self._commitlog.warm_step(ahead, len(buf))
             if step is None:
+                # the round is over: the descriptor goes too, so a segment deleted before
+                # the next round (expired, cleaned) has no reader keeping its space
+                self._close_warm_fd_locked()
                 return 0
             fd, seg_start, pos, length = step
             if self._warm_seg != seg_start or self._warm_fd < 0:

@@ -17,15 +17,29 @@ SEG = 64 * 1024
 
 
 class RecordingOps(FileOps):
-    """FileOps that records every warming read (fd, offset, length); `fail` makes them
-    raise; `reached` is set once a read ends at or past `until` of the segment at `start`."""
+    """FileOps that records every warming read (fd, offset, length) and what it returned,
+    the descriptors dup'd and closed; `fail` makes the reads raise; `reached` is set once
+    a read ends at or past `until` (a position in the segment)."""
 
     def __init__(self):
         super().__init__()
         self.reads: list[tuple[int, int, int]] = []
+        self.got: list[int] = []
+        self.dups: list[int] = []
+        self.closed: list[int] = []
         self.fail = False
         self.until = None
         self.reached = threading.Event()
+
+    def dup(self, fd):
+        new = super().dup(fd)
+        self.dups.append(new)
+        return new
+
+    def close(self, fd):
+        if fd in self.dups:                     # the warmer's descriptors only
+            self.closed.append(fd)
+        return super().close(fd)
 
     def pread_into(self, fd, buf, offset):
         self.reads.append((fd, offset, len(buf)))
@@ -33,7 +47,16 @@ class RecordingOps(FileOps):
             self.reached.set()
         if self.fail:
             raise OSError(5, "injected")
-        return super().pread_into(fd, buf, offset)
+        n = super().pread_into(fd, buf, offset)
+        self.got.append(n)
+        return n
+
+    def wait_for_read_to(self, until: int, timeout: float = 10) -> bool:
+        """A read ending at or past `until` was made, or is made within `timeout`."""
+        self.until = until                      # reads from now on set `reached`...
+        if any(off + n >= until for _, off, n in list(self.reads)):
+            return True                         # ...and one before already did
+        return self.reached.wait(timeout)
 
 
 def warming_store(tmp_path):
@@ -81,6 +104,10 @@ def test_warming_reads_ahead_of_the_writer_and_the_writer_wakes_it(tmp_path):
     assert sum(done) == 4096 and max(done) <= 1024
     starts = [off for _, off, _ in ops.reads]
     assert starts[0] == r.end_offset and starts == sorted(starts)
+    assert ops.got == [n for _, _, n in ops.reads]         # each read read what it asked for
+    # the round's descriptor was its own, and closed when the round ended
+    assert {fd for fd, _, _ in ops.reads} == {ops.dups[0]} and ops.closed == ops.dups
+    assert s._warm_fd == -1
     assert ops.reads[-1][1] + ops.reads[-1][2] == r.end_offset + 4096
     # the writer wakes it again only once past half of that distance
     while s.commit_log_max_offset < r.end_offset + 2048 - 200:
@@ -141,8 +168,8 @@ def test_warming_never_changes_what_is_stored(tmp_path):
             for i, b in enumerate(bodies):
                 assert s.put_message(msg(body=b, props=tags(i), now=1000 + i)).ok
             if warm:
-                ops.until = s.commit_log_max_offset % SEG + 1
-                assert ops.reached.wait(10), "the warmer did not catch up with the writer"
+                assert ops.wait_for_read_to(s.commit_log_max_offset % SEG + 1), \
+                    "the warmer did not catch up with the writer"
         finally:
             warmer.stop()
         cl_dir = os.path.join(root, "store", "commitlog")
@@ -168,28 +195,92 @@ def test_warmer_off_starts_no_thread(tmp_path):
     s.close()
 
 
-@pytest.mark.parametrize("ahead", [-1, 1 << 31])
-def test_the_setting_is_bounded(ahead):
-    from pocketmq.broker.config import BrokerConfig
-    with pytest.raises(Exception, match="commitLogWarmAheadBytes"):
-        BrokerConfig(commitLogWarmAheadBytes=ahead)
-
-
 def test_the_warmers_descriptor_is_its_own_and_closed_when_the_store_closes(tmp_path):
     s, ops, _ = warming_store(tmp_path)
     s.put_message(msg(body=b"x" * 100, props=tags(1)))
     buf = memoryview(bytearray(1024))
-    assert s.warm_commit_log(4096, buf) == 1024
+    assert s.warm_commit_log(4096, buf) == 1024             # a round begun, not ended
     wfd = s._warm_fd
     seg_fd = s._commitlog.queue.files[-1].fd
-    assert wfd >= 0 and wfd != seg_fd and ops.reads[-1][0] == wfd
+    assert wfd == ops.dups[-1] and wfd != seg_fd and ops.reads[-1][0] == wfd
     assert os.fstat(wfd).st_ino == os.fstat(seg_fd).st_ino
     s.close()
-    assert s._warm_fd == wfd                   # the store does not close it under a read...
+    assert wfd not in ops.closed               # the store does not close it under a read...
     assert s.warm_commit_log(4096, buf) == 0   # ...the warmer's next call does
-    assert s._warm_fd == -1
-    with pytest.raises(OSError):
-        os.fstat(wfd)
+    assert ops.closed[-1] == wfd and s._warm_fd == -1
+
+
+def test_a_segment_deleted_between_rounds_is_not_held_open(tmp_path):
+    """Cleaning deletes an old segment: no descriptor of the warmer keeps its space."""
+    s, ops, _ = warming_store(tmp_path)
+    buf = memoryview(bytearray(8192))
+    s.put_message(msg(body=b"x" * 100, props=tags(1), now=1000))
+    warm_all(s, 4096, buf)
+    first_dup = ops.dups[0]
+    while s.commit_log_max_offset < 3 * SEG:
+        s.put_message(msg(body=b"z" * 500, props=tags(3), now=2000))
+    assert first_dup in ops.closed and s._warm_fd == -1
+    assert s.clean_expired_files(10 ** 12, force=True)[0] >= 1
+    held = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+            if os.path.exists(f"/proc/self/fd/{fd}")]
+    assert not [h for h in held if "(deleted)" in h and "commitlog" in h], held
+    s.close()
+
+
+def test_the_writer_without_a_waker_only_moves_its_mark(tmp_path):
+    s = opened(config(tmp_path, mapped_file_size_commit_log=SEG))
+    s._commitlog.warm_mark = 0                 # a mark but no waker: the append must not fail
+    assert s.put_message(msg()).ok
+    assert s.get_message("TopicA", 0, 0, 10).message_count == 1
+    s.close()
+
+
+def test_the_warmer_rearms_after_a_failed_round(tmp_path, caplog):
+    ops = RecordingOps()
+    s = opened(config(tmp_path, mapped_file_size_commit_log=SEG), file_ops=ops)
+    real = s.warm_commit_log
+    calls = []
+
+    def once_broken(ahead, buf):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("injected")
+        return real(ahead, buf)
+    s.warm_commit_log = once_broken
+    real_set = s.set_warm_waker
+    armed = []
+    rearmed = threading.Event()
+
+    def set_waker(wake):
+        real_set(wake)
+        armed.append(wake)
+        if len(armed) > 1:
+            rearmed.set()
+    s.set_warm_waker = set_waker
+    w = PageWarmer(s, 1 << 20)
+    w.start()
+    try:
+        s.put_message(msg(body=b"x" * 100, props=tags(1)))          # wakes it: the round raises
+        assert rearmed.wait(10), "the warmer did not re-arm the writer's mark"
+        # the next append wakes it again, and this round warms
+        s.put_message(msg(body=b"y" * 100, props=tags(2)))
+        assert ops.wait_for_read_to(1), "warming did not resume after the failed round"
+    finally:
+        w.stop()
+    assert "commit-log page warming failed" in caplog.text
+    s.close()
+
+
+def test_warm_ahead_setting():
+    from pocketmq.broker.config import BrokerConfig
+    from pocketmq.broker.services.warm import warm_ahead_bytes
+    assert warm_ahead_bytes(BrokerConfig()) == 16 << 20
+    assert warm_ahead_bytes(BrokerConfig(commitLogWarmAheadBytes=0)) == 0
+    assert warm_ahead_bytes(BrokerConfig(commitLogWarmAheadBytes=1 << 20)) == 1 << 20
+    assert warm_ahead_bytes(BrokerConfig(brokerRole="SLAVE", brokerId=1)) == 0
+    for bad in (1, 4096, (1 << 20) - 1, -1, 1 << 31):
+        with pytest.raises(Exception, match="commitLogWarmAheadBytes"):
+            BrokerConfig(commitLogWarmAheadBytes=bad)
 
 
 def test_the_warmer_thread_closes_its_descriptor_when_it_stops(tmp_path):
@@ -197,9 +288,8 @@ def test_the_warmer_thread_closes_its_descriptor_when_it_stops(tmp_path):
     s = opened(config(tmp_path, mapped_file_size_commit_log=SEG), file_ops=ops)
     w = PageWarmer(s, 8192)
     w.start()
-    ops.until = 1
     s.put_message(msg(body=b"x" * 100, props=tags(1)))
-    assert ops.reached.wait(10)
+    assert ops.wait_for_read_to(1)
     w.stop()
     assert s._warm_fd == -1 and w.warmed_bytes > 0
     s.close()
