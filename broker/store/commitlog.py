@@ -371,12 +371,13 @@ class CommitLog:
         self.queue.ops.pwrite(mf.fd, data, pos)
 
     def warm_step(self, ahead: int, max_bytes: int):
-        """From the warmer's thread: (fd, segment start, position, length) of the active segment's next bytes
-        to read into the page cache (at most max_bytes), or None when the `ahead` bytes past
-        the write position are warm; then the next mark is set at half the distance, so the
-        writer wakes the warmer again before it reaches cold pages (services/warm.py says
-        why). Called under the store's file lock; reads the write position the event
-        loop moves (an int: whatever value it reads, the span stays inside the segment)."""
+        """From the warmer's thread: (fd, segment start, position, length) of the active
+        segment's next bytes to read into the page cache (at most max_bytes), or None when
+        the `ahead` bytes past the write position are warm; then the next mark is set at
+        half the distance, so the writer wakes the warmer again before it reaches cold
+        pages (services/warm.py says why). Called under the store's file lock; reads the
+        write position the event loop moves (an int: whatever value it reads, the span
+        stays inside the segment)."""
         files = self.queue.files
         if ahead <= 0:
             return None
