@@ -21,6 +21,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from pocketmq.broker.config import BrokerRole
+
 log = logging.getLogger("pocketmq.broker.warm")
 
 # Bytes read a system call (and the buffer's size): 1 MiB and 256 KiB measured alike.
@@ -30,7 +32,6 @@ CHUNK = 1 << 20
 def warm_ahead_bytes(config) -> int:
     """How far ahead a broker of this config warms: commitLogWarmAheadBytes, 0 on a slave
     (its replicated bytes are written with pwrite, which does not fault)."""
-    from pocketmq.broker.config import BrokerRole
     return 0 if config.brokerRole is BrokerRole.SLAVE else config.commitLogWarmAheadBytes
 
 
