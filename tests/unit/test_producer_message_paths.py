@@ -141,3 +141,85 @@ async def test_sends_that_cannot_join_a_group_keep_their_own_request():
     assert [batch for *_, batch in p.sent] == [False] * 4
     for m, (props, body, _, uniq, _) in zip(msgs, p.sent):
         assert props == m.wire_properties_text(uniq) and body == m.body
+
+
+class _JoinSpy(_Recorder):
+    """A _Recorder that also records what joins a group: (key, element) each, and the
+    timeout each request got. `shortcut=False` turns _join_plain off (the general path)."""
+
+    def __init__(self, shortcut: bool, **settings):
+        super().__init__()
+        self.joined = []
+        self.timeouts = []
+        self.shortcut = shortcut
+        for k, v in settings.items():
+            setattr(self, k, v)
+
+    def _join_plain(self, msg, timeout_ms):
+        return super()._join_plain(msg, timeout_ms) if self.shortcut else None
+
+    def _join(self, key, element, size):
+        self.joined.append((key, element, size))
+        return super()._join(key, element, size)
+
+    async def _send_with_retry(self, inst, topic, props, body, sys_flag, flag, uniq, queue, *, batch, timeout_s):
+        self.timeouts.append(timeout_s)
+        return await super()._send_with_retry(inst, topic, props, body, sys_flag, flag, uniq, queue,
+                                              batch=batch, timeout_s=timeout_s)
+
+
+async def _outcome(p: _JoinSpy, m, timeout_ms):
+    """What send(m) did with another send in flight: the error, or what joined a group and
+    the requests made (each UNIQ_KEY replaced: ids differ between producers)."""
+    p._sends_in_flight = 1
+    try:
+        r = await p.send(m, timeout_ms=timeout_ms)
+    except Exception as e:      # noqa: BLE001 -- the error is what is compared
+        return ("error", type(e), str(e))
+    sent = []
+    for props, body, flag, uniq, batch in p.sent:
+        for u in uniq.split(","):
+            props = props.replace(u, "<id>")
+        sent.append((props, body, flag, batch))
+    return ("sent", p.joined, sent, p.timeouts, r.msg_id == p.sent[-1][3].split(",")[-1])
+
+
+async def test_the_common_sends_shortcut_does_what_the_general_path_does():
+    """_join_plain against send() without it: every message shape, producer setting and
+    state the shortcut looks at, the same group element, size, key, requests and errors
+    (and the shortcut taken for the plain ones, so the comparison is not vacuous)."""
+    rnd = random.Random(24)
+    taken = refused = 0
+    bodies = [b"", b"x", bytes(100), bytes(4095), bytes(4096), bytes(5000)]
+    topics = ["T", "T2", "%RETRY%G", "bad topic", "T" * 300]
+    for _ in range(1500):
+        kw = {k: v for k, v in (("tags", rnd.choice([None, "", "A"])), ("keys", rnd.choice([(), "a b"])),
+                                ("properties", rnd.choice([None, {}, {"p": "q"}, {"UNIQ_KEY": "x"}])),
+                                ("delay_level", rnd.choice([-1, 0, 2])), ("flag", rnd.choice([0, 7])),
+                                ("deliver_at_ms", rnd.choice([None, 0, 1_700_000_000_000])),
+                                ("wait_store_msg_ok", rnd.choice([True, False, 1, 0]))) if rnd.random() < 0.15}
+        m = Message(rnd.choice(topics), rnd.choice(bodies), **kw)
+        settings = {k: v for k, v in (("max_message_size_bytes", rnd.choice([4096, 4400, 4500, 1 << 22])),
+                                      ("compress_over_bytes", rnd.choice([1, 4096, 1 << 30])),
+                                      ("coalesce_sends", rnd.random() < 0.9),
+                                      ("send_timeout_ms", rnd.choice([3000, 1500])),
+                                      ("_closed", rnd.random() < 0.05)) if rnd.random() < 0.3}
+        checked = [t for t in topics[:3] if rnd.random() < 0.7]     # topics a send already checked
+        timeout_ms = rnd.choice([None, None, 0, 1000])
+        unstarted = rnd.random() < 0.05
+        outcomes = []
+        for shortcut in (True, False):
+            p = _JoinSpy(shortcut, **settings)
+            p._topics_checked.update(checked)
+            if unstarted:
+                p.instance = None
+            if shortcut:
+                took = p._join_plain(m, timeout_ms) is not None
+                p._groups.clear()
+                p.joined.clear()
+            outcomes.append(await _outcome(p, m, timeout_ms))
+        assert outcomes[0] == outcomes[1], (m, settings, checked, timeout_ms)
+        taken += took
+        refused += not took and outcomes[0][0] == "sent" and bool(outcomes[0][1])
+    # the shortcut took the common sends, and left to the general path some that joined
+    assert taken > 100 and refused > 50, (taken, refused)
