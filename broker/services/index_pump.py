@@ -11,7 +11,8 @@ the flush thread took the GIL from the loop in 64-record slices while it worked.
 So the loop indexes as it dispatches, like Java's reput thread (whose dispatchers
 build the index per message): after a dispatch, once `backlog_bytes` of commit log
 wait to be indexed (any at all while the broker has its CPU to itself, as its busy
-poll finds: `backlog_bytes_alone`), a step runs as a loop callback (after the replies of the current
+poll finds: `backlog_bytes_alone`; 128 KiB in sub-steps of 1,024 records while a peer
+shares it: `backlog_bytes_sharing`), a step runs as a loop callback (after the replies of the current
 read are written, between reads): sub-steps of `step_records` records until less than
 that waits, so each loop turn indexes what the previous one dispatched; only a backlog
 longer than `step_budget_s` (10 ms) of work is spread over several turns. The cost of indexing a
@@ -57,6 +58,18 @@ class IndexPump:
     # the groups (docs/benchmarks.md, "A few records at a time"). Under load a dispatch
     # covers what a loop turn stored, so the steps grow with it on their own.
     backlog_bytes_alone = 1
+    # ...and while a runnable peer shares its CPU (the busy poll's yields run someone else:
+    # a client on the same core), larger groups in larger sub-steps. There every step runs
+    # with its code and data evicted by the peer's turn, and on this host's VM a cache or
+    # TLB miss costs ~0.5-2 µs (a random 4-byte read of a 20 MB mapping, measured), so a
+    # step's fixed cost, not its records, dominated: 4 KiB groups of 32-record sub-steps
+    # cost sync sends of 128 B ~13 µs of broker CPU each on one core (160 µs a ~12-record
+    # step), against ~6-9 µs in 128 KiB groups of 1,024-record sub-steps; 64 sends in flight
+    # 12.4-13.2 -> 9.6-10.6 µs a message (docs/benchmarks.md, "The index pump while a CPU
+    # is shared"). Requests wait behind fewer steps (one sync send in ~400 of 128 B instead
+    # of one in ~12), each longer (a few ms; the step budget below still ends a callback).
+    backlog_bytes_sharing = 128 * 1024
+    step_records_sharing = 1024
     # One loop callback indexes what the loop dispatched before it, but for at most this
     # long (then yields a turn to the sockets): only a backlog left by something else (the
     # flush thread behind, a long stall) takes more than one callback.
@@ -77,13 +90,21 @@ class IndexPump:
         self.steps = 0              # steps run (tests, stats)
         self.records = 0            # records walked by them
 
+    def _mode(self) -> tuple[int, int]:
+        """(backlog bytes a step waits for, records a sub-step) as the busy poll finds the
+        CPU: its own, shared with a runnable peer, or unknown (no busy poll: 4 KiB groups)."""
+        bp = self.busy_poll
+        if bp is None:
+            return self.backlog_bytes, self.step_records
+        if bp.sharing:
+            return self.backlog_bytes_sharing, self.step_records_sharing
+        return self.backlog_bytes_alone, self.step_records
+
     def kick(self) -> None:
         """Called after a dispatch (on the loop): schedule a step if enough waits."""
         if self._scheduled or self._closed or (self.hold is not None and self.hold()):
             return
-        bp = self.busy_poll
-        threshold = self.backlog_bytes if bp is None or bp.sharing else self.backlog_bytes_alone
-        if self.store.index_backlog_bytes() < threshold:
+        if self.store.index_backlog_bytes() < self._mode()[0]:
             return
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
@@ -100,9 +121,7 @@ class IndexPump:
         if self._closed:
             return
         store = self.store
-        bp = self.busy_poll
-        step = self.step_records
-        threshold = self.backlog_bytes if bp is None or bp.sharing else self.backlog_bytes_alone
+        threshold, step = self._mode()
         deadline = perf_counter() + self.step_budget_s
         while True:
             try:

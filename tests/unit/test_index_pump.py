@@ -198,24 +198,47 @@ async def test_pump_steps_after_every_dispatch_while_the_cpu_is_its_own(s):
     assert pump._scheduled
     await _settle(pump)
     assert s.index_backlog_bytes() == 0 and pump.steps == 1 and pump.records == 1
-    # a runnable peer shares the CPU: steps wait for backlog_bytes, amortised over a group
+    # a runnable peer shares the CPU: steps wait for backlog_bytes_sharing, amortised over a
+    # group, in sub-steps of step_records_sharing (one sub-step here: the whole group)
     poll.sharing = True
+    pump.backlog_bytes_sharing = 4096
     put(s, 1)
     pump.kick()
-    assert not pump._scheduled and 0 < s.index_backlog_bytes() < pump.backlog_bytes
+    assert not pump._scheduled and 0 < s.index_backlog_bytes() < pump.backlog_bytes_sharing
     i = 2
-    while s.index_backlog_bytes() < pump.backlog_bytes:
+    while s.index_backlog_bytes() < pump.backlog_bytes_sharing:
         put(s, i)
         i += 1
+    assert i - 2 > pump.step_records        # more than one sub-step of the CPU-alone size
+    steps = pump.steps
     pump.kick()
     assert pump._scheduled
     await _settle(pump)
-    assert s.index_backlog_bytes() < pump.backlog_bytes and pump.records >= 1 + pump.step_records
-    # no busy poll (busyPollMicros=0): nobody knows, groups
+    assert s.index_backlog_bytes() == 0 and pump.records == i and pump.steps == steps + 1
+    # no busy poll (busyPollMicros=0): nobody knows, groups of backlog_bytes
     plain = IndexPump(s)
-    put(s, i)
+    plain.backlog_bytes = 1000
+    j = i
+    while s.index_backlog_bytes() < plain.backlog_bytes:
+        put(s, j)
+        j += 1
+        if j == i + 1:
+            plain.kick()
+            assert not plain._scheduled
     plain.kick()
-    assert not plain._scheduled
+    assert plain._scheduled
+    await _settle(plain)
+    assert s.index_backlog_bytes() == 0 and plain.steps == -(-(j - i) // plain.step_records)
+
+
+def test_the_pumps_modes():
+    """The three modes' settings: alone (every dispatch), shared (large groups, large
+    sub-steps), unknown (no busy poll: 4 KiB groups)."""
+    poll = _Poll()
+    assert IndexPump(None)._mode() == (4096, 32)
+    assert IndexPump(None, poll)._mode() == (1, 32)
+    poll.sharing = True
+    assert IndexPump(None, poll)._mode() == (128 * 1024, 1024)
 
 
 async def test_hold_leaves_the_backlog_until_released(s):
