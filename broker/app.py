@@ -72,6 +72,11 @@ from pocketmq.remoting.server import RemotingServer
 log = logging.getLogger("pocketmq.broker")
 
 
+class HAPortInUse(OSError):
+    """The HA port (haListenPort) could not be bound; errno says why (`pocketmq dev` names
+    the port and the flag that moves it)."""
+
+
 class MetadataError(Exception):
     """A metadata file (topics.json, consumerOffset.json, ...) cannot be read."""
 
@@ -397,8 +402,8 @@ class Broker:
             self.ha_port = await self.ha_master.start()
         except OSError as e:
             self.ha_master = None
-            raise OSError(e.errno, f"cannot listen on haListenPort {cfg.haListenPort} (the HA port slaves "
-                                   f"replicate from; listenPort + 1 unless set): {e.strerror}") from None
+            raise HAPortInUse(e.errno, f"cannot listen on haListenPort {cfg.haListenPort} (the HA port slaves "
+                                       f"replicate from; listenPort + 1 unless set): {e.strerror}") from None
 
     def _context(self) -> BrokerContext:
         cfg = self.config

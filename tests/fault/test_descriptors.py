@@ -42,7 +42,8 @@ WRAPPER = [sys.executable, os.path.join(os.path.dirname(os.path.dirname(__file__
 async def limited_cluster(root: str, *broker_args: str):
     cluster = Cluster(root)
     cluster.broker = Daemon("mqbroker", [
-        "-n", cluster.namesrv_addr, f"--listenPort={cluster.broker_port}", "--brokerIP1=127.0.0.1",
+        "-n", cluster.namesrv_addr, f"--listenPort={cluster.broker_port}", f"--haListenPort={cluster.ha_port}",
+        "--brokerIP1=127.0.0.1",
         f"--storePathRootDir={root}/store", f"--mappedFileSizeCommitLog={SEGMENT}",
         "--flushDiskType=SYNC_FLUSH", "--syncFlushTimeout=2000", *broker_args],
         READY_BROKER, os.path.join(root, "broker.log"), wrapper=WRAPPER)

@@ -19,7 +19,7 @@ from pocketmq.client.transaction_producer import LocalTransactionState, Transact
 from pocketmq.protocol.bodies import MessageQueue, TopicConfig
 from tests.integration.test_acl_broker import ADMIN, APP, start_acl_cluster
 from tests.integration.test_client_cluster import uniq
-from tests.support.daemons import free_port
+from tests.support.daemons import free_broker_port, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -176,7 +176,7 @@ def test_mqadmin_signs_with_flags_or_environment(cluster, capsys, monkeypatch):
 def test_pocketmq_dev_runs_acl_with_its_credentials(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROCKETMQ_")}
     cmd = [sys.executable, "-m", "pocketmq", "dev", "--demo", "--dir", str(tmp_path / "dev"),
-           "--namesrv-port", str(free_port()), "--broker-port", str(free_port())]
+           "--namesrv-port", str(free_port()), "--broker-port", str(free_broker_port())]
     r = subprocess.run([*cmd, "--accessKey", "devAdmin1", "--secretKey", "devSecret1"], capture_output=True,
                        text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stdout + r.stderr

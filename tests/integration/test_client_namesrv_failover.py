@@ -6,7 +6,7 @@ import os
 import pytest
 
 from pocketmq.client import Message, Producer
-from tests.support.daemons import READY_BROKER, READY_NS, Daemon, free_port
+from tests.support.daemons import READY_BROKER, READY_NS, Daemon, free_broker_port, free_port
 
 pytestmark = pytest.mark.asyncio
 
@@ -30,7 +30,7 @@ async def send_new_topic(p, topic, timeout_s=20):
 
 async def test_nameserver_rotation_and_restart(tmp_path):
     root = str(tmp_path)
-    p1, p2, bp = free_port(), free_port(), free_port()
+    p1, p2, bp = free_port(), free_port(), free_broker_port()     # (its HA port: bp + 1)
     ns1, ns2 = namesrv(root, p1, "ns1").start(), namesrv(root, p2, "ns2").start()
     addrs = f"127.0.0.1:{p1};127.0.0.1:{p2}"
     broker = Daemon("mqbroker", ["-n", addrs, f"--listenPort={bp}", "--brokerIP1=127.0.0.1",

@@ -21,7 +21,7 @@ pytest.importorskip("starlette", reason="the console extra is not installed (pip
 from tests.integration.test_acl_broker import ADMIN, APP, start_acl_cluster  # noqa: E402
 from pocketmq.client import sync  # noqa: E402
 from tests.support.browser import console_daemon  # noqa: E402
-from tests.support.daemons import free_port  # noqa: E402
+from tests.support.daemons import free_broker_port, free_port  # noqa: E402
 
 
 def get(url: str) -> tuple[int, str]:
@@ -33,7 +33,7 @@ def get(url: str) -> tuple[int, str]:
 
 
 def test_dev_starts_the_console_and_prints_its_url(tmp_path):
-    ns_port, broker_port, console_port = free_port(), free_port(), free_port()
+    ns_port, broker_port, console_port = free_port(), free_broker_port(), free_port()
     proc = subprocess.Popen([sys.executable, "-m", "pocketmq", "dev", "--dir", str(tmp_path / "dev"),
                              "--namesrv-port", str(ns_port), "--broker-port", str(broker_port), "--grpc-port", "0",
                              "--console-port", str(console_port)],

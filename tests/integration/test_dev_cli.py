@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.support.daemons import free_port
+from tests.support.daemons import free_broker_port, free_port
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads listening sockets from /proc")
 
@@ -44,7 +44,7 @@ def wait_ready(proc: subprocess.Popen) -> str:
 
 @pytest.mark.parametrize(("bind_args", "expected"), [((), "127.0.0.1"), (("--bind", "0.0.0.0"), "0.0.0.0")])
 def test_dev_listens_on_loopback_unless_told(tmp_path, bind_args, expected):
-    ns_port, broker_port = free_port(), free_port()
+    ns_port, broker_port = free_port(), free_broker_port()
     proc = dev(tmp_path, "--namesrv-port", str(ns_port), "--broker-port", str(broker_port), *bind_args)
     try:
         line = wait_ready(proc)
@@ -62,13 +62,29 @@ def test_port_in_use_names_the_flag(tmp_path, flag):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         busy = taken.getsockname()[1]
-        ports = {"--namesrv-port": free_port(), "--broker-port": free_port(), flag: busy}
+        ports = {"--namesrv-port": free_port(), "--broker-port": free_broker_port(), flag: busy}
         proc = dev(tmp_path, "--namesrv-port", str(ports["--namesrv-port"]),
                    "--broker-port", str(ports["--broker-port"]))
         out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1
     assert f"127.0.0.1:{busy}: address already in use" in out
     assert f"pick another port with {flag} PORT" in out
+
+
+def test_ha_port_in_use_names_it_and_the_flag(tmp_path):
+    """The broker's HA port follows its port (listenPort + 1): taken, the error names that
+    port, not the broker port, and the flag that moves both."""
+    port = free_broker_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port + 1))
+        taken.listen()
+        proc = dev(tmp_path, "--namesrv-port", str(free_port()), "--broker-port", str(port), "--grpc-port", "0",
+                   "--console-port", "0")
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert (f"the broker cannot listen on its HA port 127.0.0.1:{port + 1} (--broker-port + 1): "
+            f"address already in use") in out
+    assert "pick another port with --broker-port PORT" in out
 
 
 def test_bind_takes_an_ip_address(tmp_path):

@@ -28,7 +28,7 @@ from pocketmq.protocol.command import RemotingCommand  # noqa: E402
 from pocketmq.remoting.client import RemotingClient  # noqa: E402
 from tests.integration.test_acl_broker import signed  # noqa: E402
 from tests.integration.test_client_cluster import uniq  # noqa: E402
-from tests.support.daemons import Cluster, free_port  # noqa: E402
+from tests.support.daemons import Cluster, free_broker_port, free_port  # noqa: E402
 from tests.support.rmq5 import rmq5_python_fixture  # noqa: E402,F401 (the fixture rmq5_python)
 from tests.support.rmq5 import run_driver  # noqa: E402
 
@@ -236,7 +236,7 @@ def test_dev_with_credentials_serves_grpc_with_acl(tmp_path):
     port = free_port()
     creds = ("devUser01", "devSecret01")
     proc = subprocess.Popen([sys.executable, "-m", "pocketmq", "dev", "--dir", str(tmp_path / "dev"),
-                             "--namesrv-port", str(free_port()), "--broker-port", str(free_port()),
+                             "--namesrv-port", str(free_port()), "--broker-port", str(free_broker_port()),
                              "--grpc-port", str(port), "--console-port", "0",
                              "--accessKey", creds[0], "--secretKey", creds[1]],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

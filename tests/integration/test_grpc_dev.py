@@ -14,12 +14,12 @@ grpc = pytest.importorskip("grpc", reason="the grpc extra (pip install pocketmq[
 from pocketmq.broker.proxy.pb import definition_pb2 as pb  # noqa: E402
 from pocketmq.broker.proxy.pb import service_pb2 as spb  # noqa: E402
 from pocketmq.broker.proxy.pb import service_pb2_grpc  # noqa: E402
-from tests.support.daemons import free_port  # noqa: E402
+from tests.support.daemons import free_broker_port, free_port  # noqa: E402
 
 
 def dev(tmp_path, grpc_port: int) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "pocketmq", "dev", "--dir", str(tmp_path / "dev"),
-                             "--namesrv-port", str(free_port()), "--broker-port", str(free_port()),
+                             "--namesrv-port", str(free_port()), "--broker-port", str(free_broker_port()),
                              "--grpc-port", str(grpc_port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
@@ -81,7 +81,7 @@ def test_dev_steps_aside_when_the_grpc_port_is_taken_after_its_probe(tmp_path):
         taken.listen()
         busy = taken.getsockname()[1]
         p = subprocess.run([sys.executable, "-c", code, "dev", "--demo", "--dir", str(tmp_path / "dev"),
-                            "--namesrv-port", str(free_port()), "--broker-port", str(free_port()),
+                            "--namesrv-port", str(free_port()), "--broker-port", str(free_broker_port()),
                             "--grpc-port", str(busy)], capture_output=True, text=True, timeout=90)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     assert f"gRPC endpoint (RocketMQ 5.x clients) off: cannot listen on grpcServerPort {busy}" in p.stdout

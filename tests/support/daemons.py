@@ -53,6 +53,25 @@ def free_port() -> int:
     raise RuntimeError("no free port found")
 
 
+def free_broker_port() -> int:
+    """A port P for a broker that derives its HA port (haListenPort = listenPort + 1, as in
+    `pocketmq dev`): P and P + 1 both free and neither handed out before, both marked handed
+    out (a P from free_port() alone could have P + 1 held by a cluster this process started
+    earlier: CI saw `pocketmq dev` refused its broker port that way)."""
+    for _ in range(2000):
+        port = free_port()
+        if port + 1 in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port + 1))
+            except OSError:
+                continue
+        _handed_out.add(port + 1)
+        return port
+    raise RuntimeError("no free port pair found")
+
+
 def _script(name: str) -> list[str]:
     path = shutil.which(name)
     if path:
