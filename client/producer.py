@@ -431,7 +431,7 @@ class Producer(QueryMixin):
         work with 64 sends in flight: docs/benchmarks.md, "The common send's way into its
         group"). None for anything else, or anything the general path must decide (an
         error, compression, a send that goes alone): it then runs whole, so every check and
-        error stays the general path's. Pinned to it by tests/unit/test_client_fastpaths.py."""
+        error stays the general path's. Pinned to it by tests/unit/test_producer_message_paths.py."""
         if (msg.properties or msg.tags or msg.keys or msg.delay_level or msg.deliver_at_ms is not None
                 or self._closed or self.instance is None or not self.coalesce_sends):
             return None

@@ -62,12 +62,14 @@ class IndexPump:
     # a client on the same core), larger groups in larger sub-steps. There every step runs
     # with its code and data evicted by the peer's turn, and on this host's VM a cache or
     # TLB miss costs ~0.5-2 µs (a random 4-byte read of a 20 MB mapping, measured), so a
-    # step's fixed cost, not its records, dominated: 4 KiB groups of 32-record sub-steps
-    # cost sync sends of 128 B ~13 µs of broker CPU each on one core (160 µs a ~12-record
-    # step), against ~6-9 µs in 128 KiB groups of 1,024-record sub-steps; 64 sends in flight
-    # 12.4-13.2 -> 9.6-10.6 µs a message (docs/benchmarks.md, "The index pump while a CPU
-    # is shared"). Requests wait behind fewer steps (one sync send in ~400 of 128 B instead
-    # of one in ~12), each longer (a few ms; the step budget below still ends a callback).
+    # step's fixed cost, not its records, dominated: in 4 KiB groups of 32-record sub-steps
+    # the index cost sync sends of 128 B 11-13 µs of broker CPU each on one core (160 µs a
+    # ~12-record step). With these groups, one core, medians of five alternating pairs:
+    # sync 68.1 -> 65.8 µs of broker CPU a send, 64 in flight 9.95 -> 9.22 µs a message
+    # (docs/benchmarks.md, "The index pump while a CPU is shared"; the flag flips on one
+    # core, so some steps still run in the CPU-alone mode). Requests wait behind fewer
+    # steps (one sync send in ~400 of 128 B instead of one in ~12), each longer (a few ms;
+    # the step budget below still ends a callback).
     backlog_bytes_sharing = 128 * 1024
     step_records_sharing = 1024
     # One loop callback indexes what the loop dispatched before it, but for at most this
