@@ -72,9 +72,9 @@ from pocketmq.remoting.server import RemotingServer
 log = logging.getLogger("pocketmq.broker")
 
 
-class HAPortInUse(OSError):
-    """The HA port (haListenPort) could not be bound; errno says why (`pocketmq dev` names
-    the port and the flag that moves it)."""
+class HAPortError(OSError):
+    """The HA port (haListenPort) could not be bound; errno says why (in use, not allowed,
+    not an address of this host). `pocketmq dev` names the port and the flag that moves it."""
 
 
 class MetadataError(Exception):
@@ -402,7 +402,7 @@ class Broker:
             self.ha_port = await self.ha_master.start()
         except OSError as e:
             self.ha_master = None
-            raise HAPortInUse(e.errno, f"cannot listen on haListenPort {cfg.haListenPort} (the HA port slaves "
+            raise HAPortError(e.errno, f"cannot listen on haListenPort {cfg.haListenPort} (the HA port slaves "
                                        f"replicate from; listenPort + 1 unless set): {e.strerror}") from None
 
     def _context(self) -> BrokerContext:

@@ -432,14 +432,18 @@ class Producer(QueryMixin):
         group"). None for anything else, or anything the general path must decide (an
         error, compression, a send that goes alone): it then runs whole, so every check and
         error stays the general path's. Pinned to it by tests/unit/test_producer_message_paths.py."""
-        if (msg.properties or msg.tags or msg.keys or msg.delay_level or msg.deliver_at_ms is not None
-                or self._closed or self.instance is None or not self.coalesce_sends):
+        # (nothing compared before its type is known: a value the general path refuses,
+        # e.g. delay_level=None, must reach it)
+        if (msg.properties or msg.tags or msg.keys or type(msg.delay_level) is not int or msg.delay_level
+                or msg.deliver_at_ms is not None or self._closed or self.instance is None
+                or not self.coalesce_sends):
             return None
         topic = msg.topic
+        if type(topic) is not str or topic not in self._topics_checked or topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return None
         body = msg.body
         n = len(body)
-        if (not n or n >= self.compress_over_bytes or topic not in self._topics_checked
-                or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)):
+        if not n or n >= self.compress_over_bytes:
             return None
         wait = msg.wait_store_msg_ok
         pb = _PLAIN_PREFIX_TRUE if wait else _PLAIN_PREFIX_FALSE

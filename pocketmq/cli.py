@@ -286,7 +286,7 @@ def _hash_password() -> int:
 
 
 async def _start(daemon, host: str, port: int, flag: str) -> None:
-    from pocketmq.broker.app import HAPortInUse
+    from pocketmq.broker.app import HAPortError
     try:
         await daemon.start()
     except OSError as e:
@@ -294,7 +294,7 @@ async def _start(daemon, host: str, port: int, flag: str) -> None:
             raise
         role = "nameserver" if flag == "--namesrv-port" else "broker"
         # the broker's HA port follows its port (haListenPort = listenPort + 1): the same flag moves it
-        where = f"its HA port {host}:{port + 1} ({flag} + 1)" if isinstance(e, HAPortInUse) else f"{host}:{port}"
+        where = f"its HA port {host}:{port + 1} ({flag} + 1)" if isinstance(e, HAPortError) else f"{host}:{port}"
         raise PortInUse(f"the {role} cannot listen on {where}: address already in use "
                         f"(another pocketmq dev, mqnamesrv or mqbroker?); pick another port with "
                         f"{flag} PORT") from None

@@ -69,7 +69,8 @@ class IndexPump:
     # (docs/benchmarks.md, "The index pump while a CPU is shared"; the flag flips on one
     # core, so some steps still run in the CPU-alone mode). Requests wait behind fewer
     # steps (one sync send in ~400 of 128 B instead of one in ~12), each longer (a few ms;
-    # the step budget below still ends a callback).
+    # the step budget below still ends a callback: a sub-step over step_records is sized by
+    # the last one's time a record to fit what is left of it).
     backlog_bytes_sharing = 128 * 1024
     step_records_sharing = 1024
     # One loop callback indexes what the loop dispatched before it, but for at most this
@@ -91,6 +92,7 @@ class IndexPump:
         self._closed = False
         self.steps = 0              # steps run (tests, stats)
         self.records = 0            # records walked by them
+        self._record_cost_s = 0.0   # the last sub-step's time a record (0: not measured yet)
 
     def _mode(self) -> tuple[int, int]:
         """(backlog bytes a step waits for, records a sub-step) as the busy poll finds the
@@ -123,21 +125,39 @@ class IndexPump:
         if self._closed:
             return
         store = self.store
-        threshold, step = self._mode()
-        deadline = perf_counter() + self.step_budget_s
+        threshold, step_max = self._mode()
+        now = perf_counter()
+        deadline = now + self.step_budget_s
+        small = self.step_records
         while True:
+            step = step_max
+            if step_max > small:
+                # Sub-steps larger than step_records (the shared mode) only as far as the
+                # measured cost a record lets one fit the time left: a record's cost grows with
+                # its keys (1,024 records of 100 KEYS each took ~100 ms in one call), and the
+                # budget is checked between sub-steps only. Unmeasured yet: step_records.
+                cost = self._record_cost_s
+                if cost <= 0:
+                    step = small
+                else:
+                    fit = int((deadline - now) / cost)
+                    step = small if fit <= small else (step_max if fit >= step_max else fit)
             try:
                 n = store.index_some(step)
             except Exception:       # a closed or failed store: the flush pass and queries decide
                 log.exception("message index step failed")
                 return
+            t = perf_counter()
+            if n > 0:
+                self._record_cost_s = (t - now) / n
+            now = t
             self.steps += 1
             self.records += n
             if not n or store.index_backlog_bytes() < threshold:
                 return
             if self.hold is not None and self.hold():
                 return
-            if perf_counter() >= deadline:
+            if now >= deadline:
                 break
         if not self._closed:
             self._scheduled = True

@@ -36,10 +36,12 @@ def dev(tmp_path, *args: str) -> subprocess.Popen:
 
 
 def wait_ready(proc: subprocess.Popen) -> str:
+    seen = []
     for line in proc.stdout:
+        seen.append(line)
         if line.startswith("pocketmq dev: nameserver "):
             return line
-    raise AssertionError(f"pocketmq dev ended without its ready line (exit {proc.wait(10)})")
+    raise AssertionError(f"pocketmq dev ended without its ready line (exit {proc.wait(10)}): {seen}")
 
 
 @pytest.mark.parametrize(("bind_args", "expected"), [((), "127.0.0.1"), (("--bind", "0.0.0.0"), "0.0.0.0")])
@@ -48,7 +50,8 @@ def test_dev_listens_on_loopback_unless_told(tmp_path, bind_args, expected):
     proc = dev(tmp_path, "--namesrv-port", str(ns_port), "--broker-port", str(broker_port), *bind_args)
     try:
         line = wait_ready(proc)
-        assert listening(ns_port) == {expected} and listening(broker_port) == {expected}
+        got = (listening(ns_port), listening(broker_port))
+        assert got == ({expected}, {expected}), (got, line)
         where = "every interface" if expected == "0.0.0.0" else expected
         assert f"listening on {where}" in line and f"NAMESRV_ADDR=127.0.0.1:{ns_port}" in line
     finally:

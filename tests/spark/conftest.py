@@ -34,7 +34,8 @@ class SparkCluster(Cluster):
             f"--deleteWhen={ALL_HOURS}", "--fileReservedTime=0"])
 
     def _extra(self, name: str, port: int, args: list[str]) -> Daemon:
-        return Daemon("mqbroker", ["-n", self.namesrv_addr, f"--listenPort={port}", "--brokerIP1=127.0.0.1",
+        return Daemon("mqbroker", ["-n", self.namesrv_addr, f"--listenPort={port}", f"--haListenPort={free_port()}",
+                                   "--brokerIP1=127.0.0.1",
                                    f"--brokerName={name}", f"--storePathRootDir={self.root}/{name}",
                                    "--mappedFileSizeCommitLog=67108864", *args],
                       READY_BROKER, os.path.join(self.root, f"{name}.log"))

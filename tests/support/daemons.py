@@ -58,9 +58,11 @@ def free_broker_port() -> int:
     `pocketmq dev`): P and P + 1 both free and neither handed out before, both marked handed
     out (a P from free_port() alone could have P + 1 held by a cluster this process started
     earlier: CI saw `pocketmq dev` refused its broker port that way)."""
+    low = _ephemeral_low()
     for _ in range(2000):
         port = free_port()
-        if port + 1 in _handed_out:
+        # P + 1 below the ephemeral range too (free_port's reason), and a port at all
+        if port + 1 in _handed_out or (low > 12000 and port + 1 >= low) or port + 1 > 65535:
             continue
         with socket.socket() as s:
             try:

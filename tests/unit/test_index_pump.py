@@ -211,6 +211,7 @@ async def test_pump_steps_after_every_dispatch_while_the_cpu_is_its_own(s):
         i += 1
     assert i - 2 > pump.step_records        # more than one sub-step of the CPU-alone size
     steps = pump.steps
+    pump._record_cost_s = 1e-6              # (measured: a cheap record, see the sizing's test)
     pump.kick()
     assert pump._scheduled
     await _settle(pump)
@@ -266,3 +267,51 @@ async def test_hold_leaves_the_backlog_until_released(s):
     pump.kick()
     await _settle(pump)
     assert pump.records == 200 + 32
+
+
+class _TimedStore:
+    """index_some(n) as a store whose records each take `cost` seconds of a fake clock."""
+
+    def __init__(self, records: int, cost: float, clock: list):
+        self.left, self.cost, self.clock, self.asked = records, cost, clock, []
+
+    def index_backlog_bytes(self) -> int:
+        return self.left * 300
+
+    def index_some(self, n: int) -> int:
+        self.asked.append(n)
+        n = min(n, self.left)
+        self.left -= n
+        self.clock[0] += n * self.cost
+        return n
+
+
+@pytest.mark.parametrize(("cost", "expected"), [
+    # cheap records: one measured sub-step of step_records, then the largest that fits
+    (1e-6, [32, 1024, 1024]),
+    # 1 ms a record (many KEYS each): never more than fits what is left of the budget, and at
+    # least step_records; the budget (10 ms) ends the callback after the first sub-step
+    (1e-3, [32]),
+    # 100 µs a record: the second sub-step fills the rest of the 10 ms (~68 records)
+    (1e-4, [32, 68]),
+])
+async def test_shared_mode_sizes_its_sub_steps_to_fit_the_budget(monkeypatch, cost, expected):
+    from pocketmq.broker.services import index_pump
+    clock = [100.0]
+    monkeypatch.setattr(index_pump, "perf_counter", lambda: clock[0])
+    store = _TimedStore(5000, cost, clock)
+    poll = _Poll()
+    poll.sharing = True
+    pump = IndexPump(store, poll)
+    pump.backlog_bytes_sharing = 1
+    pump.kick()
+    assert pump._scheduled
+    await asyncio.sleep(0)                  # one loop callback
+    got = store.asked[:len(expected)]
+    assert len(got) == len(expected) and all(abs(a - b) <= 1 for a, b in zip(got, expected)), got  # (float time)
+    taken = sum(min(a, 5000) for a in store.asked)
+    # the callback ran over its budget by at most one sub-step of step_records
+    assert clock[0] - 100.0 <= pump.step_budget_s + pump.step_records * cost + 1e-12
+    if store.left:
+        assert pump._scheduled and taken < 5000     # the rest on the next loop turns
+    pump.close()

@@ -191,11 +191,12 @@ async def test_the_common_sends_shortcut_does_what_the_general_path_does():
     rnd = random.Random(24)
     taken = refused = 0
     bodies = [b"", b"x", bytes(100), bytes(4095), bytes(4096), bytes(5000)]
-    topics = ["T", "T2", "%RETRY%G", "bad topic", "T" * 300]
+    topics = ["T", "T2", "%RETRY%G", "bad topic", "T" * 300, 5, ["T"]]
     for _ in range(1500):
         kw = {k: v for k, v in (("tags", rnd.choice([None, "", "A"])), ("keys", rnd.choice([(), "a b"])),
                                 ("properties", rnd.choice([None, {}, {"p": "q"}, {"UNIQ_KEY": "x"}])),
-                                ("delay_level", rnd.choice([-1, 0, 2])), ("flag", rnd.choice([0, 7])),
+                                ("delay_level", rnd.choice([-1, 0, 2, None, "", True])),
+                                ("flag", rnd.choice([0, 7])),
                                 ("deliver_at_ms", rnd.choice([None, 0, 1_700_000_000_000])),
                                 ("wait_store_msg_ok", rnd.choice([True, False, 1, 0]))) if rnd.random() < 0.15}
         m = Message(rnd.choice(topics), rnd.choice(bodies), **kw)
@@ -222,4 +223,4 @@ async def test_the_common_sends_shortcut_does_what_the_general_path_does():
         taken += took
         refused += not took and outcomes[0][0] == "sent" and bool(outcomes[0][1])
     # the shortcut took the common sends, and left to the general path some that joined
-    assert taken > 100 and refused > 50, (taken, refused)
+    assert taken > 80 and refused > 50, (taken, refused)
