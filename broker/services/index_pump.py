@@ -64,10 +64,11 @@ class IndexPump:
     # TLB miss costs ~0.5-2 µs (a random 4-byte read of a 20 MB mapping, measured), so a
     # step's fixed cost, not its records, dominated: in 4 KiB groups of 32-record sub-steps
     # the index cost sync sends of 128 B 11-13 µs of broker CPU each on one core (160 µs a
-    # ~12-record step). With these groups, one core, medians of five alternating pairs:
-    # sync 68.1 -> 65.8 µs of broker CPU a send, 64 in flight 9.95 -> 9.22 µs a message
-    # (docs/benchmarks.md, "The index pump while a CPU is shared"; the flag flips on one
-    # core, so some steps still run in the CPU-alone mode). Requests wait behind fewer
+    # ~12-record step). With these groups, one core, medians of five alternating pairs in
+    # each of two sessions' runs: sync 68.1 -> 65.8 and 75.2 -> 62.0 µs of broker CPU a send,
+    # 64 in flight 9.95 -> 9.22 and 10.68 -> 9.12 µs a message (docs/benchmarks.md, "The
+    # index pump while a CPU is shared"; the flag flips on one core, so some steps still run
+    # in the CPU-alone mode). Requests wait behind fewer
     # steps (one sync send in ~400 of 128 B instead of one in ~12), each longer (a few ms;
     # the step budget below still ends a callback: a sub-step over step_records is sized by
     # the last one's time a record to fit what is left of it).
