@@ -447,7 +447,7 @@ class Producer(QueryMixin):
             return None
         wait = msg.wait_store_msg_ok
         pb = _PLAIN_PREFIX_TRUE if wait else _PLAIN_PREFIX_FALSE
-        size = _STORED_ELEMENT_OVERHEAD + _UNIQ_KEY_LENGTH + len(topic) + n + len(pb)
+        size = _STORED_ELEMENT_OVERHEAD + _UNIQ_KEY_LENGTH + len(topic) + n + len(pb)   # _coalesce's size
         if size > self.max_message_size_bytes:
             return None
         return self._join((topic, wait, (timeout_ms or self.send_timeout_ms) / 1000), (msg.flag, body, pb), size)

@@ -138,11 +138,7 @@ class IndexPump:
                 # its keys (1,024 records of 100 KEYS each took ~100 ms in one call), and the
                 # budget is checked between sub-steps only. Unmeasured yet: step_records.
                 cost = self._record_cost_s
-                if cost <= 0:
-                    step = small
-                else:
-                    fit = int((deadline - now) / cost)
-                    step = small if fit <= small else (step_max if fit >= step_max else fit)
+                step = small if cost <= 0 else max(small, min(step_max, int((deadline - now) / cost)))
             try:
                 n = store.index_some(step)
             except Exception:       # a closed or failed store: the flush pass and queries decide

@@ -386,10 +386,10 @@ class CommitLog:
             return None
         mf = files[-1]
         wrote = self.wrote_offset
-        start, end = warm_span(wrote, self._warmed, mf.start, mf.start + mf.size, ahead)
+        seg_end = mf.start + mf.size
+        start, end = warm_span(wrote, self._warmed, mf.start, seg_end, ahead)
         if start >= end:
             self._warmed = start
-            seg_end = mf.start + mf.size
             # warm to the segment's end: the next wake is the roll's first append
             self.warm_mark = max(start - ahead // 2, wrote + 1) if start < seg_end else seg_end
             return None
