@@ -212,6 +212,9 @@ async def _dev(args) -> int:
             elif grpc_note:
                 print(f"pocketmq dev: {grpc_note}", flush=True)
             console = None if args.demo else await _dev_console(args, namesrv_addr, creds)
+            from pocketmq.remoting.daemon import run_until_signal, stop_on_signal
+            # handled before the ready line: its reader may stop us as soon as it reads it
+            stop = None if args.demo else stop_on_signal()
             print(f"pocketmq dev: nameserver {namesrv_addr}, broker {broker.addr}, listening on {where} "
                   f"(export NAMESRV_ADDR={namesrv_addr})", flush=True)
             if args.demo:
@@ -219,8 +222,7 @@ async def _dev(args) -> int:
                 print(f"pocketmq dev --demo: {len(got)} messages consumed", flush=True)
                 return 0 if got else 1
             try:
-                from pocketmq.remoting.daemon import run_until_signal
-                await run_until_signal()
+                await run_until_signal(stop=stop)
             finally:
                 if console is not None:
                     await console.close()
@@ -264,10 +266,11 @@ async def _console(args) -> int:
                                   users_file=args.users, credentials=creds,
                                   sample_interval_s=max(0.2, args.lag_sample_s))
     mode = " (read-only)" if args.read_only else ""
+    from pocketmq.remoting.daemon import run_until_signal, stop_on_signal
+    stop = stop_on_signal()  # before the ready line (see stop_on_signal)
     print(f"pocketmq console: {console.url} for nameserver {args.namesrv}{mode}", flush=True)
     try:
-        from pocketmq.remoting.daemon import run_until_signal
-        await run_until_signal()
+        await run_until_signal(stop=stop)
     finally:
         await console.close()
     return 0

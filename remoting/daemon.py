@@ -30,12 +30,22 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 50, 100)
 
 
-async def run_until_signal(*services) -> None:
-    """Start services (async context managers' start/close), run until SIGTERM/SIGINT, close in reverse."""
+def stop_on_signal() -> asyncio.Event:
+    """An event SIGTERM/SIGINT set from now on (in the running loop). A process that prints a
+    ready line installs this before printing it: whoever reads the line may signal at once, and
+    a signal before the handler is the default action (killed, exit -15), not a clean close."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def run_until_signal(*services, stop: asyncio.Event | None = None) -> None:
+    """Start services (async context managers' start/close), run until SIGTERM/SIGINT (or `stop`,
+    from stop_on_signal() called earlier), close in reverse."""
+    if stop is None:
+        stop = stop_on_signal()
     started = []
     try:
         for s in services:

@@ -1,5 +1,6 @@
 """`pocketmq dev`: listens on 127.0.0.1 unless --bind says otherwise, and a port in use
-is reported with the flag that moves it."""
+is reported with the flag that moves it; a signal sent on reading its ready line (or the
+console's) closes it cleanly."""
 from __future__ import annotations
 
 import os
@@ -94,3 +95,32 @@ def test_bind_takes_an_ip_address(tmp_path):
     proc = dev(tmp_path, "--bind", "my-host")
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "--bind: not an IP address: 'my-host'" in out
+
+
+# `pocketmq dev` with its ready line's reader signalling at once: the signal is sent from
+# within the print of the line itself, so there is no window for the handler to be late in.
+_SIGNAL_AT_READY = """
+import os, signal, sys
+import pocketmq.cli as cli
+def print_then_stop(*a, **k):
+    print(*a, **k)
+    if a and str(a[0]).startswith(("pocketmq dev: nameserver ", "pocketmq console: http")):
+        os.kill(os.getpid(), signal.SIGTERM)
+cli.print = print_then_stop
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("command", ["dev", "console"])
+def test_a_signal_as_soon_as_the_ready_line_is_printed_closes_cleanly(tmp_path, command):
+    if command == "dev":
+        args = ["dev", "--dir", str(tmp_path / "dev"), "--namesrv-port", str(free_port()),
+                "--broker-port", str(free_broker_port()), "--console-port", "0"]
+    else:
+        pytest.importorskip("pocketmq.console.server")
+        # the console needs no nameserver to start serving (it asks per request)
+        args = ["console", "--namesrv", f"127.0.0.1:{free_port()}", "--port", str(free_port())]
+    proc = subprocess.run([sys.executable, "-c", _SIGNAL_AT_READY, *args], capture_output=True, text=True,
+                          timeout=120)
+    assert f"pocketmq {command}: " in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr
