@@ -253,9 +253,11 @@ def run(args: argparse.Namespace, out=sys.stdout) -> int:
         query = start_query(spark, args)
         started = time.monotonic()
         source = args.subscribe if args.subscribe is not None else f"pattern {args.subscribe_pattern}"
+        # handled before the started line: a supervisor may signal as soon as it reads it, and
+        # a SIGTERM before the handler is the default action (killed, no summary)
+        signal.signal(signal.SIGTERM, _on_sigterm)
         print(f"ingest: query {query.id} reading {source} from {args.namesrv} into {args.output} "
               f"(checkpoint {args.checkpoint})", file=out, flush=True)
-        signal.signal(signal.SIGTERM, _on_sigterm)
         # awaitTermination in slices: a Python signal handler runs between them
         while not query.awaitTermination(1):
             pass
