@@ -335,7 +335,7 @@ sys.exit(ingest.main(sys.argv[1:]))
 """
 
 
-def test_sigterm_on_the_started_line_stops_the_query_cleanly(spark, cluster, tmp_path):
+def test_sigterm_on_the_started_line_stops_the_query_cleanly(cluster, tmp_path):
     topic = _topic(cluster, "JobsTerm")
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
     rc, text = _run("ingest", _ingest_args(cluster, topic, out, ckpt, "--trigger-interval", "0.5"),
