@@ -4,9 +4,8 @@ process group so a SIGKILL reaches its JVM and Python workers too.
 
 What they show: an availableNow ingest lands every message exactly once with the batch
 reader's columns and the right dt; a job killed with SIGKILL while a micro-batch is being
-written and restarted leaves every message exactly once; a SIGTERM sent on the started
-line stops the query as Ctrl-C does (exit 130, the summary printed); replay reproduces the
-bodies; bad arguments fail before Spark starts.
+written and restarted leaves every message exactly once; replay reproduces the bodies;
+bad arguments fail before Spark starts. (SIGTERM on the started line: tests/unit/test_ingest_sigterm.py.)
 """
 from __future__ import annotations
 
@@ -46,21 +45,19 @@ def _env() -> dict:
     return env
 
 
-def _start(module: str, args: list[str], log_path: str, code: str | None = None) -> subprocess.Popen:
-    """The job as `python -m jobs.<module>` from the checkout's root (or `python -c code`, a
-    wrapper that runs it), output to a file, in its own session (process group) so os.killpg
-    reaches the JVM it starts."""
-    how = ["-c", code] if code is not None else ["-m", f"jobs.{module}"]
+def _start(module: str, args: list[str], log_path: str) -> subprocess.Popen:
+    """The job as `python -m jobs.<module>` from the checkout's root, output to a file, in
+    its own session (process group) so os.killpg reaches the JVM it starts."""
     log = open(log_path, "w")
     try:
-        return subprocess.Popen([sys.executable, *how, *args], cwd=ROOT, env=_env(),
+        return subprocess.Popen([sys.executable, "-m", f"jobs.{module}", *args], cwd=ROOT, env=_env(),
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     finally:
         log.close()
 
 
-def _run(module: str, args: list[str], log_path: str, code: str | None = None) -> tuple[int, str]:
-    proc = _start(module, args, log_path, code)
+def _run(module: str, args: list[str], log_path: str) -> tuple[int, str]:
+    proc = _start(module, args, log_path)
     try:
         rc = proc.wait(JOB_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -319,30 +316,6 @@ def test_sigkill_in_a_micro_batch_then_restart_is_exactly_once(spark, cluster, t
     assert len(by_identity) == 4000
     # the killed attempt's files are still on disk, in no log entry, and read by no one
     assert orphans <= _part_files(out) and not orphans & _committed_files(out)
-
-
-# The job with SIGTERM sent from within the print of its started line: no window for the
-# handler to be late in (as a supervisor that stops it on reading that line).
-_SIGTERM_AT_START = """
-import os, signal, sys
-import pocketmq.jobs.ingest as ingest
-def print_then_stop(*a, **k):
-    print(*a, **k)
-    if a and str(a[0]).startswith("ingest: query "):
-        os.kill(os.getpid(), signal.SIGTERM)
-ingest.print = print_then_stop
-sys.exit(ingest.main(sys.argv[1:]))
-"""
-
-
-def test_sigterm_on_the_started_line_stops_the_query_cleanly(cluster, tmp_path):
-    topic = _topic(cluster, "JobsTerm")
-    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
-    rc, text = _run("ingest", _ingest_args(cluster, topic, out, ckpt, "--trigger-interval", "0.5"),
-                    str(tmp_path / "ingest.log"), code=_SIGTERM_AT_START)
-    # Ctrl-C's exit status and lines: the query stopped, the summary printed
-    assert rc == 130, text[-4000:]
-    assert "ingest: stopping" in text and re.search(r"^ingest: (no batch ran|\d+ batches)", text, re.M), text[-4000:]
 
 
 # --------------------------------------------------------------------------- replay
