@@ -12,6 +12,9 @@ import sys
 import pytest
 
 from tests.support.daemons import free_broker_port, free_port
+from tests.support.ready_signal import wrapper
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads listening sockets from /proc")
 
@@ -97,18 +100,8 @@ def test_bind_takes_an_ip_address(tmp_path):
     assert proc.returncode == 2 and "--bind: not an IP address: 'my-host'" in out
 
 
-# `pocketmq dev` with its ready line's reader signalling at once: the signal is sent from
-# within the print of the line itself, so there is no window for the handler to be late in.
-_SIGNAL_AT_READY = """
-import os, signal, sys
-import pocketmq.cli as cli
-def print_then_stop(*a, **k):
-    print(*a, **k)
-    if a and str(a[0]).startswith(("pocketmq dev: nameserver ", "pocketmq console: http")):
-        os.kill(os.getpid(), signal.SIGTERM)
-cli.print = print_then_stop
-sys.exit(cli.main(sys.argv[1:]))
-"""
+# `pocketmq dev` / `pocketmq console` with their ready line's reader signalling at once
+_SIGNAL_AT_READY = wrapper("pocketmq.cli", ("pocketmq dev: nameserver ", "pocketmq console: http"))
 
 
 @pytest.mark.parametrize("command", ["dev", "console"])
@@ -120,7 +113,7 @@ def test_a_signal_as_soon_as_the_ready_line_is_printed_closes_cleanly(tmp_path, 
         pytest.importorskip("pocketmq.console.server")
         # the console needs no nameserver to start serving (it asks per request)
         args = ["console", "--namesrv", f"127.0.0.1:{free_port()}", "--port", str(free_port())]
-    proc = subprocess.run([sys.executable, "-c", _SIGNAL_AT_READY, *args], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-c", _SIGNAL_AT_READY, *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
     assert f"pocketmq {command}: " in proc.stdout, proc.stdout + proc.stderr
     assert proc.returncode == 0, proc.stdout + proc.stderr

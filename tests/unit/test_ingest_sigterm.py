@@ -13,8 +13,9 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _JOB = """
-import os, signal, sys, time
+import sys, time
 import pocketmq.jobs.ingest as ingest
+from tests.support.ready_signal import signal_on_print
 
 class Streams:
     def __init__(self):
@@ -42,12 +43,7 @@ class Query:
 
 ingest.start_spark = lambda job, master: Spark()
 ingest.start_query = lambda spark, args: Query(spark)
-
-def print_then_stop(*a, **k):
-    print(*a, **k)
-    if a and str(a[0]).startswith("ingest: query "):
-        os.kill(os.getpid(), signal.SIGTERM)
-ingest.print = print_then_stop
+signal_on_print(ingest, ("ingest: query ",))
 sys.exit(ingest.main(sys.argv[1:]))
 """
 
