@@ -15,6 +15,7 @@ import time
 import pytest
 
 from tests.support.daemons import READY_BROKER, Cluster, Daemon, free_port
+from tests.support import spark_jvm
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -80,6 +81,7 @@ def spark():
          .config("spark.ui.enabled", "false")
          .config("spark.sql.shuffle.partitions", "2")
          .config("spark.sql.session.timeZone", "UTC")
+         .config(map=spark_jvm.session_config())
          .getOrCreate())
     s.sparkContext.setLogLevel("ERROR")
     yield s

@@ -14,6 +14,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from pocketmq.jobs._common import describe_failure
 from pocketmq.protocol.bodies import MessageQueue
 from tests.spark.conftest import uniq
 from tests.spark.support import create_topic
+from tests.support import spark_jvm
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -42,7 +44,7 @@ def _env() -> dict:
     env = dict(os.environ)
     env["PYSPARK_PYTHON"] = sys.executable
     env["PYTHONUNBUFFERED"] = "1"
-    return env
+    return spark_jvm.job_env(env)
 
 
 def _start(module: str, args: list[str], log_path: str) -> subprocess.Popen:
@@ -163,6 +165,16 @@ def test_describe_failure_keeps_the_python_reason():
         "  caused by pocketmq.spark.plan.DataLossError: topic T broker b queue 0: offsets 0..5 were deleted")
     long = describe_failure(RuntimeError("\n".join(f"line {i}" for i in range(100))))
     assert long.splitlines()[-1] == "  ... (88 more lines)" and len(long.splitlines()) == 13
+
+
+def test_the_session_and_the_jobs_start_their_jvms_with_the_tests_options(spark):
+    # the session's JVM got them from the builder (spark-submit starts the driver with them)...
+    args = list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+                .getInputArguments())
+    assert spark_jvm.JVM_OPTIONS in args, args
+    # ...and a job's launch carries the same (pyspark splits PYSPARK_SUBMIT_ARGS with shlex)
+    assert shlex.split(_env()["PYSPARK_SUBMIT_ARGS"]) == \
+        ["--driver-java-options", spark_jvm.JVM_OPTIONS, "pyspark-shell"]
 
 
 # --------------------------------------------------------------------------- bad arguments
