@@ -16,10 +16,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
-
-import aetcd
-import grpc
+from typing import TYPE_CHECKING, TypeVar
 
 from pocketmq.common import controller_keys as keys
 from pocketmq.tools.mqadmin import tables
@@ -27,6 +24,9 @@ from pocketmq.tools.mqadmin.cluster import _kv, print_warnings
 from pocketmq.tools.mqadmin.command import Command, Opt, Out, non_negative_int, positive_int, stripped
 from pocketmq.tools.mqadmin.errors import AdminError, UsageError, one_line
 from pocketmq.tools.mqadmin.session import AdminSession
+
+if TYPE_CHECKING:
+    import aetcd
 
 T = TypeVar("T")
 
@@ -285,6 +285,13 @@ class Controller:
         self.timeout_s = timeout_s
         self._clients: dict[int, aetcd.Client] = {}
         self._good = 0                  # the endpoint that answered last
+        # etcd's client and grpc only here, when a command talks to the controller: importing
+        # them costs ~0.2 s of CPU, which every other mqadmin command would pay at its start
+        # (the tests run mqadmin ~300 times)
+        import aetcd
+        import grpc
+        self._aetcd = aetcd
+        self._errors = (TimeoutError, aetcd.ClientError, grpc.RpcError, OSError)
 
     def _name(self, i: int) -> str:
         host, port = self.endpoints[i]
@@ -301,13 +308,14 @@ class Controller:
         for i in [(self._good + k) % n for k in range(n)]:
             client = self._clients.get(i)
             if client is None:
-                client = self._clients[i] = aetcd.Client(*self.endpoints[i], options=keys.ETCD_CHANNEL_OPTIONS)
+                client = self._clients[i] = self._aetcd.Client(*self.endpoints[i],
+                                                               options=keys.ETCD_CHANNEL_OPTIONS)
             try:
                 async with asyncio.timeout(self.timeout_s):
                     result = await fn(client)
                 self._good = i
                 return result
-            except (TimeoutError, aetcd.ClientError, grpc.RpcError, OSError) as e:
+            except self._errors as e:
                 failures.append(f"{self._name(i)} ({etcd_reason(e)})")
                 await self._drop(i)
         if len(failures) == 1:
@@ -320,7 +328,7 @@ class Controller:
             try:
                 async with asyncio.timeout(self.timeout_s):
                     await client.close()
-            except (TimeoutError, aetcd.ClientError, grpc.RpcError, OSError):
+            except self._errors:
                 pass
 
     async def close(self) -> None:
