@@ -21,6 +21,29 @@ READY_BROKER = re.compile(r"The broker\[[^,]+, ([\d.]+):(\d+)\] boot success")
 
 _handed_out: set[int] = set()
 
+# A folder shared by every process of one test run (tests/conftest.py makes it and names it
+# here, in the process that starts the run; xdist's workers inherit the variable): a port
+# handed out by one worker is claimed there, so no other worker hands it out too. A port is
+# picked free but bound by its daemon only later (a compose file's services start one after
+# another, seconds apart), and in between another worker's bind check found it free as well
+# (CI: a compose broker refused "address already in use").
+PORT_CLAIMS_ENV = "POCKETMQ_TEST_PORT_CLAIMS"
+
+
+def _claim(port: int) -> bool:
+    """Claim `port` for this run across processes (True), or False when another process of
+    the run claimed it first. Without the shared folder (no test run): True."""
+    folder = os.environ.get(PORT_CLAIMS_ENV)
+    if not folder:
+        return True
+    try:
+        os.close(os.open(os.path.join(folder, str(port)), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    except OSError:
+        return True         # the folder is gone (the run is ending): this process's own set decides
+    return True
+
 
 def _ephemeral_low() -> int:
     try:
@@ -47,7 +70,7 @@ def free_port() -> int:
             except OSError:
                 continue
             port = s.getsockname()[1]
-        if port not in _handed_out:
+        if port not in _handed_out and _claim(port):
             _handed_out.add(port)
             return port
     raise RuntimeError("no free port found")
@@ -69,6 +92,8 @@ def free_broker_port() -> int:
                 s.bind(("0.0.0.0", port + 1))
             except OSError:
                 continue
+        if not _claim(port + 1):
+            continue
         _handed_out.add(port + 1)
         return port
     raise RuntimeError("no free port pair found")
